@@ -1,0 +1,173 @@
+"""Hardware and software capture, and the provenance block every receipt InferCrane writes carries.
+
+Package versions are read from installed distributions' metadata (``importlib.metadata``), so capturing them imports
+nothing; a package that is not installed is recorded as ``"absent"``. The GPU is read through PyTorch and, for the
+driver, NVML when it is there.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+
+ABSENT = "absent"
+# Receipt key -> the distributions that provide it (first installed wins).
+SOFTWARE_DISTS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "triton": ("triton", "pytorch-triton"),
+    "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
+    "vllm": ("vllm",),
+    "aiperf": ("aiperf",),
+    "transformers": ("transformers",),
+    "tokenizers": ("tokenizers",),
+    "cuda_bindings": ("cuda-bindings",),
+    "nvrtc": ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12"),
+    "pydantic": ("pydantic",),
+}
+
+
+def dist_version(*names: str) -> str:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return ABSENT
+
+
+def software_versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "infercrane": __version__}
+    out.update({key: dist_version(*dists) for key, dists in SOFTWARE_DISTS.items()})
+    if out["cupy"] != ABSENT:
+        out["cupy_dist"] = next(d for d in SOFTWARE_DISTS["cupy"] if dist_version(d) != ABSENT)
+    # A vLLM ops library loaded from a wheel without the package installed records itself.
+    if out["vllm"] == ABSENT and os.environ.get("INFERCRANE_VLLM_VERSION"):
+        out["vllm"] = os.environ["INFERCRANE_VLLM_VERSION"] + " (ops library only)"
+    return out
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else v
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[str, Any]:
+    """This machine's hardware. With ``probe_gpu`` (default) PyTorch is imported to read the GPU, if installed."""
+    hw: dict[str, Any] = {
+        "gpu_request": gpu_request,
+        "gpu": "none",
+        "compute_capability": "none",
+        "gpu_count": 0,
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count() or 1,
+        "host": socket.gethostname() or "unknown",
+        "platform": platform.platform(),
+    }
+    if not probe_gpu:
+        return hw
+    try:
+        import torch
+    except ImportError:
+        return hw
+    if not torch.cuda.is_available():
+        return hw
+    idx = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    hw.update(
+        gpu=props.name,
+        compute_capability=f"sm{props.major}{props.minor}",
+        gpu_count=torch.cuda.device_count(),
+        gpu_memory_gib=round(props.total_memory / 2**30, 2),
+        driver=_driver_version(),
+        cuda_runtime=torch.version.cuda,
+        sm_count=props.multi_processor_count,
+        l2_cache_mib=round(getattr(props, "L2_cache_size", 0) / 2**20, 2) or None,
+    )
+    return hw
+
+
+def git_state(start: Path | None = None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git checkout InferCrane runs from, or (None, None) outside one."""
+    where = start or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return None, None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                capture_output=True, text=True, timeout=10)
+        return commit.stdout.strip(), bool(status.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+
+
+def new_run_id() -> str:
+    """A local run id: UTC time plus random bits. A remote GPU cloud's app id replaces it there."""
+    return "local-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(4)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).astimezone()
+
+
+def provenance(
+    *,
+    config: dict[str, Any],
+    hardware_info: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
+    run_id: str | None = None,
+    command_line: list[str] | None = None,
+    recorded_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The provenance block (``receipts.models_v2.Provenance``) for a receipt written now."""
+    from ..receipts.io import config_hash
+
+    commit, dirty = git_state()
+    run_id = run_id or os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
+    return {
+        "recorded_at": (recorded_at or now()).isoformat(),
+        "infercrane_version": __version__,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "command_line": list(command_line or sys.argv),
+        "config": config,
+        "config_sha256": config_hash(config),
+        "run_id": run_id,
+        "run_id_kind": "remote-app" if os.environ.get("INFERCRANE_RUN_ID", "").startswith("ap-") else "local",
+        "hardware": hardware_info if hardware_info is not None else hardware(),
+        "software": software_versions(),
+        "model": model,
+    }

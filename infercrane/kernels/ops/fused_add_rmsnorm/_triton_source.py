@@ -1,0 +1,108 @@
+"""Triton source of InferCrane's fused residual-add + RMSNorm (undecorated kernel bodies).
+
+This module imports Triton at the top, so only ``triton_kernel.py`` imports it, lazily, at the first
+launch. The bodies stay undecorated here: ``triton_kernel`` wraps them with ``triton.jit`` per mode
+(compiled, or the CPU interpreter under ``TRITON_INTERPRET=1``), so a process can use both modes.
+
+Numerics (both bodies): load bf16/fp16, add in float32, round the sum once to the storage dtype and
+store it as the new residual; that rounded value is what is normalized, in float32; multiply by the
+weight in float32; round once on the store of ``out`` into ``x``.
+"""
+from __future__ import annotations
+
+import triton.language as tl
+
+
+def fused_add_rmsnorm_rows(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    n_rows,
+    eps,
+    HIDDEN: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    MASK_ROWS: tl.constexpr,
+    INT64: tl.constexpr,
+):
+    """One program owns ``ROWS`` whole rows held in registers: one global read of x and residual each.
+
+    ``BLOCK_N`` is the next power of two >= ``HIDDEN``; columns past ``HIDDEN`` are masked. ``HIDDEN``
+    is a compile-time constant so row offsets carry its power-of-two divisibility and loads vectorize
+    to 16 bytes whenever ``HIDDEN`` is a multiple of 8.
+    """
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    if INT64:
+        rows = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    offs = rows[:, None] * HIDDEN + cols[None, :]
+    if MASK_ROWS:
+        if HIDDEN == BLOCK_N:
+            mask = (rows[:, None] < n_rows) & (cols[None, :] < BLOCK_N)
+        else:
+            mask = (rows[:, None] < n_rows) & (cols[None, :] < HIDDEN)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        r = tl.load(res_ptr + offs, mask=mask, other=0.0)
+    elif HIDDEN == BLOCK_N:
+        mask = None
+        x = tl.load(x_ptr + offs)
+        r = tl.load(res_ptr + offs)
+    else:
+        mask = (rows[:, None] >= 0) & (cols[None, :] < HIDDEN)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        r = tl.load(res_ptr + offs, mask=mask, other=0.0)
+    if HIDDEN == BLOCK_N:
+        w = tl.load(w_ptr + cols)
+    else:
+        w = tl.load(w_ptr + cols, mask=cols < HIDDEN, other=0.0)
+
+    summed = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+    tl.store(res_ptr + offs, summed, mask=mask)
+    s = summed.to(tl.float32)
+    mean_sq = tl.sum(s * s, axis=1) / HIDDEN
+    inv_rms = tl.math.rsqrt(mean_sq + eps)
+    out = s * inv_rms[:, None] * w.to(tl.float32)[None, :]
+    tl.store(x_ptr + offs, out.to(x_ptr.dtype.element_ty), mask=mask)
+
+
+def fused_add_rmsnorm_chunked(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    n_rows,
+    eps,
+    HIDDEN: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    INT64: tl.constexpr,
+):
+    """One program per row, for rows too wide for registers: two passes over ``BLOCK_N`` chunks.
+
+    Pass 1 reads x and residual, stores the rounded sum as the new residual and accumulates the sum
+    of squares; pass 2 re-reads that stored sum (the same thread wrote each element it reads: both
+    passes use one layout), normalizes and stores ``out``. That re-read is the price of a row that
+    does not fit in registers: 5 row transfers instead of 4.
+    """
+    row = tl.program_id(0)
+    if INT64:
+        row = row.to(tl.int64)
+    base = row * HIDDEN
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, HIDDEN, BLOCK_N):
+        c = start + cols
+        m = c < HIDDEN
+        x = tl.load(x_ptr + base + c, mask=m, other=0.0)
+        r = tl.load(res_ptr + base + c, mask=m, other=0.0)
+        summed = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        tl.store(res_ptr + base + c, summed, mask=m)
+        s = summed.to(tl.float32)
+        acc += s * s
+    inv_rms = tl.math.rsqrt(tl.sum(acc, axis=0) / HIDDEN + eps)
+    tl.debug_barrier()
+    for start in range(0, HIDDEN, BLOCK_N):
+        c = start + cols
+        m = c < HIDDEN
+        s = tl.load(res_ptr + base + c, mask=m, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
+        tl.store(x_ptr + base + c, (s * inv_rms * w).to(x_ptr.dtype.element_ty), mask=m)

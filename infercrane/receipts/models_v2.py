@@ -1,0 +1,384 @@
+"""InferCrane's own receipt formats (v2 of both v1 families).
+
+Every v1 field keeps its name and meaning; v2 adds what a reader who was not there needs to trust a number:
+``provenance`` (who, when, where, with what, from which configuration), raw evidence (every sample, every run),
+the method behind each number (``timing_mode``, ``token_count_source``), statistics, and ``content_sha256`` over the
+canonical JSON of everything else, so an edited byte is detected.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+
+from .base import AwareDatetime, NonEmptyStr, Strict
+from .models_v1 import (
+    CustomKernelV1,
+    PocModel,
+    PublishedExample,
+    PublicWorkloadV1,
+    RuntimeFinding,
+)
+
+POC_V2 = "infercrane.optimization-poc-receipt/v2"
+SCREENING_V2 = "infercrane.cuda-kernel-screening-receipt/v2"
+
+DecisionCode = Literal["accept", "retain", "reject", "inconclusive"]
+TimingMode = Literal["launch", "graph", "cold"]
+SHA256 = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+# --- provenance -----------------------------------------------------------------------------------------------
+
+class Hardware(Strict):
+    """The machine a receipt's numbers were measured on. ``gpu`` is ``"none"`` on a CPU-only machine."""
+
+    gpu_request: str | None = None
+    gpu: NonEmptyStr
+    compute_capability: NonEmptyStr
+    gpu_count: NonNegativeInt = 0
+    gpu_memory_gib: NonNegativeFloat | None = None
+    driver: str | None = None
+    cuda_runtime: str | None = None
+    sm_count: NonNegativeInt | None = None
+    l2_cache_mib: NonNegativeFloat | None = None
+    cpu: NonEmptyStr
+    cpu_count: PositiveInt
+    host: NonEmptyStr
+    platform: NonEmptyStr
+
+
+class ModelProvenance(Strict):
+    """Where the shapes came from. With the offline stand-in, ``weights`` is ``dummy`` and ``tokenizer`` ``stand-in``;
+    ``id`` and ``revision`` stay the real model's."""
+
+    id: NonEmptyStr
+    revision: str | None = None
+    source: NonEmptyStr
+    config_fields: dict[str, Any] = Field(default_factory=dict)
+    weights: Literal["real", "dummy", "none"] = "none"
+    tokenizer: Literal["real", "stand-in", "none"] = "none"
+
+
+class Provenance(Strict):
+    recorded_at: AwareDatetime
+    infercrane_version: NonEmptyStr
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    command_line: list[str] = Field(min_length=1)
+    config: dict[str, Any]
+    config_sha256: str = SHA256
+    run_id: NonEmptyStr
+    run_id_kind: Literal["local", "remote-app"] = "local"
+    hardware: Hardware
+    software: dict[str, NonEmptyStr]
+    model: ModelProvenance | None = None
+
+
+# --- cuda-kernel-screening-receipt/v2 ------------------------------------------------------------------------------
+
+ImplKey = Literal["eager", "torch_compile", "vllm_vendor", "triton", "cuda", "user"]
+IMPL_KEYS: tuple[str, ...] = ("eager", "torch_compile", "vllm_vendor", "triton", "cuda", "user")
+
+
+class ModelShapeSourceV2(Strict):
+    id: NonEmptyStr
+    revision: str | None = None
+    hidden_size: PositiveInt
+    rms_norm_eps: PositiveFloat
+    num_hidden_layers: PositiveInt | None = None
+    dtype: NonEmptyStr
+    source: NonEmptyStr
+
+
+class CandidateV2(Strict):
+    operator: NonEmptyStr
+    implementation: NonEmptyStr
+    key: ImplKey
+    source: NonEmptyStr
+    dtype: NonEmptyStr
+    in_place: bool
+    threads_per_block: PositiveInt | None = None
+    launch_config: dict[str, Any] = Field(default_factory=dict)
+    correctness: NonEmptyStr
+
+
+class ScreeningMeasurementV2(Strict):
+    """One row of the decision table: medians (ms per call) in ``measurements_timing_mode``; every speedup is
+    ``<baseline>_ms / <candidate>_ms`` for the receipt's ``candidate.key``."""
+
+    rows: PositiveInt
+    eager_ms: PositiveFloat | None = None
+    torch_compile_ms: PositiveFloat | None = None
+    vllm_vendor_ms: PositiveFloat | None = None
+    triton_ms: PositiveFloat | None = None
+    cuda_ms: PositiveFloat | None = None
+    user_ms: PositiveFloat | None = None
+    speedup_vs_eager: PositiveFloat | None = None
+    speedup_vs_torch_compile: PositiveFloat | None = None
+    speedup_vs_vllm_vendor: PositiveFloat | None = None
+    speedup_vs_triton: PositiveFloat | None = None
+    speedup_vs_cuda: PositiveFloat | None = None
+    speedup_vs_user: PositiveFloat | None = None
+
+
+class ImplementationRecord(Strict):
+    key: ImplKey
+    label: NonEmptyStr
+    kind: Literal["baseline", "candidate"]
+    in_place: bool | None = None
+    source: NonEmptyStr
+    status: Literal["ok", "failed", "skipped"]
+    reason: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class CorrectnessRecord(Strict):
+    implementation: ImplKey
+    rows: PositiveInt
+    passed: bool
+    checks: PositiveInt
+    rule: NonEmptyStr
+    rtol: NonNegativeFloat
+    atol: NonNegativeFloat
+    max_abs_err: NonNegativeFloat | None = None
+    max_rel_err: NonNegativeFloat | None = None
+    mismatched: NonNegativeInt = 0
+    first_bad_index: list[int] | None = None
+    first_bad_tensor: str | None = None
+    error: str | None = None
+
+
+class TimingRecord(Strict):
+    implementation: ImplKey
+    rows: PositiveInt
+    mode: TimingMode
+    samples_us: list[PositiveFloat] = Field(min_length=1)
+    median_us: PositiveFloat
+    q1_us: PositiveFloat
+    q3_us: PositiveFloat
+    n: PositiveInt
+    bytes_moved: PositiveInt | None = None
+    achieved_gbps: PositiveFloat | None = None
+    sm_clock_mhz_before: NonNegativeFloat | None = None
+    sm_clock_mhz_after: NonNegativeFloat | None = None
+    throttled: bool | None = None
+
+
+class ComparisonRecord(Strict):
+    candidate: ImplKey
+    baseline: ImplKey
+    rows: PositiveInt
+    mode: TimingMode
+    speedup: PositiveFloat
+    ci_low: PositiveFloat
+    ci_high: PositiveFloat
+    confidence: float = Field(gt=0, lt=1)
+    verdict: Literal["FASTER", "SLOWER", "SAME", "AMBIGUOUS"]
+    method: NonEmptyStr
+
+
+class AmdahlRecord(Strict):
+    calls_per_step: PositiveInt
+    op_us_per_call: PositiveFloat
+    decode_step_ms: PositiveFloat
+    decode_step_source: NonEmptyStr
+    op_fraction: float = Field(ge=0, lt=1)
+    op_speedup: PositiveFloat
+    ceiling_percent: NonNegativeFloat
+    expected_percent: float
+
+
+class CandidateDecision(Strict):
+    implementation: ImplKey
+    decision: NonEmptyStr
+    decision_code: DecisionCode
+    reason: NonEmptyStr
+
+
+class CudaKernelScreeningReceiptV2(Strict):
+    schema_version: Literal["infercrane.cuda-kernel-screening-receipt/v2"]
+    recorded_at: AwareDatetime
+    evidence_class: Literal["real-gpu-microbenchmark", "cpu-functional-check"]
+    app_id: NonEmptyStr
+    model_shape_source: ModelShapeSourceV2
+    hardware: Hardware
+    software: dict[str, NonEmptyStr]
+    candidate: CandidateV2
+    measurements_timing_mode: TimingMode | None
+    measurements: list[ScreeningMeasurementV2]
+    decision: NonEmptyStr
+    decision_code: DecisionCode
+    reason: NonEmptyStr
+    qualification_boundary: NonEmptyStr
+    other_candidates: list[CandidateDecision] = Field(default_factory=list)
+    implementations: list[ImplementationRecord] = Field(min_length=1)
+    correctness: list[CorrectnessRecord]
+    timings: list[TimingRecord] = Field(default_factory=list)
+    comparisons: list[ComparisonRecord] = Field(default_factory=list)
+    timing_method: dict[str, str] = Field(default_factory=dict)
+    calibration: dict[str, Any] = Field(default_factory=dict)
+    amdahl: AmdahlRecord | None = None
+    policy: dict[str, Any]
+    provenance: Provenance
+    content_sha256: str = SHA256
+
+
+# --- optimization-poc-receipt/v2 -------------------------------------------------------------------------------------
+
+class PocModelV2(PocModel):
+    weights: Literal["real", "dummy"] = "real"
+    tokenizer: Literal["real", "stand-in"] = "real"
+
+
+class ServingWorkload(Strict):
+    """The seed's workload block plus what a reader needs to reproduce it."""
+
+    input_tokens: PositiveInt
+    output_tokens: PositiveInt
+    streaming: bool
+    profile_runs: PositiveInt
+    concurrency: list[PositiveInt] = Field(min_length=1)
+    requests_per_point: dict[str, PositiveInt] = Field(default_factory=dict)
+    warmup_requests: NonNegativeInt = 0
+    ignore_eos: bool = True
+    order: Literal["sequential", "interleaved", "sandwich"] = "sequential"
+    preset: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class ServingMeasurementV2(Strict):
+    """Median over runs of each run's own number (the seed's fields), per recipe and concurrency."""
+
+    recipe: NonEmptyStr
+    concurrency: PositiveInt
+    output_tokens_per_second: PositiveFloat
+    ttft_p95_ms: PositiveFloat
+    tpot_p95_ms: PositiveFloat
+    latency_p95_ms: PositiveFloat
+    request_throughput: PositiveFloat | None = None
+    runs: PositiveInt
+    failures: NonNegativeInt = 0
+
+
+class PairedComparisonV2(Strict):
+    recipe_a: NonEmptyStr
+    recipe_b: NonEmptyStr
+    concurrency: PositiveInt
+    throughput_speedup: PositiveFloat
+    ttft_p95_reduction_percent: float
+    latency_p95_reduction_percent: float
+
+
+class MetricStatistic(Strict):
+    """B versus A for one metric at one concurrency, over the runs of each arm."""
+
+    concurrency: PositiveInt
+    metric: NonEmptyStr
+    higher_is_better: bool
+    a_values: list[float] = Field(min_length=1)
+    b_values: list[float] = Field(min_length=1)
+    a_median: float
+    b_median: float
+    ratio_b_over_a: PositiveFloat
+    ci_low: PositiveFloat
+    ci_high: PositiveFloat
+    confidence: float = Field(gt=0, lt=1)
+    p_value: float = Field(ge=0, le=1)
+    min_achievable_p: float = Field(ge=0, le=1)
+    equivalence_margin: float = Field(ge=0, lt=1)
+    verdict: Literal["BETTER", "WORSE", "EQUIVALENT", "INCONCLUSIVE"]
+
+
+class RunRecord(Strict):
+    """One driver run of one arm at one concurrency: the raw numbers behind every median."""
+
+    recipe: NonEmptyStr
+    run_index: NonNegativeInt
+    concurrency: PositiveInt
+    driver: NonEmptyStr
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    started_at: AwareDatetime
+    duration_s: NonNegativeFloat | None = None
+    requests_completed: NonNegativeInt = 0
+    failures: NonNegativeInt = 0
+    length_mismatches: NonNegativeInt = 0
+    output_tokens_per_second: NonNegativeFloat | None = None
+    request_throughput: NonNegativeFloat | None = None
+    ttft_p50_ms: NonNegativeFloat | None = None
+    ttft_p95_ms: NonNegativeFloat | None = None
+    ttft_p99_ms: NonNegativeFloat | None = None
+    tpot_p50_ms: NonNegativeFloat | None = None
+    tpot_p95_ms: NonNegativeFloat | None = None
+    tpot_p99_ms: NonNegativeFloat | None = None
+    latency_p50_ms: NonNegativeFloat | None = None
+    latency_p95_ms: NonNegativeFloat | None = None
+    latency_p99_ms: NonNegativeFloat | None = None
+    token_count_source: Literal["server", "client"] | None = None
+    raw_export: str | None = None
+
+
+class EngineRecord(Strict):
+    recipe: NonEmptyStr
+    recipe_sha256: str = SHA256
+    engine: NonEmptyStr
+    version: str | None = None
+    command_line: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    log_path: NonEmptyStr
+    startup_s: NonNegativeFloat | None = None
+    exit_status: str | None = None
+
+
+class PairedServingV2(Strict):
+    gpu: NonEmptyStr
+    app_id: NonEmptyStr
+    workload: ServingWorkload
+    failures: NonNegativeInt
+    measurements: list[ServingMeasurementV2] = Field(min_length=1)
+    comparisons: list[PairedComparisonV2] = Field(min_length=1)
+    statistics: list[MetricStatistic] = Field(min_length=1)
+    decision: NonEmptyStr
+    decision_code: DecisionCode
+    reason: NonEmptyStr
+
+
+class PublicArmV2(Strict):
+    recipe: NonEmptyStr
+    app_id: NonEmptyStr
+    output_tokens_per_second: PositiveFloat
+    request_throughput: PositiveFloat
+    ttft_p95_ms: PositiveFloat
+    tpot_p95_ms: PositiveFloat
+    latency_p95_ms: PositiveFloat
+    failures: NonNegativeInt
+    runs: PositiveInt
+
+
+class PublicWorkloadReproductionV2(Strict):
+    workload: PublicWorkloadV1
+    published_example: PublishedExample | None = None
+    arms: list[PublicArmV2] = Field(min_length=1)
+    decision: str | None = None
+    comparison_boundary: NonEmptyStr
+
+
+class OptimizationPocReceiptV2(Strict):
+    schema_version: Literal["infercrane.optimization-poc-receipt/v2"]
+    recorded_at: AwareDatetime
+    model: PocModelV2
+    software: dict[str, NonEmptyStr]
+    custom_kernel: CustomKernelV1 | None = None
+    paired_aiperf: PairedServingV2 | None = None
+    public_workload_reproduction: PublicWorkloadReproductionV2 | None = None
+    runtime_compatibility: list[RuntimeFinding] = Field(default_factory=list)
+    qualification_boundary: NonEmptyStr
+    complete: bool
+    incomplete_reason: str | None = None
+    drivers: dict[str, str] = Field(default_factory=dict)
+    engines: list[EngineRecord] = Field(default_factory=list)
+    runs: list[RunRecord] = Field(default_factory=list)
+    policy: dict[str, Any] = Field(default_factory=dict)
+    provenance: Provenance
+    content_sha256: str = SHA256

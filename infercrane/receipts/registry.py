@@ -1,0 +1,32 @@
+"""schema_version -> receipt model, for every version InferCrane reads."""
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from ..errors import InputError
+from .models_v1 import POC_V1, SCREENING_V1, CudaKernelScreeningReceiptV1, OptimizationPocReceiptV1
+from .models_v2 import POC_V2, SCREENING_V2, CudaKernelScreeningReceiptV2, OptimizationPocReceiptV2
+
+MODELS: dict[str, type[BaseModel]] = {
+    POC_V1: OptimizationPocReceiptV1,
+    SCREENING_V1: CudaKernelScreeningReceiptV1,
+    POC_V2: OptimizationPocReceiptV2,
+    SCREENING_V2: CudaKernelScreeningReceiptV2,
+}
+# Versions whose documents carry a content hash (every version InferCrane writes).
+HASHED = frozenset({POC_V2, SCREENING_V2})
+
+
+def family(schema_version: str) -> str:
+    """``infercrane.cuda-kernel-screening-receipt/v2`` -> ``infercrane.cuda-kernel-screening-receipt``."""
+    return schema_version.rsplit("/", 1)[0]
+
+
+def model_for(schema_version: str) -> type[BaseModel]:
+    try:
+        return MODELS[schema_version]
+    except KeyError:
+        raise InputError(
+            f"unknown schema_version {schema_version!r}; known: {', '.join(MODELS)}",
+            hint="check the file's schema_version, or upgrade InferCrane",
+        ) from None

@@ -1,0 +1,314 @@
+"""Validation beyond types: every derived number must agree with what it is derived from.
+
+A speedup with its times, a percentage with its inputs, a median with its raw samples, failures with their counts, a
+decision with its reason and evidence, the content hash with the content. Each problem names the field path and both
+values. "Agree" means within the rounding of the printed numbers: the tolerance is half a unit in the last printed
+digit of the derived value plus the effect of the inputs' own rounding, propagated through the formula.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from ..decide.derived import reduction_percent, throughput_speedup
+from ..errors import InputError, ReceiptInvalid
+from . import models_v1 as v1
+from . import models_v2 as v2
+from .io import HASH_FIELD, content_hash, non_finite_paths, read_json
+from .registry import HASHED, model_for
+
+Problem = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A receipt that passed every check."""
+
+    path: Path | None
+    document: dict[str, Any]
+    model: BaseModel
+
+    @property
+    def schema_version(self) -> str:
+        return self.document["schema_version"]
+
+
+def _half_ulp(x: float) -> float:
+    exponent = Decimal(repr(float(x))).as_tuple().exponent
+    return 0.5 * 10.0 ** exponent if isinstance(exponent, int) and exponent < 0 else 0.5
+
+
+def check_derived(path: str, stated: float, formula: str, fn: Callable[..., float], *inputs: float) -> list[Problem]:
+    """One problem if ``stated`` disagrees with ``fn(*inputs)`` beyond the rounding of the printed numbers."""
+    computed = fn(*inputs)
+    tol = _half_ulp(stated) + 1e-12
+    for i, x in enumerate(inputs):
+        bumped = list(inputs)
+        bumped[i] = x + _half_ulp(x)
+        tol += abs(fn(*bumped) - computed)
+    if abs(stated - computed) <= tol:
+        return []
+    shown = ", ".join(f"{x!r}" for x in inputs)
+    return [(path, f"is {stated!r} but {formula} of ({shown}) = {computed:.6g} (tolerance ±{tol:.2g})")]
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b
+
+
+# --- v1 -------------------------------------------------------------------------------------------------------
+
+def _rules_screening_v1(r: v1.CudaKernelScreeningReceiptV1) -> list[Problem]:
+    out: list[Problem] = []
+    for i, m in enumerate(r.measurements):
+        p = f"measurements[{i}]"
+        out += check_derived(f"{p}.speedup_vs_triton", m.speedup_vs_triton, "triton_ms / cuda_ms", _ratio, m.triton_ms, m.cuda_ms)
+        out += check_derived(f"{p}.speedup_vs_vllm_vendor", m.speedup_vs_vllm_vendor, "vllm_vendor_ms / cuda_ms",
+                             _ratio, m.vllm_vendor_ms, m.cuda_ms)
+    out += _unique_rows("measurements", [m.rows for m in r.measurements])
+    return out
+
+
+def _unique_rows(path: str, rows: list[int]) -> list[Problem]:
+    dup = sorted({x for x in rows if rows.count(x) > 1})
+    return [(path, f"rows {dup} appear more than once")] if dup else []
+
+
+def _paired_rules(path: str, measurements: list, comparisons: list[tuple[str, str, Any]]) -> list[Problem]:
+    """Check the seed's derived serving fields (speedup, p95 reductions) against the per-recipe measurements."""
+    out: list[Problem] = []
+    by_key = {(m.recipe, m.concurrency): m for m in measurements}
+    for i, (a_name, b_name, c) in enumerate(comparisons):
+        p = f"{path}[{i}]"
+        a, b = by_key.get((a_name, c.concurrency)), by_key.get((b_name, c.concurrency))
+        if a is None or b is None:
+            missing = a_name if a is None else b_name
+            out.append((f"{p}.concurrency", f"no measurement for recipe {missing!r} at concurrency {c.concurrency}"))
+            continue
+        out += check_derived(f"{p}.throughput_speedup", c.throughput_speedup,
+                             f"{b_name}.output_tokens_per_second / {a_name}.output_tokens_per_second",
+                             throughput_speedup, a.output_tokens_per_second, b.output_tokens_per_second)
+        out += check_derived(f"{p}.ttft_p95_reduction_percent", c.ttft_p95_reduction_percent,
+                             f"({a_name} - {b_name}) / {a_name} * 100 of ttft_p95_ms",
+                             reduction_percent, a.ttft_p95_ms, b.ttft_p95_ms)
+        out += check_derived(f"{p}.latency_p95_reduction_percent", c.latency_p95_reduction_percent,
+                             f"({a_name} - {b_name}) / {a_name} * 100 of latency_p95_ms",
+                             reduction_percent, a.latency_p95_ms, b.latency_p95_ms)
+    return out
+
+
+def _rules_poc_v1(r: v1.OptimizationPocReceiptV1) -> list[Problem]:
+    out: list[Problem] = []
+    for name, gpu in r.custom_kernel.gpus.items():
+        for i, m in enumerate(gpu.measurements):
+            out += check_derived(f"custom_kernel.{name}.measurements[{i}].speedup_vs_vllm", m.speedup_vs_vllm,
+                                 "vllm_ms / custom_ms", _ratio, m.vllm_ms, m.custom_ms)
+        out += _unique_rows(f"custom_kernel.{name}.measurements", [m.rows for m in gpu.measurements])
+    pa = r.paired_aiperf
+    out += _paired_rules("paired_aiperf.compiled_vs_eager", pa.measurements,
+                         [("eager", "compiled", c) for c in pa.compiled_vs_eager])
+    return out
+
+
+# --- v2 -------------------------------------------------------------------------------------------------------
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _rules_screening_v2(r: v2.CudaKernelScreeningReceiptV2) -> list[Problem]:
+    out: list[Problem] = []
+    cand = r.candidate.key
+    functional = r.evidence_class == "cpu-functional-check"
+    if functional:
+        if r.timings or r.measurements or r.comparisons or r.measurements_timing_mode is not None:
+            out.append(("evidence_class", "a cpu-functional-check carries no timings, measurements or comparisons "
+                                          "(no speed claims without a GPU)"))
+        if r.decision_code == "accept" or r.decision_code == "retain":
+            out.append(("decision_code", f"is {r.decision_code!r} but a cpu-functional-check can only reject or be "
+                                         "inconclusive"))
+    else:
+        if r.measurements_timing_mode is None:
+            out.append(("measurements_timing_mode", "a real-gpu-microbenchmark names the timing mode of its measurements"))
+        if r.decision_code in ("accept", "retain") and not (r.measurements and r.comparisons):
+            out.append(("decision_code", f"is {r.decision_code!r} without measurements and comparisons as evidence"))
+    # Timings: summaries agree with raw samples.
+    medians: dict[tuple[str, int, str], float] = {}
+    for i, t in enumerate(r.timings):
+        p = f"timings[{i}]"
+        medians[(t.implementation, t.rows, t.mode)] = t.median_us
+        if t.n != len(t.samples_us):
+            out.append((f"{p}.n", f"is {t.n} but samples_us holds {len(t.samples_us)} samples"))
+        out += check_derived(f"{p}.median_us", t.median_us, "median(samples_us)", lambda *s: _median(list(s)), *t.samples_us)
+        if not t.q1_us <= t.median_us <= t.q3_us:
+            out.append((f"{p}.median_us", f"{t.median_us!r} lies outside [q1_us, q3_us] = [{t.q1_us!r}, {t.q3_us!r}]"))
+    # Decision table: candidate-relative speedups, medians from the timings of the named mode.
+    for i, m in enumerate(r.measurements):
+        p = f"measurements[{i}]"
+        cand_ms = getattr(m, f"{cand}_ms")
+        if cand_ms is None:
+            out.append((f"{p}.{cand}_ms", f"missing: the candidate is {cand!r}, so each row needs its time"))
+            continue
+        for key in v2.IMPL_KEYS:
+            ms, speedup = getattr(m, f"{key}_ms"), getattr(m, f"speedup_vs_{key}")
+            if ms is not None and r.measurements_timing_mode is not None:
+                t = medians.get((key, m.rows, r.measurements_timing_mode))
+                if t is None:
+                    out.append((f"{p}.{key}_ms", f"{ms!r} has no {r.measurements_timing_mode} timing record for "
+                                                 f"{key} at rows {m.rows}"))
+                else:
+                    out += check_derived(f"{p}.{key}_ms", ms, "timings.median_us / 1000", lambda u: u / 1000.0, t)
+            if speedup is None:
+                continue
+            if key == cand:
+                out.append((f"{p}.speedup_vs_{key}", "a candidate has no speedup against itself"))
+            elif ms is None:
+                out.append((f"{p}.speedup_vs_{key}", f"is {speedup!r} but {key}_ms is missing"))
+            else:
+                out += check_derived(f"{p}.speedup_vs_{key}", speedup, f"{key}_ms / {cand}_ms", _ratio, ms, cand_ms)
+    out += _unique_rows("measurements", [m.rows for m in r.measurements])
+    for i, c in enumerate(r.comparisons):
+        p = f"comparisons[{i}]"
+        base, mine = medians.get((c.baseline, c.rows, c.mode)), medians.get((c.candidate, c.rows, c.mode))
+        if base is None or mine is None:
+            out.append((p, f"no timing records for {c.baseline}/{c.candidate} at rows {c.rows} in {c.mode} mode"))
+        else:
+            out += check_derived(f"{p}.speedup", c.speedup, "baseline median_us / candidate median_us", _ratio, base, mine)
+        if not c.ci_low <= c.speedup <= c.ci_high:
+            out.append((f"{p}.speedup", f"{c.speedup!r} lies outside its interval [{c.ci_low!r}, {c.ci_high!r}]"))
+    # Correctness: a pass carries numbers, a failure says where or why.
+    for i, c in enumerate(r.correctness):
+        p = f"correctness[{i}]"
+        if c.passed and (c.mismatched or c.error or c.max_abs_err is None or c.max_rel_err is None):
+            out.append((f"{p}.passed", "is true but the record has mismatches, an error, or no error magnitudes"))
+        if not c.passed and not (c.mismatched or c.error):
+            out.append((f"{p}.passed", "is false but the record names neither mismatches nor an error"))
+    mine_failed = [c.rows for c in r.correctness if c.implementation == cand and not c.passed]
+    if mine_failed and r.decision_code in ("accept", "retain"):
+        out.append(("decision_code", f"is {r.decision_code!r} but the candidate failed correctness at rows {mine_failed}"))
+    if not any(c.implementation == cand for c in r.correctness) and r.decision_code != "reject":
+        out.append(("correctness", f"holds no check of the candidate {cand!r}; only a rejection may stand without one"))
+    if r.amdahl is not None:
+        a = r.amdahl
+        out += check_derived("amdahl.op_fraction", a.op_fraction, "calls_per_step * op_us_per_call / 1000 / decode_step_ms",
+                             lambda n, t, s: n * t / 1000.0 / s, a.calls_per_step, a.op_us_per_call, a.decode_step_ms)
+        out += check_derived("amdahl.ceiling_percent", a.ceiling_percent, "(1 / (1 - op_fraction) - 1) * 100",
+                             lambda f: (1.0 / (1.0 - f) - 1.0) * 100.0, a.op_fraction)
+        out += check_derived("amdahl.expected_percent", a.expected_percent,
+                             "(1 / ((1 - op_fraction) + op_fraction / op_speedup) - 1) * 100",
+                             lambda f, s: (1.0 / ((1.0 - f) + f / s) - 1.0) * 100.0, a.op_fraction, a.op_speedup)
+    return out
+
+
+def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
+    out: list[Problem] = []
+    if not r.complete and not r.incomplete_reason:
+        out.append(("incomplete_reason", "an incomplete receipt says why it is incomplete"))
+    if r.custom_kernel is not None:
+        for name, gpu in r.custom_kernel.gpus.items():
+            for i, m in enumerate(gpu.measurements):
+                out += check_derived(f"custom_kernel.{name}.measurements[{i}].speedup_vs_vllm", m.speedup_vs_vllm,
+                                     "vllm_ms / custom_ms", _ratio, m.vllm_ms, m.custom_ms)
+    pa = r.paired_aiperf
+    if pa is not None:
+        out += _paired_rules("paired_aiperf.comparisons", pa.measurements,
+                             [(c.recipe_a, c.recipe_b, c) for c in pa.comparisons])
+        total = sum(m.failures for m in pa.measurements)
+        if pa.failures != total:
+            out.append(("paired_aiperf.failures", f"is {pa.failures} but the measurements' failures add up to {total}"))
+        runs = [x for x in r.runs if x.status == "ok"]
+        for i, m in enumerate(pa.measurements):
+            p = f"paired_aiperf.measurements[{i}]"
+            mine = [x for x in runs if x.recipe == m.recipe and x.concurrency == m.concurrency
+                    and x.driver == r.policy.get("primary_driver", x.driver)]
+            if not mine:
+                if r.runs:
+                    out.append((p, f"no ok run of recipe {m.recipe!r} at concurrency {m.concurrency} backs it"))
+                continue
+            if m.runs != len(mine):
+                out.append((f"{p}.runs", f"is {m.runs} but {len(mine)} ok runs of {m.recipe!r} at c={m.concurrency} exist"))
+            fails = sum(x.failures for x in mine)
+            if m.failures != fails:
+                out.append((f"{p}.failures", f"is {m.failures} but its runs' failures add up to {fails}"))
+            for field in ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms"):
+                values = [getattr(x, field) for x in mine if getattr(x, field) is not None]
+                if values:
+                    out += check_derived(f"{p}.{field}", getattr(m, field), f"median over runs of {field}",
+                                         lambda *v: _median(list(v)), *values)
+        for i, s in enumerate(pa.statistics):
+            p = f"paired_aiperf.statistics[{i}]"
+            out += check_derived(f"{p}.a_median", s.a_median, "median(a_values)", lambda *v: _median(list(v)), *s.a_values)
+            out += check_derived(f"{p}.b_median", s.b_median, "median(b_values)", lambda *v: _median(list(v)), *s.b_values)
+            out += check_derived(f"{p}.ratio_b_over_a", s.ratio_b_over_a, "b_median / a_median", _ratio, s.b_median, s.a_median)
+            if not s.ci_low <= s.ratio_b_over_a <= s.ci_high:
+                out.append((f"{p}.ratio_b_over_a", f"{s.ratio_b_over_a!r} lies outside [{s.ci_low!r}, {s.ci_high!r}]"))
+    return out
+
+
+RULES: dict[type[BaseModel], Callable[[Any], list[Problem]]] = {
+    v1.CudaKernelScreeningReceiptV1: _rules_screening_v1,
+    v1.OptimizationPocReceiptV1: _rules_poc_v1,
+    v2.CudaKernelScreeningReceiptV2: _rules_screening_v2,
+    v2.OptimizationPocReceiptV2: _rules_poc_v2,
+}
+
+
+def _pydantic_problems(err: ValidationError) -> list[Problem]:
+    out = []
+    for e in err.errors():
+        loc = ""
+        for part in e["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field (not in this schema version)"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        elif "input" in e and e["type"] not in ("missing",):
+            shown = repr(e["input"])
+            msg = f"{msg} (got {shown[:80]})"
+        out.append((loc or "<root>", msg))
+    return out
+
+
+def check_document(doc: dict[str, Any]) -> tuple[BaseModel | None, list[Problem]]:
+    """Type-check and rule-check a parsed receipt. Returns the model (None if types failed) and the problems."""
+    bad = non_finite_paths(doc)
+    if bad:
+        return None, [(p, "NaN or infinite number (not allowed in a receipt)") for p in bad]
+    version = doc.get("schema_version")
+    if version is None:
+        return None, [("schema_version", "required field is missing")]
+    if not isinstance(version, str):
+        return None, [("schema_version", f"must be a string, got {version!r}")]
+    try:
+        model_cls = model_for(version)
+    except InputError as e:
+        return None, [("schema_version", e.message)]
+    problems: list[Problem] = []
+    if version in HASHED:
+        stated = doc.get(HASH_FIELD)
+        actual = content_hash(doc)
+        if stated is not None and stated != actual:
+            problems.append((HASH_FIELD, f"is {stated} but the content hashes to {actual}: the receipt was changed "
+                                         "after it was written"))
+    try:
+        model = model_cls.model_validate(doc)
+    except ValidationError as e:
+        return None, problems + _pydantic_problems(e)
+    return model, problems + RULES[model_cls](model)
+
+
+def load_receipt(path: Path | str) -> Receipt:
+    """Read and fully validate one receipt file; raise ReceiptInvalid/InputError naming file, field and reason."""
+    path = Path(path)
+    doc = read_json(path)
+    model, problems = check_document(doc)
+    if problems or model is None:
+        raise ReceiptInvalid([(str(path), p, m) for p, m in problems])
+    return Receipt(path=path, document=doc, model=model)

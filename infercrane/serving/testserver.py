@@ -1,0 +1,324 @@
+"""An OpenAI-compatible HTTP server with programmable latency and faults: vLLM's stand-in in CI.
+
+    python -m infercrane.serving.testserver --port 8123 --ttft-ms 40 --itl-ms 5
+
+Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE and
+non-streaming), ``GET /v1/models``, ``GET /health``, ``GET /version``, ``POST /reset_prefix_cache``,
+and ``GET /stats`` (counters for tests: requests seen, HTTP 500s sent, short outputs, cache resets).
+
+Timing model (what the drivers must measure back):
+  * the first content token is sent ``ttft_ms`` after the request arrives;
+  * token ``i`` (0-based) is sent at ``arrival + ttft_ms + i * itl_ms``: a deadline schedule, so
+    sleep overshoot does not accumulate. vLLM's TPOT (AIPerf's inter_token_latency) is then
+    ``itl_ms`` and the end-to-end latency is ``ttft_ms + (n - 1) * itl_ms``.
+  * chat streams start with a role-only chunk (``delta: {"role": "assistant", "content": ""}``) sent
+    at once, as vLLM does: a client that takes it for the first token under-reports TTFT.
+  * non-streaming responses are sent whole after ``ttft_ms + (n - 1) * itl_ms``.
+
+Token counts: the prompt is counted as whitespace-separated words (chat: over every message's text
+content); each output token is one word from a fixed list, sent as one SSE chunk. These are the
+``usage`` numbers the server reports; they need not equal a client tokenizer's count of the prompt.
+
+Output length ``n``: exactly ``max_tokens`` (or ``max_completion_tokens``) when ``ignore_eos`` is true
+or ``min_tokens >= max_tokens``; otherwise ``min(max_tokens, max(min_tokens, eos_after))`` where
+``eos_after`` (``--eos-after``) is the server's "natural" length (default: never stops early).
+The short-output fault (``--short-output-rate``) returns ``max(1, n // 2)`` tokens even when
+``ignore_eos`` asks for all of them, as a server that ignores the flag would.
+
+Faults, all deterministic: ``--fail-rate F`` answers HTTP 500 to a fraction F of generation requests,
+chosen by a seeded generator over the arrival order (``--seed``), so the number of failures among
+the first N requests is fixed; ``--crash-after N`` exits the process (code 17) once N generation
+requests have finished; ``--hang-after N`` leaves every request after the N-th generation request
+(and /health) unanswered; ``--startup-delay-s`` sleeps before listening, as an engine loading weights.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from infercrane import __version__
+
+WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "on", "with", "be", "by", "at")
+CRASH_EXIT_CODE = 17
+
+
+@dataclass
+class ServerConfig:
+    """Every programmable behaviour of the test server; the CLI flags mirror these fields."""
+
+    port: int
+    host: str = "127.0.0.1"
+    model: str = "infercrane-test-model"
+    ttft_ms: float = 40.0
+    itl_ms: float = 5.0
+    fail_rate: float = 0.0
+    short_output_rate: float = 0.0
+    eos_after: int | None = None
+    crash_after: int | None = None
+    hang_after: int | None = None
+    startup_delay_s: float = 0.0
+    seed: int = 0
+    default_max_tokens: int = 16
+
+
+@dataclass
+class _State:
+    cfg: ServerConfig
+    fail_rng: random.Random = field(init=False)
+    short_rng: random.Random = field(init=False)
+    generation_requests: int = 0
+    finished_requests: int = 0
+    failures_sent: int = 0
+    short_outputs_sent: int = 0
+    prefix_cache_resets: int = 0
+    hanging: bool = False
+
+    def __post_init__(self) -> None:
+        # Two independent streams so that turning one fault on does not move the other's choices.
+        self.fail_rng = random.Random(f"fail-{self.cfg.seed}")
+        self.short_rng = random.Random(f"short-{self.cfg.seed}")
+
+
+def count_prompt_tokens(body: dict) -> int:
+    """Whitespace-separated words of the prompt (chat: of every text part of every message)."""
+    if "messages" in body:
+        total = 0
+        for msg in body.get("messages") or []:
+            content = msg.get("content")
+            if isinstance(content, str):
+                total += len(content.split())
+            elif isinstance(content, list):
+                total += sum(len(str(p.get("text", "")).split()) for p in content if isinstance(p, dict))
+        return total
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        return sum(len(p) if isinstance(p, list) else len(str(p).split()) for p in prompt)
+    return len(str(prompt).split())
+
+
+def output_length(body: dict, cfg: ServerConfig) -> int:
+    """Tokens this request asks for, per the module docstring's rule (before the short-output fault)."""
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or cfg.default_max_tokens
+    max_tokens = max(1, int(max_tokens))
+    min_tokens = int(body.get("min_tokens") or 0)
+    if body.get("ignore_eos") or min_tokens >= max_tokens:
+        return max_tokens
+    natural = cfg.eos_after if cfg.eos_after is not None else max_tokens
+    return min(max_tokens, max(min_tokens, natural))
+
+
+def build_app(cfg: ServerConfig):
+    from aiohttp import web
+
+    state = _State(cfg)
+    never = asyncio.Event()  # never set: what a hung request waits on
+
+    async def maybe_hang() -> None:
+        if state.hanging:
+            await never.wait()
+
+    async def health(_request):
+        await maybe_hang()
+        return web.Response(status=200)
+
+    async def version(_request):
+        await maybe_hang()
+        return web.json_response({"version": f"infercrane-testserver {__version__}"})
+
+    async def models(_request):
+        await maybe_hang()
+        return web.json_response({
+            "object": "list",
+            "data": [{"id": cfg.model, "object": "model", "created": 0, "owned_by": "infercrane"}],
+        })
+
+    async def reset_prefix_cache(_request):
+        await maybe_hang()
+        state.prefix_cache_resets += 1
+        return web.Response(status=200)
+
+    async def stats(_request):
+        return web.json_response({
+            "generation_requests": state.generation_requests,
+            "finished_requests": state.finished_requests,
+            "failures_sent": state.failures_sent,
+            "short_outputs_sent": state.short_outputs_sent,
+            "prefix_cache_resets": state.prefix_cache_resets,
+        })
+
+    def after_finish() -> None:
+        state.finished_requests += 1
+        if cfg.crash_after is not None and state.finished_requests >= cfg.crash_after:
+            print(f"testserver: crashing after {state.finished_requests} requests (--crash-after)", flush=True)
+            os._exit(CRASH_EXIT_CODE)
+
+    async def generate(request, chat: bool):
+        await maybe_hang()
+        arrival = time.perf_counter()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response({"error": {"message": "body is not JSON", "code": 400}}, status=400)
+        state.generation_requests += 1
+        if cfg.hang_after is not None and state.generation_requests > cfg.hang_after:
+            if not state.hanging:
+                print(f"testserver: hanging from request {state.generation_requests} on (--hang-after)", flush=True)
+            state.hanging = True
+            await never.wait()
+        if cfg.fail_rate > 0 and state.fail_rng.random() < cfg.fail_rate:
+            state.failures_sent += 1
+            after_finish()
+            return web.json_response(
+                {"error": {"message": "injected failure (--fail-rate)", "type": "InternalServerError", "code": 500}},
+                status=500,
+            )
+        n = output_length(body, cfg)
+        if cfg.short_output_rate > 0 and state.short_rng.random() < cfg.short_output_rate:
+            n = max(1, n // 2)
+            state.short_outputs_sent += 1
+        finish_reason = "length" if n == int(body.get("max_completion_tokens") or body.get("max_tokens") or 0) else "stop"
+        prompt_tokens = count_prompt_tokens(body)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        created = int(time.time())
+        common = {"id": rid, "created": created, "model": body.get("model") or cfg.model}
+        words = [" " + WORDS[i % len(WORDS)] for i in range(n)]
+
+        async def sleep_until(t: float) -> None:
+            delay = t - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+        def token_time(i: int) -> float:
+            return arrival + (cfg.ttft_ms + i * cfg.itl_ms) / 1000.0
+
+        if not body.get("stream"):
+            await sleep_until(token_time(n - 1))
+            text = "".join(words)
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+                payload = {**common, "object": "chat.completion", "choices": [choice], "usage": usage}
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+                payload = {**common, "object": "text_completion", "choices": [choice], "usage": usage}
+            after_finish()
+            return web.json_response(payload)
+
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        async def send(payload: dict) -> None:
+            await resp.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+        if chat:  # role chunk first, at once, with empty content (vLLM does this)
+            await send({**common, "object": obj,
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        for i, word in enumerate(words):
+            await sleep_until(token_time(i))
+            last = i == n - 1
+            if chat:
+                choice = {"index": 0, "delta": {"content": word}, "finish_reason": finish_reason if last else None}
+            else:
+                choice = {"index": 0, "text": word, "logprobs": None, "finish_reason": finish_reason if last else None}
+            await send({**common, "object": obj, "choices": [choice]})
+        if include_usage:
+            await send({**common, "object": obj, "choices": [], "usage": usage})
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        after_finish()
+        return resp
+
+    async def completions(request):
+        return await generate(request, chat=False)
+
+    async def chat_completions(request):
+        return await generate(request, chat=True)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/stats", stats)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    return app
+
+
+async def serve(cfg: ServerConfig) -> None:
+    """Listen on ``cfg.host:cfg.port`` until SIGINT or SIGTERM."""
+    from aiohttp import web
+
+    if cfg.startup_delay_s > 0:
+        print(f"testserver: loading (sleeping {cfg.startup_delay_s:g} s before listening)", flush=True)
+        await asyncio.sleep(cfg.startup_delay_s)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(build_app(cfg), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port)
+    await site.start()
+    print(f"testserver: serving model {cfg.model!r} on http://{cfg.host}:{cfg.port} "
+          f"(ttft_ms={cfg.ttft_ms:g} itl_ms={cfg.itl_ms:g} fail_rate={cfg.fail_rate:g} "
+          f"short_output_rate={cfg.short_output_rate:g} crash_after={cfg.crash_after} hang_after={cfg.hang_after})",
+          flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction in [0, 1]")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m infercrane.serving.testserver", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    p.add_argument("--host", default="127.0.0.1", choices=["127.0.0.1", "localhost"],
+                   help="address to bind; loopback only")
+    p.add_argument("--model", default=ServerConfig.model, help="model name served and listed by /v1/models")
+    p.add_argument("--ttft-ms", type=_non_negative, default=ServerConfig.ttft_ms, help="first-token delay (ms)")
+    p.add_argument("--itl-ms", type=_non_negative, default=ServerConfig.itl_ms, help="delay between tokens (ms)")
+    p.add_argument("--fail-rate", type=_fraction, default=0.0, help="fraction of requests answered HTTP 500")
+    p.add_argument("--short-output-rate", type=_fraction, default=0.0,
+                   help="fraction of requests that return half the asked tokens despite ignore_eos")
+    p.add_argument("--eos-after", type=int, default=None, help="natural output length when ignore_eos is off")
+    p.add_argument("--crash-after", type=int, default=None, help="exit after N generation requests")
+    p.add_argument("--hang-after", type=int, default=None, help="stop answering after N generation requests")
+    p.add_argument("--startup-delay-s", type=_non_negative, default=0.0, help="sleep before listening")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fault choices")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    cfg = ServerConfig(**{k: v for k, v in vars(args).items()})
+    asyncio.run(serve(cfg))
+    print("testserver: stopped", flush=True)
+
+
+if __name__ == "__main__":
+    main()
