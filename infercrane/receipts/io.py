@@ -57,7 +57,7 @@ def read_json(path: Path) -> dict[str, Any]:
     if not text.strip():
         raise InputError(f"{path}: empty file")
     try:
-        data = json.loads(text)
+        data = json.loads(text.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:

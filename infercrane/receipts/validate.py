@@ -38,9 +38,16 @@ class Receipt:
         return self.document["schema_version"]
 
 
+# A printed number is taken to carry at least 4 significant digits: ``0.0060`` parses to ``0.006``, and its
+# printed precision alone would excuse an 8 % error.
+MIN_SIGNIFICANT_REL = 5e-4
+
+
 def _half_ulp(x: float) -> float:
+    """Half a unit in the last printed digit of ``x``, capped at 4 significant digits' worth."""
     exponent = Decimal(repr(float(x))).as_tuple().exponent
-    return 0.5 * 10.0 ** exponent if isinstance(exponent, int) and exponent < 0 else 0.5
+    printed = 0.5 * 10.0 ** exponent if isinstance(exponent, int) and exponent < 0 else 0.5
+    return min(printed, MIN_SIGNIFICANT_REL * abs(x)) if x else printed
 
 
 def check_derived(path: str, stated: float, formula: str, fn: Callable[..., float], *inputs: float) -> list[Problem]:
@@ -311,4 +318,24 @@ def load_receipt(path: Path | str) -> Receipt:
     model, problems = check_document(doc)
     if problems or model is None:
         raise ReceiptInvalid([(str(path), p, m) for p, m in problems])
+    return Receipt(path=path, document=doc, model=model)
+
+
+def write_receipt(document: dict[str, Any], path: Path | str) -> Receipt:
+    """Hash (where the version is hashed), validate and atomically write a receipt InferCrane made.
+
+    InferCrane never writes an invalid receipt under the name asked for: if its own checks fail, the document is kept
+    beside it as ``<name>.invalid.json`` (nothing measured is lost) and ReceiptInvalid names the problems.
+    """
+    from .io import write_atomic
+
+    path = Path(path)
+    doc = {k: v for k, v in document.items() if k != HASH_FIELD}
+    if doc.get("schema_version") in HASHED:
+        doc[HASH_FIELD] = content_hash(doc)
+    model, problems = check_document(doc)
+    if problems or model is None:
+        kept = write_atomic(path.with_name(path.stem + ".invalid.json"), doc)
+        raise ReceiptInvalid([(str(kept), p, m) for p, m in problems])
+    write_atomic(path, doc)
     return Receipt(path=path, document=doc, model=model)

@@ -7,6 +7,11 @@ launch. The bodies stay undecorated here: ``triton_kernel`` wraps them with ``tr
 Numerics (both bodies): load bf16/fp16, add in float32, round the sum once to the storage dtype and
 store it as the new residual; that rounded value is what is normalized, in float32; multiply by the
 weight in float32; round once on the store of ``out`` into ``x``.
+
+Rounding to bf16 is round-to-nearest-even. Compiled, ``.to(tl.bfloat16)`` is ``cvt.rn``. Triton's CPU
+interpreter truncates on that cast instead, so ``ROUND_BY_BITS`` (set for bf16 under the interpreter,
+or on request) rounds with integer arithmetic: ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``, exact
+RNE for finite values, the same result as ``cvt.rn``.
 """
 from __future__ import annotations
 
@@ -22,14 +27,16 @@ def fused_add_rmsnorm_rows(
     HIDDEN: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
-    MASK_ROWS: tl.constexpr,
+    MASKED: tl.constexpr,
     INT64: tl.constexpr,
+    ROUND_BY_BITS: tl.constexpr,
 ):
     """One program owns ``ROWS`` whole rows held in registers: one global read of x and residual each.
 
     ``BLOCK_N`` is the next power of two >= ``HIDDEN``; columns past ``HIDDEN`` are masked. ``HIDDEN``
     is a compile-time constant so row offsets carry its power-of-two divisibility and loads vectorize
-    to 16 bytes whenever ``HIDDEN`` is a multiple of 8.
+    to 16 bytes whenever ``HIDDEN`` is a multiple of 8. ``MASKED`` is false only when ``HIDDEN ==
+    BLOCK_N`` and ``ROWS`` divides the row count: then loads and stores carry no predicate at all.
     """
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -37,33 +44,38 @@ def fused_add_rmsnorm_rows(
         rows = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     offs = rows[:, None] * HIDDEN + cols[None, :]
-    if MASK_ROWS:
-        if HIDDEN == BLOCK_N:
-            mask = (rows[:, None] < n_rows) & (cols[None, :] < BLOCK_N)
-        else:
-            mask = (rows[:, None] < n_rows) & (cols[None, :] < HIDDEN)
+    if MASKED:
+        mask = (rows[:, None] < n_rows) & (cols[None, :] < HIDDEN)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0)
         r = tl.load(res_ptr + offs, mask=mask, other=0.0)
-    elif HIDDEN == BLOCK_N:
+    else:
         mask = None
         x = tl.load(x_ptr + offs)
         r = tl.load(res_ptr + offs)
-    else:
-        mask = (rows[:, None] >= 0) & (cols[None, :] < HIDDEN)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-        r = tl.load(res_ptr + offs, mask=mask, other=0.0)
     if HIDDEN == BLOCK_N:
         w = tl.load(w_ptr + cols)
     else:
         w = tl.load(w_ptr + cols, mask=cols < HIDDEN, other=0.0)
 
-    summed = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+    summed = x.to(tl.float32) + r.to(tl.float32)
+    if ROUND_BY_BITS:
+        bits = summed.to(tl.uint32, bitcast=True)
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        summed = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        summed = summed.to(x_ptr.dtype.element_ty)
     tl.store(res_ptr + offs, summed, mask=mask)
     s = summed.to(tl.float32)
     mean_sq = tl.sum(s * s, axis=1) / HIDDEN
     inv_rms = tl.math.rsqrt(mean_sq + eps)
     out = s * inv_rms[:, None] * w.to(tl.float32)[None, :]
-    tl.store(x_ptr + offs, out.to(x_ptr.dtype.element_ty), mask=mask)
+    if ROUND_BY_BITS:
+        bits = out.to(tl.uint32, bitcast=True)
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        out = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        out = out.to(x_ptr.dtype.element_ty)
+    tl.store(x_ptr + offs, out, mask=mask)
 
 
 def fused_add_rmsnorm_chunked(
@@ -75,6 +87,7 @@ def fused_add_rmsnorm_chunked(
     HIDDEN: tl.constexpr,
     BLOCK_N: tl.constexpr,
     INT64: tl.constexpr,
+    ROUND_BY_BITS: tl.constexpr,
 ):
     """One program per row, for rows too wide for registers: two passes over ``BLOCK_N`` chunks.
 
@@ -94,7 +107,13 @@ def fused_add_rmsnorm_chunked(
         m = c < HIDDEN
         x = tl.load(x_ptr + base + c, mask=m, other=0.0)
         r = tl.load(res_ptr + base + c, mask=m, other=0.0)
-        summed = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        summed = x.to(tl.float32) + r.to(tl.float32)
+        if ROUND_BY_BITS:
+            bits = summed.to(tl.uint32, bitcast=True)
+            bits = bits + 0x7FFF + ((bits >> 16) & 1)
+            summed = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        else:
+            summed = summed.to(x_ptr.dtype.element_ty)
         tl.store(res_ptr + base + c, summed, mask=m)
         s = summed.to(tl.float32)
         acc += s * s
@@ -105,4 +124,11 @@ def fused_add_rmsnorm_chunked(
         m = c < HIDDEN
         s = tl.load(res_ptr + base + c, mask=m, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
-        tl.store(x_ptr + base + c, (s * inv_rms * w).to(x_ptr.dtype.element_ty), mask=m)
+        out = s * inv_rms * w
+        if ROUND_BY_BITS:
+            bits = out.to(tl.uint32, bitcast=True)
+            bits = bits + 0x7FFF + ((bits >> 16) & 1)
+            out = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        else:
+            out = out.to(x_ptr.dtype.element_ty)
+        tl.store(x_ptr + base + c, out, mask=m)

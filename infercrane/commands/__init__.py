@@ -1,0 +1,1 @@
+"""CLI command implementations, each loaded only when its command runs."""

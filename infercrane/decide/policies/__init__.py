@@ -1,0 +1,1 @@
+"""Packaged default decision policies (``kernel.yaml``, ``serving.yaml``), read by ``infercrane.decide.policy``."""

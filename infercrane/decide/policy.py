@@ -1,0 +1,168 @@
+"""Decision policies: the thresholds a decision applies, as data.
+
+Defaults live only in ``infercrane/decide/policies/{kernel,serving}.yaml``. A user file names the same
+``schema_version`` and replaces any of the top-level keys; the merged mapping is validated by the models below
+(``extra="forbid"``), so an unknown key or a bad value fails before any measurement, naming the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, overload
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from infercrane.decide.metrics import SERVING_METRICS
+from infercrane.errors import InputError
+from infercrane.stats.compare import min_achievable_p
+
+KERNEL_POLICY_SCHEMA = "infercrane.kernel-policy/v1"
+SERVING_POLICY_SCHEMA = "infercrane.serving-policy/v1"
+
+PolicyKind = Literal["kernel", "serving"]
+
+
+class KernelPolicy(BaseModel):
+    """How the kernel lab turns correctness and timings into accept / retain / reject."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal["infercrane.kernel-policy/v1"]
+    timing_mode: Literal["launch", "graph", "cold"] = Field(description="timing mode the decision reads")
+    same_margin: float = Field(ge=0, lt=0.5, description="half-width of the SAME band around a speedup of 1")
+    confidence: float = Field(gt=0.5, lt=1, description="confidence level of each speedup CI")
+    bootstrap_resamples: int = Field(ge=100, description="bootstrap resamples per speedup CI")
+    bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap generator")
+    counted_baselines: list[str] = Field(min_length=1, description="baselines the candidate must beat")
+    min_expected_e2e_gain_percent: float = Field(
+        ge=0, description="expected end-to-end decode gain (percent) needed to integrate"
+    )
+
+    @field_validator("counted_baselines")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v) or any(not name for name in v):
+            raise ValueError(f"must be distinct non-empty names, got {v}")
+        return v
+
+
+class ServingPolicy(BaseModel):
+    """How the serving lab turns repeated runs of recipes A and B into accept / reject / inconclusive."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal["infercrane.serving-policy/v1"]
+    primary_metric: str = Field(description="metric the change must improve")
+    guard_metrics: list[str] = Field(description="metrics that must not get WORSE")
+    equivalence_margin: float = Field(gt=0, lt=0.5, description="half-width of the EQUIVALENT band around B/A = 1")
+    confidence: float = Field(gt=0.5, lt=1, description="CI level; BETTER/WORSE also need rank-test p < 1 - this")
+    bootstrap_resamples: int = Field(ge=100, description="bootstrap resamples per B/A CI")
+    bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap generator")
+    min_runs_per_arm: int = Field(ge=2, description="fewer runs per arm than this give 'inconclusive'")
+
+    @field_validator("primary_metric")
+    @classmethod
+    def _known_primary(cls, v: str) -> str:
+        if v not in SERVING_METRICS:
+            raise ValueError(f"unknown metric {v!r}; known: {', '.join(SERVING_METRICS)}")
+        return v
+
+    @field_validator("guard_metrics")
+    @classmethod
+    def _known_guards(cls, v: list[str]) -> list[str]:
+        unknown = [m for m in v if m not in SERVING_METRICS]
+        if unknown:
+            raise ValueError(f"unknown metric(s) {unknown}; known: {', '.join(SERVING_METRICS)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"names a metric twice: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "ServingPolicy":
+        if self.primary_metric in self.guard_metrics:
+            raise ValueError(f"primary_metric {self.primary_metric!r} is also listed in guard_metrics")
+        alpha = 1.0 - self.confidence
+        p_min = min_achievable_p(self.min_runs_per_arm, self.min_runs_per_arm)
+        if p_min >= alpha:
+            raise ValueError(
+                f"min_runs_per_arm={self.min_runs_per_arm} can never give a rank-test p below {alpha:.3g} "
+                f"(smallest possible p is {p_min:.3g}); raise min_runs_per_arm"
+            )
+        return self
+
+    @property
+    def alpha(self) -> float:
+        """Two-sided rank-test level that BETTER/WORSE must reach: ``1 - confidence``."""
+        return 1.0 - self.confidence
+
+
+_MODELS: dict[str, tuple[type[BaseModel], str]] = {
+    "kernel": (KernelPolicy, KERNEL_POLICY_SCHEMA),
+    "serving": (ServingPolicy, SERVING_POLICY_SCHEMA),
+}
+
+
+def _read_yaml_mapping(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InputError(f"policy file {source} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"policy file {source} must be a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"policy {source} is invalid:"]
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  {field}: unknown key")
+        else:
+            lines.append(f"  {field}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+@overload
+def load_policy(kind: Literal["kernel"], path: str | Path | None = None) -> KernelPolicy: ...
+@overload
+def load_policy(kind: Literal["serving"], path: str | Path | None = None) -> ServingPolicy: ...
+def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolicy | ServingPolicy:
+    """The packaged ``kind`` policy, with the top-level keys of the YAML file at ``path`` (if any) replacing its own.
+
+    Raises InputError for an unknown kind, a missing or unreadable file, a wrong ``schema_version``, an unknown key
+    or a bad value; the message names the file and the field.
+    """
+    if kind not in _MODELS:
+        raise InputError(f"unknown policy kind {kind!r}", hint=f"known kinds: {', '.join(_MODELS)}")
+    model, schema = _MODELS[kind]
+    packaged = resources.files("infercrane.decide.policies").joinpath(f"{kind}.yaml")
+    merged = _read_yaml_mapping(packaged.read_text(encoding="utf-8"), f"(packaged {kind}.yaml)")
+    source = f"(packaged {kind}.yaml)"
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot read {kind} policy file {p}: {e.strerror or e}") from None
+        user = _read_yaml_mapping(text, str(p))
+        if user.get("schema_version") != schema:
+            raise InputError(
+                f"policy file {p}: schema_version is {user.get('schema_version')!r}, expected {schema!r}",
+                hint=f"a {kind} policy file starts with 'schema_version: {schema}'",
+            )
+        merged.update(user)
+        source = f"{p} (over packaged {kind}.yaml)"
+    try:
+        return model.model_validate(merged)  # type: ignore[return-value]
+    except ValidationError as e:
+        raise InputError(_format_validation_error(e, source)) from None
+
+
+def policy_sha256(policy: KernelPolicy | ServingPolicy) -> str:
+    """SHA-256 of the policy's canonical JSON, for a receipt to pin the exact thresholds it was decided with."""
+    canonical = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

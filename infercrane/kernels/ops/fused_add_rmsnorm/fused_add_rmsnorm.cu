@@ -1,0 +1,189 @@
+// InferCrane fused residual-add + RMSNorm, handwritten CUDA C++ (compiled at run time by NVRTC).
+//
+// In place, vLLM's contract: residual <- x + residual (rounded once to the storage dtype);
+// x <- residual * rsqrt(mean(residual^2) + eps) * weight, computed in float32, rounded once on store.
+//
+// Compile-time configuration (-D defines chosen per hidden size by cuda_kernel.py):
+//   IC_HIDDEN          hidden size (elements per row)
+//   IC_VEC             elements per global access: 8 (16 bytes), or 4/2/1 when hidden or the tensors'
+//                      alignment do not allow 16-byte accesses (row starts must be VEC-aligned)
+//   IC_THREADS_PER_ROW threads that share one row (power of two; < 32 packs several rows per warp)
+//   IC_ROWS_PER_BLOCK  rows a block handles at a time; threads per block = THREADS_PER_ROW * ROWS_PER_BLOCK
+//
+// Layout: thread t of a row owns vectors t, t + TPR, t + 2*TPR, ... (coalesced 16-byte accesses across
+// the row's threads). When HIDDEN/VEC is not a multiple of TPR the last vector is guarded.
+// Reduction: warp shuffles within the row's threads; when a row spans several warps, one float per
+// warp goes through shared memory (double-buffered, so one barrier per row-block).
+// Blocks walk row-blocks in a grid-stride loop: launch cdiv(rows, ROWS_PER_BLOCK) blocks for one pass,
+// or fewer for a persistent grid; the weight stays in registers across iterations.
+// Entry points (extern "C", no name mangling): fused_add_rmsnorm_bf16, fused_add_rmsnorm_fp16, with
+// arguments (x, residual, weight, rows, eps); pointers are to 16-bit elements.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#ifndef IC_HIDDEN
+#error "define IC_HIDDEN (the hidden size), e.g. -DIC_HIDDEN=1024"
+#endif
+#ifndef IC_VEC
+#define IC_VEC 8
+#endif
+#ifndef IC_THREADS_PER_ROW
+#define IC_THREADS_PER_ROW 32
+#endif
+#ifndef IC_ROWS_PER_BLOCK
+#define IC_ROWS_PER_BLOCK 4
+#endif
+
+namespace ic {
+
+// Raw register type of one VEC-element access of 16-bit values.
+template <int VEC> struct RawOf;
+template <> struct RawOf<8> { typedef uint4 type; };
+template <> struct RawOf<4> { typedef uint2 type; };
+template <> struct RawOf<2> { typedef unsigned int type; };
+template <> struct RawOf<1> { typedef unsigned short type; };
+
+template <int VEC> union Pack {
+  typename RawOf<VEC>::type raw;
+  unsigned short e[VEC];
+};
+
+struct Bf16 {
+  static __device__ __forceinline__ float to_float(unsigned short b) {
+    return __bfloat162float(__ushort_as_bfloat16(b));
+  }
+  static __device__ __forceinline__ unsigned short from_float(float f) {  // round to nearest even
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  }
+};
+
+struct Fp16 {
+  static __device__ __forceinline__ float to_float(unsigned short b) { return __half2float(__ushort_as_half(b)); }
+  static __device__ __forceinline__ unsigned short from_float(float f) {  // round to nearest even
+    return __half_as_ushort(__float2half_rn(f));
+  }
+};
+
+template <class T, int HIDDEN, int VEC, int TPR, int RPB>
+__device__ __forceinline__ void fused_add_rmsnorm_body(unsigned short* __restrict__ x,
+                                                       unsigned short* __restrict__ residual,
+                                                       const unsigned short* __restrict__ weight,
+                                                       int rows, float eps) {
+  typedef typename RawOf<VEC>::type Raw;
+  constexpr int NVEC = HIDDEN / VEC;                  // vectors per row
+  constexpr int VPT = (NVEC + TPR - 1) / TPR;         // vectors per thread
+  constexpr bool GUARD = (NVEC % TPR) != 0;           // last vector of some threads is past the row
+  constexpr int WARPS_PER_ROW = TPR > 32 ? TPR / 32 : 1;
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "IC_VEC must be 1, 2, 4 or 8");
+  static_assert(HIDDEN % VEC == 0, "IC_VEC must divide IC_HIDDEN");
+  static_assert(TPR > 0 && (TPR & (TPR - 1)) == 0 && TPR <= 1024, "IC_THREADS_PER_ROW: power of two <= 1024");
+  static_assert((TPR * RPB) % 32 == 0 && TPR * RPB <= 1024, "threads per block: a multiple of 32, <= 1024");
+  static_assert(VPT <= 32, "too many vectors per thread: raise IC_THREADS_PER_ROW");
+
+  __shared__ float partial[2][RPB][WARPS_PER_ROW];
+
+  const unsigned tid = threadIdx.x;
+  const int lane = static_cast<int>(tid % TPR);   // position within the row
+  const int group = static_cast<int>(tid / TPR);  // row within the row-block
+
+  // Weight: read once per block (read-only path), kept as raw 16-bit values across rows.
+  Pack<VEC> w[VPT];
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int v = j * TPR + lane;
+    w[j].raw = Raw();
+    if (!GUARD || v < NVEC) w[j].raw = __ldg(reinterpret_cast<const Raw*>(weight) + v);
+  }
+
+  int parity = 0;
+  for (int base = blockIdx.x * RPB; base < rows; base += gridDim.x * RPB) {
+    const int row = base + group;
+    // With one row per block the loop condition already proves the row exists.
+    const bool valid = RPB == 1 || row < rows;
+    Raw* xr = reinterpret_cast<Raw*>(x) + static_cast<size_t>(row) * NVEC;
+    Raw* rr = reinterpret_cast<Raw*>(residual) + static_cast<size_t>(row) * NVEC;
+
+    // Issue every load of the row before the first use.
+    Pack<VEC> xv[VPT], rv[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int v = j * TPR + lane;
+      xv[j].raw = Raw();
+      rv[j].raw = Raw();
+      if (valid && (!GUARD || v < NVEC)) {
+        xv[j].raw = xr[v];
+        rv[j].raw = rr[v];
+      }
+    }
+
+    // Sum in float32, round once to the storage dtype: that value is stored and normalized.
+    // Squares go into VEC independent partial sums (short dependency chains), then a tree.
+    float s[VPT][VEC];
+    float part[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) part[k] = 0.f;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const unsigned short b = T::from_float(T::to_float(xv[j].e[k]) + T::to_float(rv[j].e[k]));
+        rv[j].e[k] = b;
+        s[j][k] = T::to_float(b);
+        part[k] += s[j][k] * s[j][k];
+      }
+    }
+#pragma unroll
+    for (int width = VEC / 2; width > 0; width /= 2) {
+#pragma unroll
+      for (int k = 0; k < width; ++k) part[k] += part[k + width];
+    }
+    float sum_sq = part[0];
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int v = j * TPR + lane;
+      if (valid && (!GUARD || v < NVEC)) rr[v] = rv[j].raw;
+    }
+
+    // Reduce over the row's threads: shuffles stay inside aligned groups of min(TPR, 32) lanes.
+#pragma unroll
+    for (int offset = (TPR < 32 ? TPR : 32) / 2; offset > 0; offset /= 2)
+      sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+    if constexpr (WARPS_PER_ROW > 1) {
+      if ((tid & 31) == 0) partial[parity][group][lane / 32] = sum_sq;
+      __syncthreads();
+      sum_sq = 0.f;
+#pragma unroll
+      for (int i = 0; i < WARPS_PER_ROW; ++i) sum_sq += partial[parity][group][i];
+      parity ^= 1;
+    }
+    const float inv_rms = rsqrtf(sum_sq * (1.0f / static_cast<float>(HIDDEN)) + eps);
+
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) xv[j].e[k] = T::from_float(s[j][k] * inv_rms * T::to_float(w[j].e[k]));
+    }
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int v = j * TPR + lane;
+      if (valid && (!GUARD || v < NVEC)) xr[v] = xv[j].raw;
+    }
+  }
+}
+
+}  // namespace ic
+
+extern "C" __global__ void __launch_bounds__(IC_THREADS_PER_ROW * IC_ROWS_PER_BLOCK)
+fused_add_rmsnorm_bf16(unsigned short* __restrict__ x, unsigned short* __restrict__ residual,
+                       const unsigned short* __restrict__ weight, int rows, float eps) {
+  ic::fused_add_rmsnorm_body<ic::Bf16, IC_HIDDEN, IC_VEC, IC_THREADS_PER_ROW, IC_ROWS_PER_BLOCK>(
+      x, residual, weight, rows, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(IC_THREADS_PER_ROW * IC_ROWS_PER_BLOCK)
+fused_add_rmsnorm_fp16(unsigned short* __restrict__ x, unsigned short* __restrict__ residual,
+                       const unsigned short* __restrict__ weight, int rows, float eps) {
+  ic::fused_add_rmsnorm_body<ic::Fp16, IC_HIDDEN, IC_VEC, IC_THREADS_PER_ROW, IC_ROWS_PER_BLOCK>(
+      x, residual, weight, rows, eps);
+}

@@ -1,0 +1,114 @@
+"""Explicit, ordered registry of the implementations screened for each operator.
+
+Each operator lists its implementations in one place (``infercrane/kernels/ops/<op>/candidates.py``), in the order
+they are screened and reported: baselines first, then InferCrane's candidates; a user's candidate file comes last.
+Nothing registers itself by being imported: this module maps an op name to that listing by module path and imports
+it only when asked.
+
+Every implementation probes its own capability: ``available() -> (ok, reason)``. A missing toolchain (no GPU, no
+vLLM, no CuPy) is reported as ``skipped: <reason>``, never dropped silently. An unknown key is an InputError that
+lists the known keys.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from infercrane.errors import InputError
+
+if TYPE_CHECKING:
+    from infercrane.kernels.user_candidate import CandidateRef
+
+Kind = Literal["baseline", "candidate"]
+USER_KEY = "user"
+
+# op name -> module that defines ``implementations()`` and ``user_implementation(ref)`` for it.
+OPS: dict[str, str] = {
+    "fused_add_rmsnorm": "infercrane.kernels.ops.fused_add_rmsnorm.candidates",
+}
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way to compute an op, and how to find out whether it can run here.
+
+    ``load(spec)`` returns a callable following the op's calling contract (``in_place`` says which form);
+    ``describe()`` returns what loading resolved (library path, version, compile settings) for the record.
+    """
+
+    key: str
+    label: str
+    kind: Kind
+    in_place: bool
+    source: str
+    available: Callable[[], tuple[bool, str]]
+    load: Callable[[Any], Callable[..., Any]]
+    notes: tuple[str, ...] = ()
+    describe: Callable[[], dict[str, str]] = field(default=lambda: {})
+
+    def probe(self) -> tuple[bool, str]:
+        """``available()``, with an unexpected exception turned into a reason instead of a crash."""
+        try:
+            ok, reason = self.available()
+        except Exception as e:  # a broken toolchain must read as "skipped: why", never as silence
+            return False, f"availability probe raised {type(e).__name__}: {e}"
+        return bool(ok), "" if ok else (reason or "unavailable (no reason given)")
+
+
+def known_ops() -> list[str]:
+    return list(OPS)
+
+
+def _op_module(op: str) -> Any:
+    if op not in OPS:
+        raise InputError(f"unknown operator {op!r}; known operators: {', '.join(OPS)}")
+    return importlib.import_module(OPS[op])
+
+
+def known_keys(op: str) -> list[str]:
+    """Implementation keys for ``op`` in screening order, ``user`` last."""
+    return [*_op_module(op).KEYS, USER_KEY]
+
+
+def validate_keys(op: str, keys: list[str] | tuple[str, ...], candidate: "CandidateRef | None" = None) -> list[str]:
+    """Check keys without loading anything; return them in registry order (duplicates removed).
+
+    A candidate given without the ``user`` key adds it; ``user`` without a candidate is an InputError.
+    """
+    known = known_keys(op)
+    wanted = list(dict.fromkeys(keys))
+    unknown = [k for k in wanted if k not in known]
+    if unknown:
+        raise InputError(
+            f"unknown implementation key(s) {', '.join(map(repr, unknown))} for {op}; known keys: {', '.join(known)}"
+        )
+    if candidate is not None and USER_KEY not in wanted:
+        wanted.append(USER_KEY)
+    if USER_KEY in wanted and candidate is None:
+        raise InputError(
+            f"implementation {USER_KEY!r} needs a candidate file", hint="pass --candidate path/to/file.py:function"
+        )
+    if not wanted:
+        raise InputError(f"no implementation selected for {op}; known keys: {', '.join(known)}")
+    return [k for k in known if k in wanted]
+
+
+def get(op: str, key: str, *, candidate: "CandidateRef | None" = None) -> Implementation:
+    """The implementation ``key`` of ``op``. For ``user`` this executes the candidate file (do it in a worker)."""
+    module = _op_module(op)
+    if key == USER_KEY:
+        if candidate is None:
+            raise InputError(
+                f"implementation {USER_KEY!r} needs a candidate file", hint="pass --candidate path/to/file.py:function"
+            )
+        return module.user_implementation(candidate)
+    by_key = {impl.key: impl for impl in module.implementations()}
+    if key not in by_key:
+        raise InputError(f"unknown implementation key {key!r} for {op}; known keys: {', '.join(known_keys(op))}")
+    return by_key[key]
+
+
+def implementations(op: str) -> list[Implementation]:
+    """Built-in implementations of ``op`` in screening order (the user's candidate is not among them)."""
+    return list(_op_module(op).implementations())
