@@ -1,6 +1,7 @@
 """Serving metrics a decision can read: the name used in runs and policies, its phrase in sentences, its direction.
 
-The direction is a property of the metric, not of a policy, so a policy file can name metrics but not flip them.
+The names are the fields of ``infercrane.serving.metrics.RunMetrics`` (e2e = request latency, TPOT as vLLM defines
+it). The direction is a property of the metric, not of a policy, so a policy file can name metrics but not flip them.
 """
 from __future__ import annotations
 
@@ -18,17 +19,12 @@ class ServingMetric:
 
 _ALL = (
     ServingMetric("output_tok_s", "output throughput", True),
-    ServingMetric("total_tok_s", "total token throughput", True),
-    ServingMetric("request_per_s", "request throughput", True),
-    ServingMetric("ttft_p50_ms", "median TTFT", False),
-    ServingMetric("ttft_p95_ms", "p95 TTFT", False),
-    ServingMetric("ttft_p99_ms", "p99 TTFT", False),
-    ServingMetric("tpot_p50_ms", "median TPOT", False),
-    ServingMetric("tpot_p95_ms", "p95 TPOT", False),
-    ServingMetric("itl_p95_ms", "p95 ITL", False),
-    ServingMetric("latency_p50_ms", "median latency", False),
-    ServingMetric("latency_p95_ms", "p95 latency", False),
-    ServingMetric("latency_p99_ms", "p99 latency", False),
+    ServingMetric("request_s", "request throughput", True),
+    *(
+        ServingMetric(f"{m}_{p}_ms", f"{'median' if p == 'p50' else p} {label}", False)
+        for m, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "latency"))
+        for p in ("p50", "p95", "p99")
+    ),
 )
 SERVING_METRICS: dict[str, ServingMetric] = {m.name: m for m in _ALL}
 

@@ -15,7 +15,6 @@ Rule (policy thresholds in ``policies/serving.yaml``):
 """
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
@@ -143,12 +142,9 @@ def compare_metric(metric: str, a: ServingArm, b: ServingArm, policy: ServingPol
     verdict, note = ci_verdict, None
     if ci_verdict in (EquivalenceVerdict.BETTER, EquivalenceVerdict.WORSE) and rt.p_value >= policy.alpha:
         verdict = EquivalenceVerdict.INCONCLUSIVE
-        note = (
-            f"the CI says {ci_verdict.value} but the rank test does not confirm it "
-            f"(p = {rt.p_value:.2g} >= {policy.alpha:.2g}"
-            + (f"; {va.size} v {vb.size} runs cannot go below {p_min:.2g}" if p_min >= policy.alpha else "")
-            + ")"
-        )
+        note = f"the CI alone says {ci_verdict.value}, but rank-test p = {rt.p_value:.2g} is not below {policy.alpha:.2g}"
+        if p_min >= policy.alpha:
+            note += f" and cannot be with {va.size} v {vb.size} runs"
     return MetricComparison(
         **common,
         ci_lo=ci.ci_lo,
@@ -180,7 +176,7 @@ def _describe(m: MetricComparison, policy: ServingPolicy) -> str:
     if m.verdict is EquivalenceVerdict.EQUIVALENT:
         tail += f" within ±{policy.equivalence_margin * 100:g} percent"
     if m.note:
-        tail += f" ({m.note})"
+        tail += f", {m.note}"
     return head + tail
 
 
@@ -221,7 +217,7 @@ def decide_serving(
         why = f"{runs}, fewer than the policy's {policy.min_runs_per_arm} per arm"
         if p_min >= policy.alpha:
             why += f"; a rank test cannot reach {policy.alpha:.2g} with {runs} (smallest p = {p_min:.2g})"
-        return done("inconclusive", f"{no_decision}; {why}", f"{why}. {evidence}")
+        return done("inconclusive", f"{no_decision}; {why}", f"{why}; {evidence}")
 
     worse_guards = [g for g in guards if g.verdict is EquivalenceVerdict.WORSE]
     if primary.verdict is EquivalenceVerdict.WORSE or worse_guards:

@@ -172,6 +172,32 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def stop_process_group(proc: subprocess.Popen, waits: tuple[float, ...] = (20.0, 10.0, 5.0)) -> list[str]:
+    """SIGINT, SIGTERM, SIGKILL to the group led by ``proc`` (started with ``start_new_session``).
+
+    After each signal, waits up to the matching entry of ``waits`` for the whole group to be gone
+    (the leader is reaped on the way, so a zombie leader does not count). Returns the signals sent.
+    """
+    sent: list[str] = []
+    for sig, wait_s in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
+        proc.poll()
+        if not group_alive(proc.pid):
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        sent.append(signal.Signals(sig).name)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not group_alive(proc.pid):
+                break
+            time.sleep(0.05)
+    proc.poll()
+    return sent
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
@@ -199,7 +225,7 @@ def _http(method: str, url: str, body: dict | None = None, timeout_s: float = 5.
 
 # -- live-engine registry for atexit / SIGTERM ------------------------------------------------------
 _LIVE: set["Engine"] = set()
-_LIVE_LOCK = threading.Lock()
+_LIVE_LOCK = threading.RLock()  # re-entrant: the SIGTERM handler may run inside a locked section
 _HOOKS_INSTALLED = False
 _PREVIOUS_SIGTERM = None
 
@@ -274,7 +300,7 @@ class Engine:
         self.record = EngineRecord(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
                                    engine=self.recipe.engine, command=self.command, env_added=self.env_added,
                                    host=HOST, port=self.port, log_path=str(self.log_path))
-        self._stop_lock = threading.Lock()
+        self._stop_lock = threading.RLock()
 
     @property
     def base_url(self) -> str:
@@ -320,7 +346,8 @@ class Engine:
         self.record.ready_after_s = round(time.monotonic() - t0, 3)
         return self
 
-    def _fail(self, what: str) -> RunFailed:
+    def failure(self, what: str) -> RunFailed:
+        """A RunFailed naming this engine, its command and its log tail."""
         return RunFailed(f"engine {self.label!r} ({self.recipe.engine}) {what}\n"
                          f"command: {' '.join(self.command)}\nlog {self.log_path}, last lines:\n{self.log_tail()}",
                          hint="read the engine log; fix the recipe or raise startup_timeout_s if it was still loading")
@@ -331,10 +358,10 @@ class Engine:
         stage = "health"
         while True:
             if not self.alive():
-                raise self._fail(f"exited with code {self.proc.returncode} before it was ready ({last})")
+                raise self.failure(f"exited with code {self.proc.returncode} before it was ready ({last})")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self._fail(f"was not ready after {self.startup_timeout_s:g} s (waiting for {stage}: {last})")
+                raise self.failure(f"was not ready after {self.startup_timeout_s:g} s (waiting for {stage}: {last})")
             per_try = max(0.5, min(10.0, remaining))
             try:
                 if stage == "health":
@@ -374,9 +401,9 @@ class Engine:
         try:
             status, payload = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=30.0)
         except OSError as exc:
-            raise self._fail(f"did not answer POST /reset_prefix_cache: {exc}") from None
+            raise self.failure(f"did not answer POST /reset_prefix_cache: {exc}") from None
         if status != 200:
-            raise self._fail(f"answered POST /reset_prefix_cache with {status}: {payload[:200]!r} "
+            raise self.failure(f"answered POST /reset_prefix_cache with {status}: {payload[:200]!r} "
                              "(vLLM serves it only with VLLM_SERVER_DEV_MODE=1)")
 
     def stop(self, *, grace_s: tuple[float, float, float] | None = None) -> int | None:
@@ -386,22 +413,10 @@ class Engine:
                 return None
             if self.record.stopped_at is not None:
                 return self.record.returncode
-            waits = grace_s or self.grace_s
-            for sig, wait_s in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
-                if not self._group_running():
-                    break
-                try:
-                    os.killpg(self.pgid, sig)
-                except ProcessLookupError:
-                    break
-                self.record.stop_signals.append(signal.Signals(sig).name)
-                deadline = time.monotonic() + wait_s
-                while time.monotonic() < deadline and self._group_running():
-                    time.sleep(0.05)
-            else:
-                if self._group_running():  # after SIGKILL and its wait: report, never hang
-                    raise RunFailed(f"engine {self.label!r}: process group {self.pgid} survived SIGKILL",
-                                    hint=f"inspect with `ps -g {self.pgid}`")
+            self.record.stop_signals = stop_process_group(self.proc, grace_s or self.grace_s)
+            if group_alive(self.pgid):  # after SIGKILL and its wait: report, never hang
+                raise RunFailed(f"engine {self.label!r}: process group {self.pgid} survived SIGKILL",
+                                hint=f"inspect with `ps -g {self.pgid}`")
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -411,10 +426,6 @@ class Engine:
             with _LIVE_LOCK:
                 _LIVE.discard(self)
             return self.proc.returncode
-
-    def _group_running(self) -> bool:
-        self.proc.poll()  # reap the leader if it exited, so a zombie leader does not count
-        return group_alive(self.pgid)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -22,13 +22,13 @@ inside the band is "the same"; an interval that overlaps a band edge is undecide
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from enum import Enum
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import stats as _st
 
 from infercrane.stats.summary import as_finite_array
 
@@ -101,21 +101,27 @@ def ratio_ci(
     _check_ratio_args(confidence, n_resamples, statistic, ci_method)
     num = _positive_samples(numerator, numerator_name)
     den = _positive_samples(denominator, denominator_name)
+    from scipy import stats as _st  # deferred: scipy.stats takes ~1 s to import, and a CLI --help needs none of it
+
     reduce = np.median if statistic == "median" else np.mean
 
     def _ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
         return reduce(x, axis=axis) / reduce(y, axis=axis)
 
-    res = _st.bootstrap(
-        (num, den),
-        _ratio,
-        n_resamples=n_resamples,
-        vectorized=True,
-        paired=False,
-        confidence_level=confidence,
-        method=ci_method,
-        rng=np.random.default_rng(seed),
-    )
+    with warnings.catch_warnings():
+        # BCa on degenerate data warns and returns NaN; the NaN check below turns that into one clear error.
+        warnings.simplefilter("ignore", category=_st.DegenerateDataWarning)
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        res = _st.bootstrap(
+            (num, den),
+            _ratio,
+            n_resamples=n_resamples,
+            vectorized=True,
+            paired=False,
+            confidence_level=confidence,
+            method=ci_method,
+            rng=np.random.default_rng(seed),
+        )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(
@@ -220,6 +226,8 @@ def rank_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) 
     reports p = 0.047 for [1, 1, 1] vs [2, 2, 2] where no 3 v 3 test can go below 0.1. Larger groups use the normal
     approximation with tie and continuity corrections.
     """
+    from scipy import stats as _st  # deferred, as in ratio_ci
+
     xa = as_finite_array(a, name="a")
     xb = as_finite_array(b, name="b")
     n_a, n_b = int(xa.size), int(xb.size)
@@ -310,7 +318,7 @@ def equivalence_verdict(ci_lo: float, ci_hi: float, *, margin: float, higher_is_
 
     * EQUIVALENT   when the CI lies inside ``[1 - margin, 1 + margin]``;
     * BETTER       when the CI lies wholly above ``1 + margin`` for a higher-is-better metric (output_tok_s), or wholly
-      below ``1 - margin`` for a lower-is-better one (ttft_p95_ms, latency_p95_ms);
+      below ``1 - margin`` for a lower-is-better one (ttft_p95_ms, e2e_p95_ms);
     * WORSE        in the mirrored case;
     * INCONCLUSIVE when the CI overlaps a band edge.
 

@@ -12,6 +12,11 @@ Rounding to bf16 is round-to-nearest-even. Compiled, ``.to(tl.bfloat16)`` is ``c
 interpreter truncates on that cast instead, so ``ROUND_BY_BITS`` (set for bf16 under the interpreter,
 or on request) rounds with integer arithmetic: ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``, exact
 RNE for finite values, the same result as ``cvt.rn``.
+
+Sums are ``tl.reduce(..., tl.standard._sum_combine)``, which is what ``tl.sum`` expands to for float32. Called
+directly, they run in the interpreter however Triton was first imported: ``tl.sum`` itself is a jitted
+function whose interpreted form exists only if ``TRITON_INTERPRET=1`` was set before ``triton.language``
+was first imported; the interpreter recognizes ``_sum_combine`` and reduces with numpy.
 """
 from __future__ import annotations
 
@@ -66,7 +71,7 @@ def fused_add_rmsnorm_rows(
         summed = summed.to(x_ptr.dtype.element_ty)
     tl.store(res_ptr + offs, summed, mask=mask)
     s = summed.to(tl.float32)
-    mean_sq = tl.sum(s * s, axis=1) / HIDDEN
+    mean_sq = tl.reduce(s * s, 1, tl.standard._sum_combine) / HIDDEN
     inv_rms = tl.math.rsqrt(mean_sq + eps)
     out = s * inv_rms[:, None] * w.to(tl.float32)[None, :]
     if ROUND_BY_BITS:
@@ -101,7 +106,7 @@ def fused_add_rmsnorm_chunked(
         row = row.to(tl.int64)
     base = row * HIDDEN
     cols = tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    acc = tl.full([BLOCK_N], 0.0, tl.float32)
     for start in range(0, HIDDEN, BLOCK_N):
         c = start + cols
         m = c < HIDDEN
@@ -117,7 +122,7 @@ def fused_add_rmsnorm_chunked(
         tl.store(res_ptr + base + c, summed, mask=m)
         s = summed.to(tl.float32)
         acc += s * s
-    inv_rms = tl.math.rsqrt(tl.sum(acc, axis=0) / HIDDEN + eps)
+    inv_rms = tl.math.rsqrt(tl.reduce(acc, 0, tl.standard._sum_combine) / HIDDEN + eps)
     tl.debug_barrier()
     for start in range(0, HIDDEN, BLOCK_N):
         c = start + cols

@@ -79,7 +79,7 @@ __device__ __forceinline__ void fused_add_rmsnorm_body(unsigned short* __restric
   static_assert(HIDDEN % VEC == 0, "IC_VEC must divide IC_HIDDEN");
   static_assert(TPR > 0 && (TPR & (TPR - 1)) == 0 && TPR <= 1024, "IC_THREADS_PER_ROW: power of two <= 1024");
   static_assert((TPR * RPB) % 32 == 0 && TPR * RPB <= 1024, "threads per block: a multiple of 32, <= 1024");
-  static_assert(VPT <= 32, "too many vectors per thread: raise IC_THREADS_PER_ROW");
+  static_assert(VPT <= 8, "more than 8 vectors per thread would spill registers: raise IC_THREADS_PER_ROW");
 
   __shared__ float partial[2][RPB][WARPS_PER_ROW];
 

@@ -1,0 +1,139 @@
+"""Per-run calibration of the device the kernels are timed on.
+
+* **Empty-kernel floor per mode**: torch's ``add_(1.0)`` on a one-element float32 tensor (a single elementwise
+  kernel launched through PyTorch's dispatcher), timed in every requested mode exactly like a kernel under test.
+  No kernel launched from Python through torch is cheaper in that mode; small-row results near it are launch-bound.
+* **Copy bandwidth**: ``dst.copy_(src)`` of a ``COPY_BYTES`` device buffer; bandwidth = bytes read + bytes written
+  (2 x ``COPY_BYTES``) / time, median of ``COPY_SAMPLES`` event-timed copies after a warm-up copy.
+* **Device**: name, compute capability, L2 size, SM count, memory, SM clock before and after calibration.
+
+Everything is returned as pydantic data for the receipt.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from pydantic import Field
+
+from infercrane.kernels.harness.timing import ClockReader, TimingBlock, l2_flush_bytes, time_cell
+from infercrane.receipts.base import Strict
+
+COPY_BYTES = 1 << 30  # 1 GiB source + 1 GiB destination: 2 GiB moved per copy
+COPY_SAMPLES = 10
+FLOOR_KERNEL = "torch: one_element_fp32_tensor.add_(1.0) (one elementwise CUDA kernel via the dispatcher)"
+
+
+class DeviceInfo(Strict):
+    type: str
+    name: str
+    compute_capability: str | None = None
+    l2_cache_bytes: int | None = None
+    sm_count: int | None = None
+    total_memory_bytes: int | None = None
+    max_sm_clock_mhz: int | None = None
+    torch_cuda: str | None = None
+    driver: str | None = None
+
+
+class CopyBandwidth(Strict):
+    method: str
+    bytes_per_copy: int = Field(description="bytes read + bytes written by one copy")
+    samples_gbps: list[float]
+    median_gbps: float
+
+
+class Calibration(Strict):
+    device: DeviceInfo
+    floor_kernel: str
+    floors: list[TimingBlock] = Field(description="empty-kernel floor, one block per mode")
+    copy_bandwidth: CopyBandwidth
+    clock_source: str
+    clock_before_mhz: int | None
+    clock_after_mhz: int | None
+
+
+def device_info(device: Any) -> DeviceInfo:
+    """What the device is; on CPU only the type and the processor name."""
+    import platform
+
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return DeviceInfo(type=dev.type, name=platform.processor() or platform.machine() or "cpu")
+    props = torch.cuda.get_device_properties(dev)
+    clock = ClockReader(dev)
+    driver = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        d = pynvml.nvmlSystemGetDriverVersion()
+        driver = d.decode() if isinstance(d, bytes) else str(d)
+    except Exception:
+        driver = None
+    return DeviceInfo(
+        type="cuda",
+        name=str(props.name),
+        compute_capability=f"{props.major}.{props.minor}",
+        l2_cache_bytes=int(getattr(props, "L2_cache_size", 0) or 0) or None,
+        sm_count=int(props.multi_processor_count),
+        total_memory_bytes=int(props.total_memory),
+        max_sm_clock_mhz=clock.max_mhz,
+        torch_cuda=str(torch.version.cuda),
+        driver=driver,
+    )
+
+
+def copy_bandwidth(device: Any, nbytes: int = COPY_BYTES, samples: int = COPY_SAMPLES) -> CopyBandwidth:
+    """Device-to-device copy bandwidth: (read + written bytes) / event time, ``samples`` copies after one warm-up."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    src.fill_(1)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    out: list[float] = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(samples):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1e3
+        out.append(2 * nbytes / seconds / 1e9)
+    del src, dst
+    torch.cuda.empty_cache()
+    return CopyBandwidth(
+        method=f"dst.copy_(src) of {nbytes} bytes; (bytes read + bytes written) / CUDA-event time; median of {samples}",
+        bytes_per_copy=2 * nbytes, samples_gbps=out, median_gbps=float(statistics.median(out)),
+    )
+
+
+def calibrate(device: Any, modes: list[str] | tuple[str, ...], *, samples: int = 20) -> Calibration:
+    """Empty-kernel floor in each of ``modes``, copy bandwidth and device facts, with the SM clock around it all."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError("calibration times a CUDA device; a CPU run is functional only")
+    clock = ClockReader(dev)
+    before = clock.read_mhz()
+    info = device_info(dev)
+    tiny = torch.zeros(1, dtype=torch.float32, device=dev)
+
+    def floor_call() -> None:
+        tiny.add_(1.0)
+
+    flush = torch.empty(l2_flush_bytes(dev), dtype=torch.uint8, device=dev) if "cold" in modes else None
+    floors = [time_cell(floor_call, mode=m, samples=samples, device=dev, clock=clock, flush=flush) for m in modes]
+    del flush
+    torch.cuda.empty_cache()
+    bw = copy_bandwidth(dev)
+    after = clock.read_mhz()
+    return Calibration(
+        device=info, floor_kernel=FLOOR_KERNEL, floors=floors, copy_bandwidth=bw, clock_source=clock.source,
+        clock_before_mhz=before, clock_after_mhz=after,
+    )

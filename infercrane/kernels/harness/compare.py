@@ -1,0 +1,109 @@
+"""Speedups of each candidate over every other implementation, from raw per-call samples.
+
+No statistics are computed here: ``infercrane.stats.speedup_ci`` gives ``median(reference_t) / median(candidate_t)``
+with a bootstrap CI (> 1: the candidate is faster) and ``infercrane.stats.timing_verdict`` reads the CI against the
+kernel policy's SAME band. The CI settings (confidence, resamples, seed) and the band come from the kernel policy
+(``infercrane/decide/policies/kernel.yaml``), the same ones the decision uses.
+
+``decision_inputs`` turns a screen result into what ``infercrane.decide.kernel.decide_kernel`` reads.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from infercrane.receipts.base import Strict
+from infercrane.stats.compare import RatioCI, Verdict
+
+if TYPE_CHECKING:
+    from infercrane.decide.kernel import KernelDecisionInputs
+    from infercrane.decide.policy import KernelPolicy
+    from infercrane.kernels.harness.runner import ScreenResult
+
+
+class Comparison(Strict):
+    """Candidate against one reference implementation at one row count, in one timing mode."""
+
+    candidate: str
+    reference: str
+    reference_kind: Literal["baseline", "candidate"]
+    rows: int
+    mode: Literal["launch", "graph", "cold"]
+    candidate_t_us: float = Field(gt=0, description="median of the candidate's kept samples")
+    reference_t_us: float = Field(gt=0, description="median of the reference's kept samples")
+    speedup: RatioCI = Field(description="median(reference_t) / median(candidate_t) with its bootstrap CI")
+    verdict: Verdict
+    same_margin: float
+
+
+def compare_all(result: "ScreenResult", policy: "KernelPolicy | None" = None) -> list[Comparison]:
+    """Every ok candidate against every other ok implementation, at every (rows, mode) both have samples for."""
+    from infercrane.decide.policy import load_policy
+    from infercrane.stats import speedup_ci, timing_verdict
+
+    policy = policy or load_policy("kernel")
+    ok = [i for i in result.implementations if i.status == "ok"]
+    out: list[Comparison] = []
+    for cand in (i for i in ok if i.kind == "candidate"):
+        cand_cells = {(c.rows, c.mode): c for c in cand.timings}
+        for ref in ok:
+            if ref.key == cand.key:
+                continue
+            for cell in ref.timings:
+                mine = cand_cells.get((cell.rows, cell.mode))
+                if mine is None or len(mine.kept_samples_us) < 2 or len(cell.kept_samples_us) < 2:
+                    continue
+                ci = speedup_ci(
+                    cell.kept_samples_us, mine.kept_samples_us, confidence=policy.confidence,
+                    n_resamples=policy.bootstrap_resamples, seed=policy.bootstrap_seed,
+                )
+                out.append(Comparison(
+                    candidate=cand.key, reference=ref.key, reference_kind=ref.kind, rows=cell.rows, mode=cell.mode,
+                    candidate_t_us=mine.summary.median, reference_t_us=cell.summary.median, speedup=ci,
+                    verdict=timing_verdict(ci.ci_lo, ci.ci_hi, same_margin=policy.same_margin),
+                    same_margin=policy.same_margin,
+                ))
+    return out
+
+
+def decision_inputs(
+    result: "ScreenResult", candidate: str, *, policy: "KernelPolicy | None" = None, phrase: str | None = None,
+) -> "KernelDecisionInputs":
+    """The decision inputs for ``candidate``: correctness per rows, its timings against every measured baseline in
+    every mode (``decide_kernel`` picks the policy's mode), and the baselines that were skipped or failed."""
+    from infercrane.decide.kernel import KernelDecisionInputs, ShapeResult, SkippedBaseline, compare_timings
+    from infercrane.decide.policy import load_policy
+    from infercrane.errors import InputError
+
+    policy = policy or load_policy("kernel")
+    by_key = {i.key: i for i in result.implementations}
+    if candidate not in by_key:
+        raise InputError(f"no implementation {candidate!r} in this screen; present: {', '.join(by_key)}")
+    cand = by_key[candidate]
+    if cand.status == "skipped" or not cand.correctness:
+        raise InputError(f"{candidate!r} was not screened ({cand.status}: {cand.skip_reason or cand.error})")
+    if cand.status == "failed" and cand.failure != "incorrect":
+        raise InputError(f"{candidate!r} {cand.failure} during the screen, so there is nothing to decide on: {cand.error}")
+    baselines = [i for i in result.implementations if i.kind == "baseline"]
+    ok_baselines = [b for b in baselines if b.status == "ok"]
+    skipped = [
+        SkippedBaseline(baseline=b.key, reason=(b.skip_reason if b.status == "skipped" else f"failed: {b.error}")
+                        or b.status)
+        for b in baselines if b.status != "ok"
+    ]
+    cand_cells = {(c.rows, c.mode): c for c in cand.timings}
+    shapes = []
+    for corr in cand.correctness:
+        timings = []
+        if corr.passed:
+            for b in ok_baselines:
+                for cell in b.timings:
+                    mine = cand_cells.get((cell.rows, cell.mode))
+                    if cell.rows != corr.rows or mine is None:
+                        continue
+                    timings.append(compare_timings(b.key, cell.mode, cell.kept_samples_us, mine.kept_samples_us,
+                                                   policy=policy))
+        shapes.append(ShapeResult(rows=corr.rows, correct=corr.passed,
+                                  correctness_detail=None if corr.passed else corr.failure_summary(), timings=timings))
+    return KernelDecisionInputs(candidate=phrase or cand.label, shapes=shapes, skipped_baselines=skipped)

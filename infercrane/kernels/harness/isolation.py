@@ -1,0 +1,414 @@
+"""Run each implementation in its own worker process, so a crash takes down only that implementation.
+
+A worker is ``python -m infercrane.kernels.harness.isolation``: it reads one JSON job per line on stdin and writes
+one JSON reply per line on a private copy of its stdout; anything else written to stdout (a kernel's printf, a user's
+print) is redirected to stderr, which the parent keeps in a temporary file and quotes when the worker fails.
+A worker holds one implementation for the whole screen (loaded once, compiled once), so the parent can interleave
+implementations trial by trial while each stays in its own process.
+
+Jobs: ``load`` (probe availability, load the implementation), ``correctness`` (one row count), ``time`` (one row
+count x mode x trial), ``calibrate`` (device calibration; no implementation), ``exit``.
+
+Failure handling in the parent (``SubprocessWorker``):
+
+* the process dies (segfault, abort, illegal address that kills the context, ``os._exit``) -> ``WorkerFailure``
+  with kind ``crashed``, the exit status or signal name and the tail of its stderr (faulthandler traceback);
+* no reply within the job's timeout (a hang) -> the worker's process group is killed, kind ``timeout``;
+* the job raised (a kernel's exception, a CUDA error reported as an exception) -> kind ``error`` with the traceback;
+  the parent stops using that worker (a CUDA error can leave its context unusable);
+* the job raised InputError (e.g. the user's file declares no contract) -> re-raised as InputError in the parent.
+
+``InProcessWorker`` runs the same jobs in the calling process (no crash protection), for quick functional runs.
+The user's candidate is passed to the worker as a path and function name, never as a function object.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from infercrane.errors import InputError
+
+FailureKind = Literal["crashed", "timeout", "error"]
+STDERR_TAIL_CHARS = 4000
+SPEC_CLASSES = {"fused_add_rmsnorm": ("infercrane.kernels.ops.fused_add_rmsnorm.spec", "FusedAddRMSNormSpec")}
+
+
+class WorkerFailure(Exception):
+    """An implementation's worker failed: crashed, timed out, or its job raised."""
+
+    def __init__(self, kind: FailureKind, message: str, *, exit_signal: str | None = None,
+                 exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.exit_signal = exit_signal
+        self.exit_code = exit_code
+
+
+# --------------------------------------------------------------------------------------------- worker side
+
+
+def spec_to_json(spec: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(spec)
+
+
+def spec_from_json(op: str, data: dict[str, Any]) -> Any:
+    import importlib
+
+    module, name = SPEC_CLASSES[op]
+    cls = getattr(importlib.import_module(module), name)
+    data = dict(data)
+    data["rows"] = tuple(data["rows"])
+    return cls(**data)
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for dist in ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "nvidia-ml-py", "vllm"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+class WorkerSession:
+    """The state of one worker: the implementation it holds and the device it runs on."""
+
+    def __init__(self) -> None:
+        self.op: str | None = None
+        self.spec: Any = None
+        self.impl: Any = None
+        self.fn: Any = None
+        self.in_place: bool | None = None
+        self.device: Any = None
+        self._clock: Any = None
+        self._flush: Any = None
+
+    # Each handler returns JSON-able data; exceptions are turned into error replies by ``handle``.
+    def handle(self, job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            op = job.get("op")
+            handler = getattr(self, f"_do_{op}", None)
+            if handler is None:
+                raise ValueError(f"unknown job {op!r}")
+            return {"ok": True, "result": handler(job)}
+        except InputError as e:
+            return {"ok": False, "error_type": "InputError", "error": e.message, "hint": e.hint,
+                    "traceback": traceback.format_exc()}
+        except BaseException as e:  # a kernel may raise anything; the parent decides what it means
+            return {"ok": False, "error_type": type(e).__name__, "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()}
+
+    def _device(self, name: str) -> Any:
+        import torch
+
+        if name == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device(name)
+
+    def _do_load(self, job: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels import registry
+        from infercrane.kernels.user_candidate import CandidateRef
+
+        self.op = job["op_name"]
+        self.spec = spec_from_json(self.op, job["spec"])
+        self.device = self._device(job["device"])
+        candidate = CandidateRef.from_json(job["candidate"]) if job.get("candidate") else None
+        impl = registry.get(self.op, job["impl"], candidate=candidate)
+        ok, reason = impl.probe()
+        info: dict[str, Any] = {
+            "key": impl.key, "label": impl.label, "kind": impl.kind, "in_place": impl.in_place,
+            "source": impl.source, "notes": list(impl.notes), "available": ok, "reason": reason,
+            "versions": _versions(), "device": str(self.device), "provenance": {},
+        }
+        if not ok:
+            return info
+        self.impl = impl
+        self.fn = impl.load(self.spec)
+        self.in_place = impl.in_place
+        try:
+            info["provenance"] = {str(k): str(v) for k, v in impl.describe().items()}
+        except Exception as e:
+            info["provenance"] = {"describe_error": f"{type(e).__name__}: {e}"}
+        return info
+
+    def _require_loaded(self) -> None:
+        if self.fn is None:
+            raise RuntimeError("no implementation loaded in this worker (send a 'load' job first)")
+
+    def _do_correctness(self, job: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels.harness.correctness import check_implementation
+
+        self._require_loaded()
+        res = check_implementation(
+            self.fn, in_place=bool(self.in_place), rows=int(job["rows"]), hidden=self.spec.hidden_size,
+            eps=self.spec.eps, dtype=self.spec.dtype, device=self.device, checks=int(job["checks"]),
+            base_seed=int(job["base_seed"]),
+        )
+        return res.model_dump(mode="json")
+
+    def _do_time(self, job: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from infercrane.kernels.harness.correctness import make_inputs
+        from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes, time_cell
+
+        self._require_loaded()
+        if self.device.type != "cuda":
+            raise RuntimeError("timing needs a CUDA device; a CPU run is functional only")
+        rows, mode = int(job["rows"]), str(job["mode"])
+        spec = self.spec
+        x, residual, weight = make_inputs(rows, spec.hidden_size, spec.dtype, self.device, int(job["seed"]), 1.0)
+        fn, eps = self.fn, spec.eps
+
+        def call() -> Any:
+            return fn(x, residual, weight, eps)
+
+        restore = finite = None
+        if self.in_place:
+            x0, r0 = x.clone(), residual.clone()
+
+            def restore() -> None:
+                x.copy_(x0)
+                residual.copy_(r0)
+
+            def finite() -> bool:
+                return bool(torch.isfinite(x).all().item() and torch.isfinite(residual).all().item())
+
+        if self._clock is None:
+            self._clock = ClockReader(self.device)
+        if mode == "cold" and self._flush is None:
+            self._flush = torch.empty(l2_flush_bytes(self.device), dtype=torch.uint8, device=self.device)
+        block = time_cell(
+            call, mode=mode, samples=int(job["samples"]), device=self.device, restore=restore, finite_check=finite,
+            calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)), clock=self._clock,
+            flush=self._flush,
+        )
+        return block.model_dump(mode="json")
+
+    def _do_calibrate(self, job: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels.harness.calibration import calibrate
+
+        device = self._device(job["device"])
+        return calibrate(device, list(job["modes"]), samples=int(job["samples"])).model_dump(mode="json")
+
+    def _do_ping(self, job: dict[str, Any]) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+
+def main() -> int:
+    """Worker entry point: JSON jobs on stdin, JSON replies on the original stdout."""
+    import faulthandler
+
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # stray prints (Python or C) go to stderr, never into the protocol stream
+    sys.stdout = sys.stderr
+    session = WorkerSession()
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        job = json.loads(line)
+        if job.get("op") == "exit":
+            proto.write(json.dumps({"ok": True, "result": {}}) + "\n")
+            proto.flush()
+            break
+        proto.write(json.dumps(session.handle(job)) + "\n")
+        proto.flush()
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- parent side
+
+
+def _unwrap(reply: dict[str, Any], what: str) -> dict[str, Any]:
+    if reply.get("ok"):
+        return reply["result"]
+    if reply.get("error_type") == "InputError":
+        raise InputError(reply.get("error", "bad input"), hint=reply.get("hint"))
+    tb = reply.get("traceback") or ""
+    raise WorkerFailure("error", f"{what} raised {reply.get('error')}\n{tb}".rstrip())
+
+
+def _signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class InProcessWorker:
+    """Runs jobs in this process: no protection from crashes or hangs. For quick functional runs and tests."""
+
+    isolated = False
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self._session = WorkerSession()
+        self._pending: list[dict[str, Any]] = []
+        self.dead = False
+
+    def send(self, job: dict[str, Any]) -> None:
+        self._pending.append(job)
+
+    def receive(self, timeout_s: float, what: str = "job") -> dict[str, Any]:
+        job = self._pending.pop(0)
+        return _unwrap(self._session.handle(job), what)
+
+    def request(self, job: dict[str, Any], timeout_s: float, what: str = "job") -> dict[str, Any]:
+        self.send(job)
+        return self.receive(timeout_s, what)
+
+    def close(self) -> None:
+        self.dead = True
+
+
+class SubprocessWorker:
+    """A worker process for one implementation (or for calibration). Start it, send jobs, close it."""
+
+    isolated = True
+
+    def __init__(self, name: str = "", *, env: dict[str, str] | None = None) -> None:
+        import infercrane
+
+        self.name = name
+        self.dead = False
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()
+        child_env = dict(os.environ if env is None else env)
+        root = str(Path(infercrane.__file__).resolve().parent.parent)
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "infercrane.kernels.harness.isolation"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=child_env,
+            start_new_session=True, text=True, encoding="utf-8", bufsize=1,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name=f"worker-{name}-stdout", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None  # created with stdout=PIPE
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stderr_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
+        try:
+            self._stderr.flush()
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, size - chars))
+            return self._stderr.read().decode("utf-8", errors="replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def _kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker's own session: it and its children only
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self.dead = True
+
+    def _died(self, what: str) -> WorkerFailure:
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            rc = self.proc.returncode
+        self.dead = True
+        sig = _signal_name(rc)
+        status = f"signal {sig}" if sig else f"exit status {rc}"
+        tail = self.stderr_tail()
+        msg = f"worker process died ({status}) during {what}"
+        if tail:
+            msg += f"; stderr tail:\n{tail}"
+        return WorkerFailure("crashed", msg, exit_signal=sig, exit_code=rc)
+
+    def send(self, job: dict[str, Any]) -> None:
+        if self.dead:
+            raise WorkerFailure("error", f"worker {self.name!r} is no longer usable")
+        assert self.proc.stdin is not None  # created with stdin=PIPE
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died(f"sending {job.get('op')}") from None
+
+    def receive(self, timeout_s: float, what: str = "job") -> dict[str, Any]:
+        if self.dead:
+            raise WorkerFailure("error", f"worker {self.name!r} is no longer usable")
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            self._kill()
+            tail = self.stderr_tail()
+            raise WorkerFailure(
+                "timeout", f"no answer within {timeout_s:g} s during {what}; worker killed"
+                + (f"; stderr tail:\n{tail}" if tail else ""),
+            ) from None
+        if line is None:
+            raise self._died(what)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            self._kill()
+            raise WorkerFailure("error", f"worker wrote a malformed reply during {what}: {line[:500]!r}") from None
+        try:
+            return _unwrap(reply, what)
+        except WorkerFailure:
+            self.close()  # a raising kernel may have broken the CUDA context: never reuse this worker
+            raise
+
+    def request(self, job: dict[str, Any], timeout_s: float, what: str = "job") -> dict[str, Any]:
+        self.send(job)
+        return self.receive(timeout_s, what)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Ask the worker to exit; kill its process group if it does not within ``timeout_s``."""
+        if self.proc.poll() is None and not self.dead:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+                self.proc.wait(timeout=timeout_s)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self._kill()
+        self.dead = True
+        try:
+            self._stderr.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "SubprocessWorker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

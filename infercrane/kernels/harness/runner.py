@@ -1,0 +1,507 @@
+"""Screen implementations of one op: availability, correctness at every row count, timing in every mode.
+
+``screen(...)`` runs the whole thing and returns a ``ScreenResult`` carrying everything a receipt needs: raw samples,
+summaries, clocks, the method of each timing mode, the tolerance rule, the seeds, calibration and device facts.
+
+* **TIMED run** (a CUDA device): each implementation lives in its own worker process (``isolation.py``); a device
+  calibration runs first in a worker of its own; then correctness of every implementation at every row count;
+  then ``trials`` rounds of timing, each round visiting every (rows, mode) and, inside it, every implementation in
+  an order rotated by one per round, so drift and warm-up effects hit all implementations alike.
+  An implementation that fails correctness is not timed.
+* **FUNCTIONAL run** (no CUDA device, or ``device="cpu"``): correctness only, on CPU tensors; no timing and no
+  calibration, and the result says so. Triton runs under its interpreter when ``TRITON_INTERPRET=1`` is set;
+  the handwritten CUDA kernel and vLLM's kernel are skipped with their reasons.
+
+Statistics come from ``infercrane.stats`` (summaries here, speedup CIs and verdicts in ``compare.py``).
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Literal
+
+from pydantic import Field, model_validator
+
+from infercrane.errors import InputError, UnavailableError
+from infercrane.kernels.harness.calibration import Calibration, DeviceInfo
+from infercrane.kernels.harness.compare import Comparison
+from infercrane.kernels.harness.correctness import CorrectnessResult, Tolerance
+from infercrane.kernels.harness.timing import TimingBlock
+from infercrane.receipts.base import AwareDatetime, Strict
+from infercrane.stats.summary import Summary
+
+SCREEN_RESULT_SCHEMA = "infercrane.kernel-screen-result/v1"
+Progress = Callable[[int, int, str], None]
+Status = Literal["ok", "failed", "skipped"]
+Failure = Literal["incorrect", "crashed", "timeout", "error"]
+
+DEFAULT_TRIALS = 5
+DEFAULT_SAMPLES_PER_TRIAL = 20
+DEFAULT_TIMEOUT_S = 600.0
+# Report % of copy bandwidth only where the byte floor (bytes / copy bandwidth) is at least this many times the
+# empty-kernel floor of the mode: below that the time is launch-bound and a bandwidth figure would mislead.
+BANDWIDTH_MIN_FLOOR_RATIO = 5.0
+TIMING_SEED_OFFSET = 7_777_777
+INTERLEAVING = (
+    "trials outer; in each trial every rows x mode cell visits every implementation once, the order rotated by one "
+    "implementation per trial; each visit warms up, then takes samples_per_trial samples"
+)
+
+
+class SpecRecord(Strict):
+    op: str
+    operator: str
+    hidden_size: int
+    eps: float
+    dtype: str
+    num_layers: int | None = None
+    model_id: str | None = None
+    model_revision: str | None = None
+    config_fields: dict[str, Any] = Field(default_factory=dict)
+    byte_model: str
+
+
+class TimingCell(Strict):
+    """All samples of one implementation at one (rows, mode), pooled over trials."""
+
+    rows: int
+    mode: Literal["launch", "graph", "cold"]
+    calls_per_sample: int
+    blocks: list[TimingBlock] = Field(description="raw samples and clocks of each trial")
+    kept_samples_us: list[float] = Field(description="all samples except those rejected as throttled")
+    summary_over: Literal["kept", "all"] = Field(description="'all' only when every sample was rejected")
+    summary: Summary = Field(description="per-call time in microseconds")
+    n_rejected: int
+    throttled: bool
+    outputs_finite: bool | None
+    bytes_moved: int | None = Field(description="byte model of the op: the fewest bytes one call must move")
+    achieved_gbps: float | None = Field(description="bytes_moved / median time")
+    pct_of_copy_bandwidth: float | None
+    bandwidth_note: str
+
+
+class ImplementationResult(Strict):
+    key: str
+    label: str
+    kind: Literal["baseline", "candidate"]
+    in_place: bool | None
+    source: str
+    notes: list[str] = Field(default_factory=list)
+    provenance: dict[str, str] = Field(default_factory=dict)
+    available: bool
+    skip_reason: str | None = None
+    status: Status
+    failure: Failure | None = None
+    error: str | None = None
+    exit_signal: str | None = None
+    correctness: list[CorrectnessResult] = Field(default_factory=list)
+    timings: list[TimingCell] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ImplementationResult":
+        if self.status == "skipped" and (self.available or not self.skip_reason):
+            raise ValueError(f"{self.key}: a skipped implementation needs available=False and a skip_reason")
+        if self.status != "skipped" and not self.available:
+            raise ValueError(f"{self.key}: status {self.status} but available=False")
+        if self.status == "failed" and (self.failure is None or not self.error):
+            raise ValueError(f"{self.key}: a failed implementation needs its failure kind and error text")
+        if self.status == "ok":
+            if self.failure or self.error:
+                raise ValueError(f"{self.key}: status ok with a failure recorded")
+            if not self.correctness or not all(c.passed for c in self.correctness):
+                raise ValueError(f"{self.key}: status ok needs passing correctness at every row count")
+        if self.failure == "incorrect" and all(c.passed for c in self.correctness):
+            raise ValueError(f"{self.key}: failure 'incorrect' without a failing correctness result")
+        return self
+
+
+class ScreenResult(Strict):
+    schema_version: Literal["infercrane.kernel-screen-result/v1"]
+    spec: SpecRecord
+    run_kind: Literal["functional", "timed"]
+    run_kind_reason: str
+    device: DeviceInfo
+    software: dict[str, str]
+    isolation: Literal["subprocess", "in_process"]
+    rows: list[int]
+    modes_requested: list[str]
+    modes: list[Literal["launch", "graph", "cold"]] = Field(description="modes actually timed; empty when functional")
+    methods: dict[str, str] = Field(description="timing mode -> the method sentence of its timing function")
+    correctness_method: str
+    tolerance: Tolerance
+    checks_per_rows: int
+    base_seed: int
+    timing_input_seed: int
+    trials: int
+    samples_per_trial: int
+    interleaving: str
+    timeout_s: float
+    calibration: Calibration | None
+    calibration_note: str | None = None
+    implementations: list[ImplementationResult]
+    comparisons: list[Comparison] = Field(default_factory=list)
+    comparison_policy: dict[str, Any] = Field(default_factory=dict)
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+    wall_s: float
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ScreenResult":
+        timed_any = any(i.timings for i in self.implementations)
+        if self.run_kind == "functional":
+            if self.modes or timed_any or self.calibration is not None or self.comparisons:
+                raise ValueError("a functional run carries no timing modes, timings, calibration or comparisons")
+        elif self.calibration is None:
+            raise ValueError("a timed run needs its calibration")
+        keys = [i.key for i in self.implementations]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"implementation keys repeat: {keys}")
+        return self
+
+    def implementation(self, key: str) -> ImplementationResult:
+        for impl in self.implementations:
+            if impl.key == key:
+                return impl
+        raise KeyError(f"no implementation {key!r}; present: {[i.key for i in self.implementations]}")
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _validate(
+    op: str, impl_keys: Any, modes: Any, rows: Any, trials: int, samples_per_trial: int, checks: int,
+    candidate: Any, timeout_s: float,
+) -> tuple[list[str], list[str], list[int], Any]:
+    from infercrane.kernels import registry
+    from infercrane.kernels.harness.timing import MODES
+    from infercrane.kernels.user_candidate import CandidateRef, check_candidate_file, parse_candidate_ref
+
+    if isinstance(candidate, str):
+        candidate = parse_candidate_ref(candidate)
+    if candidate is not None and not isinstance(candidate, CandidateRef):
+        raise InputError(f"candidate must be 'path.py:function' or a CandidateRef, got {type(candidate).__name__}")
+    if candidate is not None:
+        check_candidate_file(candidate)
+    keys = registry.validate_keys(op, list(impl_keys) if impl_keys is not None
+                                  else [k for k in registry.known_keys(op) if k != registry.USER_KEY], candidate)
+    modes = list(dict.fromkeys(modes))
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise InputError(f"unknown timing mode(s) {bad}; known modes: {', '.join(MODES)}")
+    if not modes:
+        raise InputError(f"no timing mode selected; known modes: {', '.join(MODES)}")
+    rows = list(dict.fromkeys(rows))
+    if not rows or any(not isinstance(r, int) or isinstance(r, bool) or r < 1 for r in rows):
+        raise InputError(f"rows must be positive integers, got {rows}")
+    if not isinstance(trials, int) or trials < 1:
+        raise InputError(f"trials must be a positive integer, got {trials!r}")
+    if not isinstance(samples_per_trial, int) or samples_per_trial < 2:
+        raise InputError(f"samples_per_trial must be an integer >= 2, got {samples_per_trial!r}")
+    if not isinstance(checks, int) or checks < 1:
+        raise InputError(f"checks must be a positive integer, got {checks!r}")
+    if not timeout_s > 0:
+        raise InputError(f"timeout_s must be positive, got {timeout_s!r}")
+    return keys, modes, rows, candidate
+
+
+def _resolve_device(device: str) -> tuple[str, str]:
+    if device not in ("auto", "cuda", "cpu"):
+        raise InputError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+    import torch
+
+    has_cuda = bool(torch.cuda.is_available())
+    if device == "cuda" and not has_cuda:
+        raise UnavailableError("device='cuda' was asked for but torch sees no CUDA device",
+                               hint="run on a GPU machine, or use device='auto'/'cpu' for a functional run")
+    if device == "cpu":
+        return "cpu", "device='cpu' was asked for: correctness only on CPU tensors, no timing"
+    if has_cuda:
+        return "cuda", "CUDA device present: correctness and timing"
+    return "cpu", "no CUDA device visible to torch: correctness only on CPU tensors, no timing"
+
+
+def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
+                    copy_gbps: float | None, floor_us: float | None) -> TimingCell:
+    from infercrane.stats import summarize
+
+    kept: list[float] = []
+    every: list[float] = []
+    n_rejected = 0
+    for b in blocks:
+        rejected = set(b.rejected)
+        n_rejected += len(rejected)
+        every.extend(b.samples_us)
+        kept.extend(t for i, t in enumerate(b.samples_us) if i not in rejected)
+    over: Literal["kept", "all"] = "kept" if kept else "all"
+    summary = summarize(kept if kept else every)
+    achieved = bytes_moved / summary.median / 1e3 if bytes_moved and summary.median > 0 else None
+    pct = None
+    if achieved is None or copy_gbps is None:
+        note = "no byte model or no copy bandwidth"
+    else:
+        byte_floor_us = bytes_moved / (copy_gbps * 1e3)
+        if floor_us is None:
+            note = f"no empty-kernel floor measured in {mode} mode"
+        elif byte_floor_us >= BANDWIDTH_MIN_FLOOR_RATIO * floor_us:
+            pct = 100.0 * achieved / copy_gbps
+            note = (f"byte floor {byte_floor_us:.3g} us >= {BANDWIDTH_MIN_FLOOR_RATIO:g} x empty-kernel floor "
+                    f"{floor_us:.3g} us: % of copy bandwidth reported")
+        else:
+            note = (f"byte floor {byte_floor_us:.3g} us < {BANDWIDTH_MIN_FLOOR_RATIO:g} x empty-kernel floor "
+                    f"{floor_us:.3g} us: launch-bound, % of copy bandwidth not reported")
+    finite = [b.outputs_finite for b in blocks if b.outputs_finite is not None]
+    return TimingCell(
+        rows=rows, mode=mode, calls_per_sample=blocks[0].calls_per_sample, blocks=blocks, kept_samples_us=kept,
+        summary_over=over, summary=summary, n_rejected=n_rejected, throttled=any(b.throttled for b in blocks),
+        outputs_finite=all(finite) if finite else None, bytes_moved=bytes_moved, achieved_gbps=achieved,
+        pct_of_copy_bandwidth=pct, bandwidth_note=note,
+    )
+
+
+class _Impl:
+    """Mutable bookkeeping for one implementation during a screen."""
+
+    def __init__(self, key: str, worker: Any) -> None:
+        self.key = key
+        self.worker = worker
+        self.info: dict[str, Any] = {"key": key, "label": key, "kind": "candidate", "in_place": None,
+                                     "source": "", "notes": [], "provenance": {}}
+        self.available = True
+        self.skip_reason: str | None = None
+        self.status: Status = "ok"
+        self.failure: Failure | None = None
+        self.error: str | None = None
+        self.exit_signal: str | None = None
+        self.correctness: list[CorrectnessResult] = []
+        self.blocks: dict[tuple[int, str], list[TimingBlock]] = {}
+        self.calls: dict[tuple[int, str], int] = {}
+        self.steps = 0  # correctness and timing steps taken, for progress accounting
+
+    @property
+    def active(self) -> bool:
+        return self.status == "ok" and self.available
+
+    def fail(self, failure: Failure, error: str, exit_signal: str | None = None) -> None:
+        self.status, self.failure, self.error, self.exit_signal = "failed", failure, error, exit_signal
+        self.close()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+# --------------------------------------------------------------------------------------------- screen
+
+
+def screen(
+    spec: Any,
+    impl_keys: list[str] | tuple[str, ...] | None = None,
+    modes: list[str] | tuple[str, ...] = ("launch", "graph", "cold"),
+    rows: list[int] | tuple[int, ...] | None = None,
+    trials: int = DEFAULT_TRIALS,
+    candidate: Any = None,
+    progress: Progress | None = None,
+    *,
+    samples_per_trial: int = DEFAULT_SAMPLES_PER_TRIAL,
+    checks: int = 3,
+    seed: int = 0,
+    device: str = "auto",
+    isolate: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    policy: Any = None,
+) -> ScreenResult:
+    """Screen ``impl_keys`` (default: every built-in implementation, plus ``user`` when ``candidate`` is given).
+
+    ``spec``: a ``FusedAddRMSNormSpec``; ``rows`` defaults to ``spec.rows``. ``candidate``: ``"path.py:fn"`` or a
+    ``CandidateRef``. ``progress(done, total, description)`` is called after every step. ``isolate=False`` runs
+    every implementation in this process (no protection from crashes; for quick functional runs).
+    ``policy``: the kernel policy whose CI settings the comparisons use (default: the packaged one).
+    Raises InputError for bad arguments or a bad candidate file before any kernel runs.
+    """
+    from infercrane.kernels.harness import correctness as corr_mod
+    from infercrane.kernels.harness.calibration import device_info
+    from infercrane.kernels.harness.compare import compare_all
+    from infercrane.kernels.harness.correctness import TOLERANCES
+    from infercrane.kernels.harness.isolation import InProcessWorker, SubprocessWorker, WorkerFailure, spec_to_json
+    from infercrane.kernels.harness.timing import method_sentence
+    from infercrane.kernels.ops.fused_add_rmsnorm.spec import OP_NAME, OPERATOR
+
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    op = OP_NAME
+    keys, modes, rows, candidate = _validate(
+        op, impl_keys, modes, rows if rows is not None else list(spec.rows), trials, samples_per_trial, checks,
+        candidate, timeout_s,
+    )
+    if spec.dtype not in TOLERANCES:
+        raise InputError(f"no correctness tolerance for dtype {spec.dtype!r}; known: {', '.join(TOLERANCES)}")
+    if policy is None:
+        from infercrane.decide.policy import load_policy
+
+        policy = load_policy("kernel")
+    dev, dev_reason = _resolve_device(device)
+    timed = dev == "cuda"
+    timed_modes = modes if timed else []
+    timing_seed = seed + TIMING_SEED_OFFSET
+
+    make_worker = SubprocessWorker if isolate else InProcessWorker
+    total = len(keys) * (1 + len(rows)) + (1 if timed else 0) + (len(keys) * trials * len(rows) * len(timed_modes))
+    done = 0
+    remaining_per_impl = len(rows) + trials * len(rows) * len(timed_modes)
+
+    def step(desc: str, n: int = 1) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(min(done, total), total, desc)
+
+    def drop(im: _Impl, desc: str) -> None:
+        """Count the steps a dropped implementation will not take, so the progress total stays right."""
+        step(desc, max(0, remaining_per_impl - im.steps))
+        im.steps = remaining_per_impl
+
+    if progress is not None:
+        progress(0, total, "starting workers")
+    impls = [_Impl(k, make_worker(k)) for k in keys]
+    calib_worker = make_worker("calibration") if timed else None
+    spec_json = spec_to_json(spec)
+    try:
+        # 1. load (workers start in parallel; replies are collected in registry order)
+        for im in impls:
+            im.worker.send({"op": "load", "op_name": op, "impl": im.key, "spec": spec_json, "device": dev,
+                            "candidate": candidate.to_json() if (im.key == "user" and candidate) else None})
+        software: dict[str, str] = {}
+        for im in impls:
+            try:
+                info = im.worker.receive(timeout_s, f"load of {im.key}")
+            except WorkerFailure as e:
+                im.fail(e.kind, e.message, e.exit_signal)
+                step(f"{im.key}: {e.kind} while loading")
+                drop(im, f"{im.key}: not screened")
+                continue
+            im.info.update({k: info[k] for k in ("label", "kind", "in_place", "source", "notes", "provenance")})
+            software = software or dict(info.get("versions", {}))
+            if not info["available"]:
+                im.available, im.status, im.skip_reason = False, "skipped", info["reason"]
+                im.close()
+                step(f"{im.key}: skipped ({info['reason']})")
+                drop(im, f"{im.key}: skipped")
+            else:
+                step(f"{im.key}: loaded")
+
+        # 2. calibration (timed runs)
+        calibration: Calibration | None = None
+        calibration_note: str | None = None
+        if calib_worker is not None:
+            try:
+                calibration = Calibration.model_validate(calib_worker.request(
+                    {"op": "calibrate", "device": dev, "modes": timed_modes, "samples": samples_per_trial},
+                    timeout_s, "calibration"))
+            except WorkerFailure as e:
+                calibration_note = f"calibration failed: {e.message}"
+            finally:
+                calib_worker.close()
+            step("calibration")
+            if calibration is None:
+                raise UnavailableError(
+                    f"device calibration failed, so no timing can be interpreted: {calibration_note}",
+                    hint="check that the GPU is healthy (nvidia-smi) and retry",
+                )
+
+        # 3. correctness
+        for im in impls:
+            if not im.active:
+                continue
+            for r in rows:
+                try:
+                    res = CorrectnessResult.model_validate(im.worker.request(
+                        {"op": "correctness", "rows": r, "checks": checks, "base_seed": seed},
+                        timeout_s, f"correctness of {im.key} at rows={r}"))
+                except WorkerFailure as e:
+                    im.fail(e.kind, e.message, e.exit_signal)
+                    drop(im, f"{im.key}: {e.kind} in correctness")
+                    break
+                im.correctness.append(res)
+                im.steps += 1
+                step(f"{im.key}: correctness rows={r} {'passed' if res.passed else 'FAILED'}")
+            if im.active and not all(c.passed for c in im.correctness):
+                first = next(c for c in im.correctness if not c.passed)
+                im.fail("incorrect", f"incorrect: {first.failure_summary()}")
+                drop(im, f"{im.key}: incorrect, not timed")
+
+        # 4. timing, interleaved
+        for t in range(trials if timed else 0):
+            for r in rows:
+                for m in timed_modes:
+                    active = [im for im in impls if im.active]
+                    if not active:
+                        continue
+                    k = t % len(active)
+                    for im in active[k:] + active[:k]:
+                        cell = (r, m)
+                        job = {"op": "time", "rows": r, "mode": m, "samples": samples_per_trial, "trial": t,
+                               "seed": timing_seed, "calls_per_sample": im.calls.get(cell)}
+                        try:
+                            block = TimingBlock.model_validate(
+                                im.worker.request(job, timeout_s, f"timing of {im.key} rows={r} mode={m} trial={t}"))
+                        except WorkerFailure as e:
+                            im.fail(e.kind, e.message, e.exit_signal)
+                            drop(im, f"{im.key}: {e.kind} while timing")
+                            continue
+                        im.blocks.setdefault(cell, []).append(block)
+                        im.calls.setdefault(cell, block.calls_per_sample)
+                        im.steps += 1
+                        step(f"trial {t + 1}/{trials} rows={r} {m}: {im.key}")
+    finally:
+        for im in impls:
+            im.close()
+        if calib_worker is not None:
+            calib_worker.close()
+
+    # 5. assemble
+    copy_gbps = calibration.copy_bandwidth.median_gbps if calibration else None
+    floors = {}
+    if calibration:
+        from infercrane.stats import summarize
+
+        floors = {b.mode: summarize(b.samples_us).median for b in calibration.floors}
+    results = []
+    for im in impls:
+        cells = [
+            _summarize_cell(r, m, im.blocks[(r, m)], spec.bytes_moved(r), copy_gbps, floors.get(m))
+            for r in rows for m in timed_modes if (r, m) in im.blocks
+        ]
+        results.append(ImplementationResult(
+            **im.info, available=im.available, skip_reason=im.skip_reason, status=im.status, failure=im.failure,
+            error=im.error, exit_signal=im.exit_signal, correctness=im.correctness, timings=cells,
+        ))
+    device_record = calibration.device if calibration else device_info("cpu")
+    base = dict(
+        schema_version=SCREEN_RESULT_SCHEMA,
+        spec=SpecRecord(
+            op=op, operator=OPERATOR, hidden_size=spec.hidden_size, eps=spec.eps, dtype=spec.dtype,
+            num_layers=spec.num_layers, model_id=spec.model_id, model_revision=spec.model_revision,
+            config_fields=dict(spec.config_fields),
+            byte_model="rows * hidden * dtype_bytes * 4 + hidden * dtype_bytes (read x, residual; write out, "
+                       "new residual; read weight)",
+        ),
+        run_kind="timed" if timed else "functional", run_kind_reason=dev_reason, device=device_record,
+        software=software, isolation="subprocess" if isolate else "in_process", rows=rows,
+        modes_requested=modes, modes=timed_modes, methods={m: method_sentence(m) for m in timed_modes},
+        correctness_method=" ".join((corr_mod.__doc__ or "").split()), tolerance=TOLERANCES[spec.dtype],
+        checks_per_rows=checks, base_seed=seed, timing_input_seed=timing_seed, trials=trials,
+        samples_per_trial=samples_per_trial, interleaving=INTERLEAVING, timeout_s=float(timeout_s),
+        calibration=calibration, calibration_note=calibration_note if timed else
+        "functional run: no calibration (nothing is timed)",
+        implementations=results,
+        comparison_policy={"same_margin": policy.same_margin, "confidence": policy.confidence,
+                           "bootstrap_resamples": policy.bootstrap_resamples, "bootstrap_seed": policy.bootstrap_seed},
+    )
+    finished = datetime.now(timezone.utc)
+    result = ScreenResult(**base, comparisons=[], started_at=started, finished_at=finished,
+                          wall_s=time.perf_counter() - t0)
+    if timed:
+        result = result.model_copy(update={"comparisons": compare_all(result, policy)})
+        result = ScreenResult.model_validate(result.model_dump())
+    return result

@@ -1,0 +1,344 @@
+"""Kernel timing on a CUDA device in three modes, each returning raw per-call times in microseconds.
+
+The first paragraph of each ``time_<mode>`` docstring is the method sentence written into every result
+(``method_sentence(mode)``), so the code and the record cannot disagree.
+
+Common to every mode:
+
+* **Warm-up** first: calls until at least ``WARMUP_MIN_CALLS`` calls and ``WARMUP_MIN_MS`` of wall time have run
+  (compiles, autotuning, clocks ramping up all happen here).
+* **In-place kernels** mutate their inputs on every call. Repeated application stays finite (the output is a
+  normalized row; the residual grows at most linearly with the number of calls), but to keep every sample on the
+  same data the inputs are restored from pristine copies **between** samples, outside the timed region (``restore``).
+  Whether the buffers are still finite after the cell is recorded (``outputs_finite``).
+* **Clocks**: the SM clock is read after warm-up, after every sample and after the cell (NVML through nvidia-ml-py,
+  else ``torch.cuda.clock_rate``, else unavailable). A sample whose clock reading is below ``THROTTLE_FRACTION`` of
+  the highest reading of the cell is **rejected** (kept in the raw data, flagged, left out of summaries); a cell
+  with a rejected sample or a clock that fell from before to after is flagged ``throttled``.
+* Statistics are not computed here: the raw samples go to ``infercrane.stats``.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from typing import Any, Callable, Literal
+
+from pydantic import Field
+
+from infercrane.receipts.base import Strict
+
+Mode = Literal["launch", "graph", "cold"]
+MODES: tuple[str, ...] = ("launch", "graph", "cold")
+
+WARMUP_MIN_CALLS = 10
+WARMUP_MIN_MS = 25.0
+TARGET_SAMPLE_US = 1000.0  # launch/graph: enough back-to-back calls that one sample lasts about this long
+MAX_CALLS_PER_SAMPLE = 200
+THROTTLE_FRACTION = 0.9
+L2_FLUSH_MULTIPLE = 2  # cold mode writes a buffer of this many times the L2 size before each sample
+COLD_SPIN_CYCLES = 200_000  # ~100 us at 2 GHz: GPU busy while the CPU enqueues the timed call (see time_cold)
+
+
+class TimingBlock(Strict):
+    """The raw samples of one implementation x rows x mode in one trial."""
+
+    mode: Mode
+    trial: int = Field(ge=0)
+    calls_per_sample: int = Field(ge=1)
+    warmup_calls: int = Field(ge=0)
+    samples_us: list[float] = Field(description="time per call of each sample, microseconds")
+    sample_clock_mhz: list[int | None]
+    rejected: list[int] = Field(default_factory=list, description="indices of samples rejected as throttled")
+    clock_before_mhz: int | None
+    clock_after_mhz: int | None
+    clock_source: str
+    throttled: bool
+    outputs_finite: bool | None = Field(description="in-place buffers all finite after the cell; None if out of place")
+    l2_flush_bytes: int | None = None
+
+
+class ClockReader:
+    """SM clock in MHz from NVML (nvidia-ml-py), else ``torch.cuda.clock_rate``, else unavailable."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.source = "unavailable"
+        self._read: Callable[[], int | None] = lambda: None
+        self.max_mhz: int | None = None
+        dev = torch.device(device)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = None
+            try:
+                uuid = str(torch.cuda.get_device_properties(index).uuid)
+                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            except Exception:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            h = handle
+            self._read = lambda: int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+            self._read()
+            self.source = "nvml:nvmlDeviceGetClockInfo(NVML_CLOCK_SM)"
+            try:
+                self.max_mhz = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
+            except Exception:
+                self.max_mhz = None
+            return
+        except Exception:
+            pass
+        try:
+            torch.cuda.clock_rate(index)
+            self._read = lambda: int(torch.cuda.clock_rate(index))
+            self.source = "torch.cuda.clock_rate"
+        except Exception:
+            self.source = "unavailable"
+
+    def read_mhz(self) -> int | None:
+        try:
+            return self._read()
+        except Exception:
+            return None
+
+
+def reject_throttled(clocks: list[int | None], before: int | None) -> list[int]:
+    """Indices of samples whose clock is below ``THROTTLE_FRACTION`` of the cell's highest reading."""
+    seen = [c for c in [before, *clocks] if c is not None]
+    if not seen:
+        return []
+    floor = THROTTLE_FRACTION * max(seen)
+    return [i for i, c in enumerate(clocks) if c is not None and c < floor]
+
+
+def is_throttled(rejected: list[int], before: int | None, after: int | None) -> bool:
+    dropped = before is not None and after is not None and after < THROTTLE_FRACTION * before
+    return bool(rejected) or dropped
+
+
+def calls_for_target(est_call_us: float, target_us: float = TARGET_SAMPLE_US, max_calls: int = MAX_CALLS_PER_SAMPLE) -> int:
+    """Back-to-back calls per sample so that one sample lasts about ``target_us``, within [1, max_calls]."""
+    if not est_call_us > 0 or not math.isfinite(est_call_us):
+        return max_calls
+    return max(1, min(max_calls, int(round(target_us / est_call_us))))
+
+
+def _sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def warm_up(call: Callable[[], Any], restore: Callable[[], None] | None = None) -> int:
+    """Call until ``WARMUP_MIN_CALLS`` calls and ``WARMUP_MIN_MS`` of wall time; return the number of calls."""
+    n = 0
+    t0 = time.perf_counter()
+    while n < WARMUP_MIN_CALLS or (time.perf_counter() - t0) * 1e3 < WARMUP_MIN_MS:
+        if restore is not None:
+            restore()
+        for _ in range(10):
+            call()
+        n += 10
+        _sync()
+    if restore is not None:
+        restore()
+    _sync()
+    return n
+
+
+def estimate_call_us(call: Callable[[], Any], calls: int = 10) -> float:
+    """Rough per-call time from one event-timed burst (used only to pick ``calls_per_sample``)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
+def time_launch(
+    call: Callable[[], Any], *, samples: int, calls_per_sample: int, restore: Callable[[], None] | None,
+    clock: ClockReader,
+) -> tuple[list[float], list[int | None]]:
+    """launch: CUDA events around ``calls_per_sample`` back-to-back launches from Python; per-call time = elapsed / calls; one sample per burst.
+
+    This is what ``triton.testing.do_bench`` reports: at small rows it is bound by the host's launch rate, not by the
+    kernel. Inputs of in-place kernels are restored between bursts, outside the events.
+    """
+    import torch
+
+    times: list[float] = []
+    clocks: list[int | None] = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(samples):
+        if restore is not None:
+            restore()
+        start.record()
+        for _ in range(calls_per_sample):
+            call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls_per_sample)
+        clocks.append(clock.read_mhz())
+    return times, clocks
+
+
+def capture_graph(call: Callable[[], Any], calls: int) -> Any:
+    """Capture ``calls`` back-to-back calls into a ``torch.cuda.CUDAGraph`` (after warming up on a side stream)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    _sync()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    _sync()
+    return graph
+
+
+def time_graph(
+    call: Callable[[], Any], *, samples: int, calls_per_sample: int, restore: Callable[[], None] | None,
+    clock: ClockReader,
+) -> tuple[list[float], list[int | None]]:
+    """graph: one CUDA graph holding ``calls_per_sample`` captured calls on the same buffers, replayed once per sample; per-call time = replay time / calls (L2 hot, no host launch cost).
+
+    This is the cost inside a CUDA-graphed decode step. The same buffers are used by every captured call (graph
+    mode is defined as L2-hot); in-place inputs are restored between replays, outside the events.
+    """
+    import torch
+
+    graph = capture_graph(call, calls_per_sample)
+    graph.replay()  # first replay uploads the graph; not timed
+    _sync()
+    times: list[float] = []
+    clocks: list[int | None] = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    try:
+        for _ in range(samples):
+            if restore is not None:
+                restore()
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / calls_per_sample)
+            clocks.append(clock.read_mhz())
+    finally:
+        del graph
+    return times, clocks
+
+
+def l2_flush_bytes(device: Any) -> int:
+    """``L2_FLUSH_MULTIPLE`` x the device's L2 size (at least 64 MiB if the size is not reported)."""
+    import torch
+
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+    return max(L2_FLUSH_MULTIPLE * l2, 64 * 1024 * 1024)
+
+
+def time_cold(
+    call: Callable[[], Any], *, samples: int, restore: Callable[[], None] | None, clock: ClockReader,
+    flush: Any,
+) -> tuple[list[float], list[int | None]]:
+    """cold: before each sample a buffer of at least twice the L2 size is overwritten (L2 flushed), then CUDA events time one call.
+
+    Between the flush and the start event a short GPU spin (``torch.cuda._sleep``) is queued, so the GPU is still
+    busy while the host enqueues the call: the sample measures the call's device time from a queued start rather
+    than the host's race to launch it. In-place inputs are restored before the flush.
+    """
+    import torch
+
+    times: list[float] = []
+    clocks: list[int | None] = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(samples):
+        if restore is not None:
+            restore()
+        flush.zero_()
+        torch.cuda._sleep(COLD_SPIN_CYCLES)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+        clocks.append(clock.read_mhz())
+    return times, clocks
+
+
+_MODE_FUNCTIONS: dict[str, Callable[..., Any]] = {"launch": time_launch, "graph": time_graph, "cold": time_cold}
+
+
+def method_sentence(mode: str) -> str:
+    """The method of ``mode`` as recorded in results: the first paragraph of its timing function's docstring."""
+    if mode not in _MODE_FUNCTIONS:
+        raise ValueError(f"unknown timing mode {mode!r}; known: {', '.join(MODES)}")
+    doc = inspect.getdoc(_MODE_FUNCTIONS[mode]) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def time_cell(
+    call: Callable[[], Any],
+    *,
+    mode: str,
+    samples: int,
+    device: Any,
+    restore: Callable[[], None] | None = None,
+    finite_check: Callable[[], bool] | None = None,
+    calls_per_sample: int | None = None,
+    trial: int = 0,
+    clock: ClockReader | None = None,
+    flush: Any = None,
+) -> TimingBlock:
+    """Warm up, then take ``samples`` samples of ``call`` in ``mode``; clocks read around and between samples.
+
+    ``calls_per_sample`` (launch/graph) is picked from a rough estimate when not given; pass the value of the first
+    trial to later trials so every trial of a cell does the same work. ``flush`` (cold) is a preallocated buffer of
+    ``l2_flush_bytes`` bytes; one is allocated when not given.
+    """
+    import torch
+
+    if mode not in _MODE_FUNCTIONS:
+        raise ValueError(f"unknown timing mode {mode!r}; known: {', '.join(MODES)}")
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    clock = clock or ClockReader(device)
+    warm = warm_up(call, restore)
+    if mode == "cold":
+        n_calls = 1
+    elif calls_per_sample is None:
+        n_calls = calls_for_target(estimate_call_us(call))
+        if restore is not None:
+            restore()
+    else:
+        n_calls = int(calls_per_sample)
+    flush_bytes = None
+    before = clock.read_mhz()
+    if mode == "launch":
+        times, clocks = time_launch(call, samples=samples, calls_per_sample=n_calls, restore=restore, clock=clock)
+    elif mode == "graph":
+        times, clocks = time_graph(call, samples=samples, calls_per_sample=n_calls, restore=restore, clock=clock)
+    else:
+        if flush is None:
+            flush = torch.empty(l2_flush_bytes(device), dtype=torch.uint8, device=device)
+        flush_bytes = int(flush.numel() * flush.element_size())
+        times, clocks = time_cold(call, samples=samples, restore=restore, clock=clock, flush=flush)
+    after = clock.read_mhz()
+    _sync()
+    rejected = reject_throttled(clocks, before)
+    return TimingBlock(
+        mode=mode, trial=trial, calls_per_sample=n_calls, warmup_calls=warm, samples_us=times,
+        sample_clock_mhz=clocks, rejected=rejected, clock_before_mhz=before, clock_after_mhz=after,
+        clock_source=clock.source, throttled=is_throttled(rejected, before, after),
+        outputs_finite=None if finite_check is None else bool(finite_check()), l2_flush_bytes=flush_bytes,
+    )

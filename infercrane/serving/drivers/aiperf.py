@@ -1,0 +1,163 @@
+"""NVIDIA AIPerf (0.12.0) as a driver: ``aiperf profile`` in a subprocess, then its JSON exports.
+
+Command (flags as AIPerf 0.12.0's ``aiperf profile --help`` lists them): ``--model``, ``--url``,
+``--endpoint-type completions|chat``, ``--streaming``, ``--concurrency``, ``--request-count``,
+``--warmup-request-count``, ``--isl``/``--isl-stddev 0``, ``--osl``/``--osl-stddev 0``,
+``--extra-inputs ignore_eos:true`` and ``min_tokens:<osl>`` (fixed output lengths),
+``--use-server-token-count``, ``--tokenizer``, ``--artifact-dir``, ``--export-level records``,
+``--random-seed``, ``--request-timeout-seconds``; UI, server-metrics scraping and GPU telemetry off.
+
+Exports read back:
+  * ``profile_export_aiperf.json``: the profiling phase's summary (warm-up excluded); percentiles,
+    throughputs and ``benchmark_duration`` come from here;
+  * ``profile_export.jsonl``: one record per request, with ``metadata.benchmark_phase``
+    (``warmup``/``profiling``), ``metrics`` and, for a failed request, ``error``. Failures and
+    output-length mismatches are counted here, from profiling records only, and cross-checked
+    against the summary's ``error_request_count`` / ``osl_mismatch_count``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from infercrane.errors import RunFailed
+from infercrane.serving.drivers import Driver, RunSpec, tail
+from infercrane.serving.metrics import RunMetrics
+
+PINNED_VERSION = "0.12.0"
+SUMMARY_FILE = "profile_export_aiperf.json"
+RECORDS_FILE = "profile_export.jsonl"
+
+# InferCrane field prefix -> AIPerf metric tag (see infercrane.serving.metrics for the definitions).
+METRIC_TAGS = {"ttft": "time_to_first_token", "tpot": "inter_token_latency", "e2e": "request_latency"}
+
+
+class AiperfDriver(Driver):
+    name = "aiperf"
+
+    def available(self) -> tuple[bool, str]:
+        import importlib.util
+
+        if importlib.util.find_spec("aiperf") is None:
+            return False, f"aiperf is not importable by {sys.executable} (pip install aiperf=={PINNED_VERSION})"
+        version = self.version()
+        if version != PINNED_VERSION:
+            return True, f"aiperf {version} (InferCrane reads the export format of {PINNED_VERSION})"
+        return True, f"aiperf {version}"
+
+    def version(self) -> str:
+        import importlib.metadata
+
+        try:
+            return importlib.metadata.version("aiperf")
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+    def command(self, spec: RunSpec) -> list[str]:
+        cmd = [sys.executable, "-m", "aiperf", "profile",
+               "--model", spec.served_model,
+               "--url", spec.base_url,
+               "--endpoint-type", spec.endpoint,
+               "--concurrency", str(spec.concurrency),
+               "--request-count", str(spec.request_count),
+               "--isl", str(spec.input_tokens), "--isl-stddev", "0",
+               "--osl", str(spec.output_tokens), "--osl-stddev", "0",
+               "--tokenizer", spec.tokenizer,
+               "--artifact-dir", str(spec.artifact_dir),
+               "--export-level", "records",
+               "--random-seed", str(spec.seed),
+               "--request-timeout-seconds", f"{spec.request_timeout_s:g}",
+               "--ui", "none", "--no-server-metrics", "--no-gpu-telemetry"]
+        if spec.streaming:
+            cmd.append("--streaming")
+        if spec.warmup_requests > 0:
+            cmd += ["--warmup-request-count", str(spec.warmup_requests)]
+        if spec.ignore_eos:
+            cmd += ["--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{spec.output_tokens}"]
+        if spec.token_count_source == "server":
+            cmd.append("--use-server-token-count")
+        return cmd
+
+    def parse(self, spec: RunSpec, *, driver_version: str, driver_cpu_s: float | None = None,
+              started_at: str | None = None) -> RunMetrics:
+        return parse_aiperf_export(spec, spec.artifact_dir, driver_version=driver_version,
+                                   driver_cpu_s=driver_cpu_s, started_at=started_at)
+
+
+def _stat(summary: dict, tag: str, stat: str) -> float | None:
+    entry = summary.get(tag)
+    if not isinstance(entry, dict) or entry.get(stat) is None:
+        return None
+    return float(entry[stat])
+
+
+def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: str,
+                        driver_cpu_s: float | None = None, started_at: str | None = None) -> RunMetrics:
+    """Read AIPerf's summary JSON and per-request JSONL in ``artifact_dir`` into RunMetrics."""
+    summary_path = artifact_dir / SUMMARY_FILE
+    records_path = artifact_dir / RECORDS_FILE
+    if not summary_path.is_file() or not records_path.is_file():
+        raise RunFailed(f"AIPerf wrote no {SUMMARY_FILE} / {RECORDS_FILE} under {artifact_dir}; "
+                        f"driver log:\n{tail(artifact_dir / 'driver.log')}",
+                        hint="read the driver log; --export-level records is needed for the JSONL")
+    summary = json.loads(summary_path.read_text())
+    records = []
+    for line in records_path.read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if (rec.get("metadata") or {}).get("benchmark_phase") == "profiling":
+                records.append(rec)
+
+    notes: list[str] = []
+    failed = [r for r in records if r.get("error")]
+    completed = [r for r in records if not r.get("error")]
+    count_key = "usage_completion_tokens" if spec.token_count_source == "server" else "output_sequence_length"
+    out_tokens = []
+    for rec in completed:
+        metrics = rec.get("metrics") or {}
+        entry = metrics.get(count_key) or metrics.get("output_sequence_length") or {}
+        if entry.get("value") is None:
+            notes.append(f"a completed request has no {count_key}; counted as 0 output tokens")
+        out_tokens.append(int(entry.get("value") or 0))
+    mismatches = sum(1 for n in out_tokens if n != spec.output_tokens) if spec.ignore_eos else None
+
+    summary_completed = _stat(summary, "request_count", "avg")
+    summary_errors = _stat(summary, "error_request_count", "avg") or 0.0
+    if summary_completed is not None and int(summary_completed) != len(completed):
+        notes.append(f"AIPerf summary counts {int(summary_completed)} completed requests, the records {len(completed)}")
+    if int(summary_errors) != len(failed):
+        notes.append(f"AIPerf summary counts {int(summary_errors)} errors, the records {len(failed)}")
+    summary_mismatch = _stat(summary, "osl_mismatch_count", "avg")
+    if mismatches is not None and summary_mismatch is not None and int(summary_mismatch) != mismatches:
+        notes.append(f"AIPerf's osl_mismatch_count is {int(summary_mismatch)}, InferCrane counts {mismatches} "
+                     "(AIPerf may allow a tolerance)")
+    if summary.get("was_cancelled"):
+        notes.append("AIPerf reports the run as cancelled")
+    if len(records) != spec.request_count:
+        notes.append(f"{len(records)} profiling records for {spec.request_count} requested")
+    for err in summary.get("error_summary") or []:
+        details = err.get("error_details") or {}
+        notes.append(f"{err.get('count')} x error {details.get('code')} {details.get('type')}: "
+                     f"{str(details.get('message'))[:160]}")
+
+    latencies: dict[str, float | None] = {}
+    for prefix, tag in METRIC_TAGS.items():
+        for p in ("p50", "p95", "p99"):
+            value = _stat(summary, tag, p) if completed else None
+            if prefix in ("ttft", "tpot") and not spec.streaming:
+                value = None  # without streaming there is no first token to time
+            latencies[f"{prefix}_{p}_ms"] = value
+    duration_s = _stat(summary, "benchmark_duration", "avg") or 0.0
+    return RunMetrics(
+        arm=spec.arm, recipe_sha256=spec.recipe_sha256, run_index=spec.run_index, concurrency=spec.concurrency,
+        driver="aiperf", driver_version=str(summary.get("aiperf_version") or driver_version),
+        token_count_source=spec.token_count_source, streaming=spec.streaming,
+        expected_output_tokens=spec.output_tokens, raw_export_path=str(summary_path),
+        driver_cpu_s=driver_cpu_s, started_at=started_at,
+        requests_sent=len(records), requests_completed=len(completed), failures=len(failed),
+        output_length_mismatches=mismatches, output_tokens_total=sum(out_tokens),
+        duration_s=duration_s,
+        output_tok_s=(_stat(summary, "output_token_throughput", "avg") or 0.0) if completed else 0.0,
+        request_s=(_stat(summary, "request_throughput", "avg") or 0.0) if completed else 0.0,
+        notes=notes, **latencies)

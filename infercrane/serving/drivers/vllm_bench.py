@@ -1,0 +1,140 @@
+"""``vllm bench serve`` (vLLM 0.22.1) as a driver: the second opinion next to AIPerf.
+
+Command: ``python -m vllm.entrypoints.cli.main bench serve`` with the random dataset
+(``--dataset-name random --random-input-len I --random-output-len O --random-range-ratio 0``),
+``--num-prompts N --max-concurrency C --request-rate inf --num-warmups W --ignore-eos``
+(plus ``--extra-body '{"min_tokens": O}'``), ``--percentile-metrics ttft,tpot,itl,e2el
+--metric-percentiles 50,95,99``, ``--save-result --save-detailed --result-dir D --result-filename``.
+
+Result JSON keys (vllm/benchmarks/serve.py in 0.22.1): ``duration``, ``completed``, ``failed``,
+``num_prompts``, ``max_concurrency``, ``total_input_tokens``, ``total_output_tokens``,
+``request_throughput``, ``output_throughput``, ``{mean,median,std}_{ttft,tpot,itl,e2el}_ms``,
+``p{50,95,99}_{ttft,tpot,itl,e2el}_ms`` and, with ``--save-detailed``, per-request ``output_lens``
+and ``errors`` (an empty string for a request that succeeded). Output tokens come from the server's
+``usage.completion_tokens`` (the client always asks for ``include_usage``), so the token count source
+is the server. It always streams; its ready check is off by default (the engine was checked before);
+``--num-warmups`` requests go first, at the same concurrency, and are excluded. The result carries no vLLM version: the driver records the installed one.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from infercrane.errors import InputError, RunFailed
+from infercrane.serving.drivers import Driver, RunSpec, tail
+from infercrane.serving.metrics import RunMetrics
+
+RESULT_FILE = "vllm_bench_result.json"
+PERCENTILES = ("50", "95", "99")
+# InferCrane field prefix -> vllm bench metric name.
+METRIC_NAMES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2el"}
+
+
+class VllmBenchDriver(Driver):
+    name = "vllm-bench"
+
+    def available(self) -> tuple[bool, str]:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            return False, f"vllm is not importable by {sys.executable}; `vllm bench serve` comes with it"
+        return True, f"vllm {self.version()} (vllm bench serve)"
+
+    def version(self) -> str:
+        import importlib.metadata
+
+        try:
+            return importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+    def check(self, spec: RunSpec) -> None:
+        if not spec.streaming:
+            raise InputError("vllm bench serve always streams; this workload has streaming: false",
+                             hint="use the aiperf driver for non-streaming workloads")
+        if spec.token_count_source != "server":
+            raise InputError("vllm bench serve counts output tokens from the server's usage; "
+                             "token_count_source: client is only available with the aiperf driver",
+                             hint="set token_count_source: server, or use the aiperf driver")
+
+    def command(self, spec: RunSpec) -> list[str]:
+        backend, endpoint = ("openai-chat", "/v1/chat/completions") if spec.endpoint == "chat" \
+            else ("openai", "/v1/completions")
+        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+               "--backend", backend, "--base-url", spec.base_url, "--endpoint", endpoint,
+               "--model", spec.served_model, "--tokenizer", spec.tokenizer,
+               "--dataset-name", "random",
+               "--random-input-len", str(spec.input_tokens), "--random-output-len", str(spec.output_tokens),
+               "--random-range-ratio", "0",
+               "--num-prompts", str(spec.request_count), "--max-concurrency", str(spec.concurrency),
+               "--request-rate", "inf", "--num-warmups", str(spec.warmup_requests),
+               "--seed", str(spec.seed),
+               "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", ",".join(PERCENTILES),
+               "--save-result", "--save-detailed",
+               "--result-dir", str(spec.artifact_dir), "--result-filename", RESULT_FILE,
+               "--disable-tqdm"]
+        if spec.ignore_eos:
+            cmd += ["--ignore-eos", "--extra-body", json.dumps({"min_tokens": spec.output_tokens})]
+        return cmd
+
+    def parse(self, spec: RunSpec, *, driver_version: str, driver_cpu_s: float | None = None,
+              started_at: str | None = None) -> RunMetrics:
+        path = spec.artifact_dir / RESULT_FILE
+        if not path.is_file():
+            raise RunFailed(f"vllm bench serve wrote no {RESULT_FILE} under {spec.artifact_dir}; driver log:\n"
+                            f"{tail(spec.artifact_dir / 'driver.log')}", hint="read the driver log")
+        return parse_vllm_bench_result(spec, path, driver_version=driver_version, driver_cpu_s=driver_cpu_s,
+                                       started_at=started_at)
+
+
+def parse_vllm_bench_result(spec: RunSpec, path: Path, *, driver_version: str, driver_cpu_s: float | None = None,
+                            started_at: str | None = None) -> RunMetrics:
+    """Read a ``vllm bench serve --save-result [--save-detailed]`` JSON file into RunMetrics."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunFailed(f"cannot read vllm bench result {path}: {exc}", hint="re-run the driver") from None
+    missing = [k for k in ("duration", "completed", "failed", "num_prompts", "output_throughput",
+                           "request_throughput", "total_output_tokens") if k not in result]
+    if missing:
+        raise RunFailed(f"vllm bench result {path} lacks {', '.join(missing)}",
+                        hint="was it written by `vllm bench serve --save-result` of vLLM 0.22.1?")
+    notes: list[str] = []
+    completed, failed, sent = int(result["completed"]), int(result["failed"]), int(result["num_prompts"])
+    if completed + failed != sent:
+        notes.append(f"completed ({completed}) + failed ({failed}) != num_prompts ({sent}); "
+                     "failures taken as num_prompts - completed")
+        failed = sent - completed
+    if result.get("max_concurrency") not in (None, spec.concurrency):
+        notes.append(f"result max_concurrency {result.get('max_concurrency')} != planned {spec.concurrency}")
+
+    mismatches = None
+    lens, errors = result.get("output_lens"), result.get("errors")
+    if spec.ignore_eos:
+        if isinstance(lens, list) and isinstance(errors, list) and len(lens) == len(errors):
+            ok_lens = [n for n, err in zip(lens, errors) if not err]
+            mismatches = sum(1 for n in ok_lens if n != spec.output_tokens)
+            if len(ok_lens) != completed:
+                notes.append(f"{len(ok_lens)} requests without an error in the detail, {completed} completed")
+                mismatches = min(mismatches, completed)
+        else:
+            notes.append("no per-request output_lens/errors (run without --save-detailed): "
+                         "output lengths not checked")
+
+    latencies: dict[str, float | None] = {}
+    for prefix, metric in METRIC_NAMES.items():
+        for p in PERCENTILES:
+            value = result.get(f"p{p}_{metric}_ms") if completed else None
+            if value is None and p == "50" and completed:
+                value = result.get(f"median_{metric}_ms")
+            latencies[f"{prefix}_p{p}_ms"] = None if value is None else float(value)
+    return RunMetrics(
+        arm=spec.arm, recipe_sha256=spec.recipe_sha256, run_index=spec.run_index, concurrency=spec.concurrency,
+        driver="vllm-bench", driver_version=driver_version, token_count_source="server", streaming=True,
+        expected_output_tokens=spec.output_tokens, raw_export_path=str(path),
+        driver_cpu_s=driver_cpu_s, started_at=started_at,
+        requests_sent=sent, requests_completed=completed, failures=failed,
+        output_length_mismatches=mismatches, output_tokens_total=int(result["total_output_tokens"]),
+        duration_s=float(result["duration"]), output_tok_s=float(result["output_throughput"]),
+        request_s=float(result["request_throughput"]), notes=notes, **latencies)

@@ -1,0 +1,339 @@
+"""Serving workloads, the ordered run plan of an A/B experiment, and running that plan.
+
+A ``Workload`` says what every run sends (lengths, streaming, fixed output length), at which
+concurrencies, how many requests per point, how many runs per arm and in which arm order. Presets
+are data: ``workloads/*.yaml`` beside this file (``seed-paired``, ``public-1000``).
+
+Defaults derived from the concurrency ``c`` when not given:
+  * ``request_count = max(16 * c, 64)``: every concurrency slot serves at least 16 requests, so the
+    ramp-up and drain at the edges (about one request per slot each) are a small part of the window,
+    and at least 64 requests so that a p95 rests on more than a handful of samples. For the seed
+    workload (128 -> 64 tokens) that is seconds of measurement at every point on an H100, not a burst.
+  * ``warmup_requests = max(2 * c, 4)``: sent at the same concurrency before the window, excluded.
+
+Arm order and engine lifetimes (``plan_runs``). One GPU holds one vLLM engine at its default
+``--gpu-memory-utilization 0.9``; running both arms side by side would need a memory split, which
+changes the KV-cache size and so the very throughput being compared. So each arm's engine runs alone,
+and every switch between arms is an engine restart:
+  * ``sequential``: A's runs, then B's: 2 engine starts; cheapest, but drift reads as a difference.
+  * ``interleaved``: A B A B ... one run each: 2 x runs engine starts; drift spreads over both arms
+    evenly, and engine start-up variance becomes part of the between-run spread (as it is in use).
+  * ``sandwich`` (default): A's first ceil(runs/2) runs, all of B's runs, A's remaining runs:
+    3 engine starts; A-before vs A-after exposes drift at little cost.
+Within one engine lifetime each run sweeps every concurrency in the given order, and the prefix
+cache is reset (``POST /reset_prefix_cache``) before every (run, concurrency) point.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from infercrane.errors import InfercraneError, InputError
+from infercrane.serving.engine import EngineRecord
+from infercrane.serving.metrics import RunMetrics
+from infercrane.serving.recipes import Recipe
+
+WORKLOAD_SCHEMA_VERSION = "infercrane.serving-workload/v1"
+WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
+ArmOrder = Literal["sequential", "interleaved", "sandwich"]
+
+REQUESTS_PER_SLOT = 16
+MIN_REQUESTS = 64
+WARMUP_PER_SLOT = 2
+MIN_WARMUP = 4
+THREE_RUNS_NOTE = ("3 runs per arm: a two-sided Mann-Whitney rank test cannot reach p < 0.05 with 3 against 3 "
+                   "(its smallest p is 0.1), and a confidence interval for a median needs about 6 runs; "
+                   "a difference can at most be called AMBIGUOUS")
+
+
+class Workload(BaseModel):
+    """What each run sends and how the experiment is repeated. Frozen; see the module docstring."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal["infercrane.serving-workload/v1"]
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    description: str = ""
+    endpoint: Literal["completions", "chat"] = Field(default="completions",
+                                                     description="OpenAI API the drivers call")
+    concurrency: list[int] = Field(min_length=1, description="concurrency points, swept in this order")
+    input_tokens: int = Field(ge=1, description="prompt tokens per request (synthetic)")
+    output_tokens: int = Field(ge=2, description="output tokens asked per request (>= 2 so TPOT is defined)")
+    streaming: bool = True
+    ignore_eos: bool = Field(default=True, description="fix output lengths: ignore_eos and min_tokens = output_tokens")
+    token_count_source: Literal["server", "client"] = Field(
+        default="server", description="count output tokens from the server's usage, or with a client tokenizer")
+    request_count: int | None = Field(default=None, ge=1,
+                                      description=f"requests per point; default max({REQUESTS_PER_SLOT} x c, "
+                                                  f"{MIN_REQUESTS})")
+    warmup_requests: int | None = Field(default=None, ge=0,
+                                        description=f"excluded requests before each point; default "
+                                                    f"max({WARMUP_PER_SLOT} x c, {MIN_WARMUP})")
+    runs_per_arm: int = Field(default=5, ge=3, le=100, description="repeated runs per arm (3 allowed, with a note)")
+    arm_order: ArmOrder = "sandwich"
+    seed: int = Field(default=0, description="seed of the synthetic prompts (same for every run and arm)")
+    request_timeout_s: float = Field(default=600.0, gt=0, description="one request's time limit")
+    run_timeout_s: float = Field(default=3600.0, gt=0, description="one driver invocation's time limit")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency_ok(cls, value: list[int]) -> list[int]:
+        if any(c < 1 for c in value):
+            raise ValueError("every concurrency must be >= 1")
+        if len(set(value)) != len(value):
+            raise ValueError(f"concurrency points repeat: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _requests_cover_concurrency(self) -> "Workload":
+        if self.request_count is not None and self.request_count < max(self.concurrency):
+            raise ValueError(f"request_count {self.request_count} is below the highest concurrency "
+                             f"{max(self.concurrency)}: the engine would never see that many requests at once")
+        return self
+
+    def requests_at(self, concurrency: int) -> int:
+        return self.request_count if self.request_count is not None \
+            else max(REQUESTS_PER_SLOT * concurrency, MIN_REQUESTS)
+
+    def warmup_at(self, concurrency: int) -> int:
+        return self.warmup_requests if self.warmup_requests is not None \
+            else max(WARMUP_PER_SLOT * concurrency, MIN_WARMUP)
+
+    def notes(self) -> list[str]:
+        """Caveats to record with any result of this workload."""
+        out = []
+        if self.runs_per_arm == 3:
+            out.append(THREE_RUNS_NOTE)
+        if self.request_count is None:
+            out.append("requests per point derived: " + ", ".join(
+                f"c={c}: {self.requests_at(c)}" for c in self.concurrency))
+        if not self.ignore_eos:
+            out.append("ignore_eos is off: output lengths vary with the model, so throughputs compare different work")
+        return out
+
+    def with_overrides(self, **changes: Any) -> "Workload":
+        """A new validated workload with the given fields replaced (CLI overrides)."""
+        return _validate({**self.model_dump(mode="json"), **changes}, source="overrides")
+
+
+def workload_presets() -> list[str]:
+    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.yaml"))
+
+
+def _validate(data: Any, *, source: str) -> Workload:
+    if not isinstance(data, dict):
+        raise InputError(f"workload {source}: expected a mapping of fields, got {type(data).__name__}",
+                         hint="see infercrane/serving/workloads/seed-paired.yaml")
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"field '{'.'.join(str(p) for p in e['loc']) or '(workload)'}': {e['msg']}" for e in exc.errors()]
+        raise InputError(f"workload {source} is invalid:\n  " + "\n  ".join(problems),
+                         hint=f"fix the named field(s); schema_version must be {WORKLOAD_SCHEMA_VERSION!r}") from None
+
+
+def load_workload(name_or_path: str | Path) -> Workload:
+    """A preset by name (``workload_presets()``) or a YAML file."""
+    import yaml
+
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        if not re.match(r"^[a-z0-9][a-z0-9._-]*$", text) or not (WORKLOADS_DIR / f"{text}.yaml").exists():
+            raise InputError(f"no workload preset named {text!r} and no such file",
+                             hint=f"presets: {', '.join(workload_presets())}; or give a path to a .yaml file")
+        path = WORKLOADS_DIR / f"{text}.yaml"
+    if not path.is_file():
+        raise InputError(f"workload file {path} does not exist", hint="check the path")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"workload file {path} is not valid YAML: {exc}", hint="fix the YAML syntax") from None
+    return _validate(data, source=str(path))
+
+
+# -- the run plan -------------------------------------------------------------------------------
+class PlannedRun(BaseModel):
+    """One driver invocation: arm, run index, concurrency; ``segment`` numbers the engine lifetime."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arm: str
+    run_index: int = Field(ge=0)
+    concurrency: int = Field(ge=1)
+    segment: int = Field(ge=0, description="runs with the same segment share one engine lifetime")
+
+
+def plan_runs(arms: Sequence[str], workload: Workload, order: ArmOrder | None = None) -> list[PlannedRun]:
+    """Expand arms x runs x concurrencies into the ordered plan (see the module docstring)."""
+    order = order or workload.arm_order
+    arms = list(arms)
+    if not arms:
+        raise InputError("no arm to plan", hint="give at least one recipe")
+    if len(set(arms)) != len(arms):
+        raise InputError(f"arm names repeat: {arms}", hint="give each recipe (arm) a distinct name")
+    if order in ("sandwich", "interleaved") and len(arms) < 2:
+        raise InputError(f"arm order {order!r} needs two arms, got {arms}", hint="use arm_order: sequential")
+    if order == "sandwich" and len(arms) != 2:
+        raise InputError(f"arm order 'sandwich' (A B A) needs exactly two arms, got {len(arms)}",
+                         hint="use interleaved or sequential for more arms")
+    runs = workload.runs_per_arm
+    blocks: list[tuple[str, range]] = []  # (arm, run indices) per engine lifetime
+    if order == "sequential":
+        blocks = [(arm, range(runs)) for arm in arms]
+    elif order == "interleaved":
+        blocks = [(arm, range(r, r + 1)) for r in range(runs) for arm in arms]
+    elif order == "sandwich":
+        first = math.ceil(runs / 2)
+        a, b = arms
+        blocks = [(a, range(first)), (b, range(runs)), (a, range(first, runs))]
+    else:
+        raise InputError(f"unknown arm order {order!r}", hint="one of: sequential, interleaved, sandwich")
+    return [PlannedRun(arm=arm, run_index=r, concurrency=c, segment=seg)
+            for seg, (arm, run_range) in enumerate(blocks) for r in run_range for c in workload.concurrency]
+
+
+def engine_starts(plan: Sequence[PlannedRun]) -> dict[str, int]:
+    """How many engine lifetimes each arm needs under this plan."""
+    out: dict[str, int] = {}
+    for seg in sorted({p.segment for p in plan}):
+        arm = next(p.arm for p in plan if p.segment == seg)
+        out[arm] = out.get(arm, 0) + 1
+    return out
+
+
+# -- running the plan ---------------------------------------------------------------------------
+class PlanResult(BaseModel):
+    """Everything one plan execution produced; ``complete`` is False when it stopped part-way."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: Workload
+    recipes: dict[str, Recipe] = Field(description="arm -> resolved recipe")
+    driver: str
+    order: ArmOrder
+    plan: list[PlannedRun]
+    runs: list[RunMetrics] = Field(default_factory=list)
+    engines: list[EngineRecord] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    complete: bool = False
+
+
+def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str, dict[str, str]]:
+    """(tokenizer argument for the driver, environment to add) for one recipe's model.
+
+    An explicit ``tokenizer`` wins. A local model directory goes through the model stand-in's
+    ``aiperf_tokenizer_env`` when that exists (AIPerf 0.12.0 refuses a local tokenizer directory
+    under HF_HUB_OFFLINE=1), else is used as is. A hub id is used as is (it must be in the local cache).
+    """
+    if tokenizer is not None:
+        return tokenizer, {}
+    if recipe.model_is_local():
+        model_dir = recipe.resolved_model()
+        try:
+            from infercrane.models.standin import aiperf_tokenizer_env  # type: ignore[attr-defined]
+        except ImportError:
+            try:
+                from infercrane.models import aiperf_tokenizer_env  # type: ignore[attr-defined]
+            except ImportError:
+                return model_dir, {}
+        tok, env = aiperf_tokenizer_env(model_dir)
+        return str(tok), dict(env)
+    if recipe.engine == "testserver":
+        raise InputError(f"recipe {recipe.name!r}: the test server's model {recipe.model!r} has no tokenizer",
+                         hint="pass a tokenizer directory explicitly")
+    return recipe.model, {}
+
+
+def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
+             driver: str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
+             startup_timeout_s: float = 900.0, preflight: bool = True,
+             on_run: Callable[[RunMetrics], None] | None = None) -> PlanResult:
+    """Run every planned run: start each arm's engine per segment, drive it, stop it.
+
+    ``recipes``: a sequence (arms named after the recipes) or a mapping arm -> recipe. Preflight
+    (``check_recipe`` per recipe, driver availability and options) runs before any engine starts.
+    Artifacts: ``out_dir/engines/<segment>-<arm>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (driver
+    exports). ``on_run`` is called with each run's metrics as soon as it is parsed. A failing run
+    stops the plan: engines are stopped and the error (RunFailed, mostly) propagates with ``.partial``
+    holding the PlanResult measured so far; KeyboardInterrupt stops the engines and propagates.
+    """
+    from infercrane.serving.drivers import RunSpec, get_driver
+    from infercrane.serving.engine import Engine
+    from infercrane.serving.recipes import check_recipe
+
+    arms = dict(recipes) if isinstance(recipes, Mapping) else {r.name: r for r in recipes}
+    if not isinstance(recipes, Mapping) and len(arms) != len(recipes):
+        raise InputError("two recipes share a name", hint="rename one, or pass a mapping arm -> recipe")
+    arms = {arm: (r if r.sha256 else r.resolved()) for arm, r in arms.items()}
+    order = order or workload.arm_order
+    plan = plan_runs(list(arms), workload, order)
+    drv = get_driver(driver)
+    out = Path(out_dir)
+    tokenizers = {arm: resolve_tokenizer(r, tokenizer) for arm, r in arms.items()}
+
+    def spec_for(p: PlannedRun, engine: Any) -> RunSpec:
+        tok, tok_env = tokenizers[p.arm]
+        return RunSpec(base_url=engine.base_url if engine else "http://127.0.0.1:0",
+                       served_model=engine.served_model if engine else arms[p.arm].model,
+                       tokenizer=tok, endpoint=workload.endpoint, streaming=workload.streaming,
+                       ignore_eos=workload.ignore_eos, input_tokens=workload.input_tokens,
+                       output_tokens=workload.output_tokens, concurrency=p.concurrency,
+                       request_count=workload.requests_at(p.concurrency),
+                       warmup_requests=workload.warmup_at(p.concurrency), seed=workload.seed,
+                       token_count_source=workload.token_count_source,
+                       request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
+                       artifact_dir=out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}",
+                       arm=p.arm, recipe_sha256=arms[p.arm].sha256 or "", run_index=p.run_index, env=tok_env)
+
+    if preflight:
+        for recipe in arms.values():
+            check_recipe(recipe)
+        ok, reason = drv.available()
+        if not ok:
+            from infercrane.errors import UnavailableError
+
+            raise UnavailableError(f"driver {driver!r} is not available here: {reason}",
+                                   hint="install it, or pick another driver")
+        drv.check(spec_for(plan[0], None))
+
+    result = PlanResult(workload=workload, recipes=arms, driver=driver, order=order, plan=plan,
+                        notes=workload.notes())
+    segments: dict[int, list[PlannedRun]] = {}
+    for p in plan:
+        segments.setdefault(p.segment, []).append(p)
+    try:
+        for seg, runs in segments.items():
+            arm = runs[0].arm
+            engine = Engine(arms[arm], log_dir=out / "engines", label=f"{seg:02d}-{arm}",
+                            startup_timeout_s=startup_timeout_s)
+            result.engines.append(engine.record)
+            with engine:
+                for p in runs:
+                    if not engine.alive():
+                        raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
+                    engine.reset_prefix_cache()
+                    metrics = drv.run(spec_for(p, engine))
+                    result.runs.append(metrics)
+                    if on_run is not None:
+                        on_run(metrics)
+                    if not engine.alive():
+                        raise engine.failure(f"died during run {p.run_index} at concurrency {p.concurrency}")
+    except InfercraneError as exc:
+        result.notes.append(f"stopped part-way: {exc.message.splitlines()[0]}")
+        exc.partial = result  # type: ignore[attr-defined]
+        raise
+    result.complete = True
+    return result
+
+
+def run_arm(recipe: Recipe, workload: Workload, *, out_dir: str | Path, driver: str = "aiperf",
+            tokenizer: str | None = None, startup_timeout_s: float = 900.0,
+            on_run: Callable[[RunMetrics], None] | None = None) -> PlanResult:
+    """One recipe alone: one engine lifetime, ``runs_per_arm`` runs x every concurrency."""
+    return run_plan([recipe], workload, out_dir=out_dir, driver=driver, order="sequential", tokenizer=tokenizer,
+                    startup_timeout_s=startup_timeout_s, on_run=on_run)
