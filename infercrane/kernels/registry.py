@@ -46,6 +46,8 @@ class Implementation:
     load: Callable[[Any], Callable[..., Any]]
     notes: tuple[str, ...] = ()
     describe: Callable[[], dict[str, str]] = field(default=lambda: {})
+    # Whether it can run on CPU tensors (a functional run), and if not why; most GPU kernels cannot.
+    runs_on_cpu: Callable[[], tuple[bool, str]] = field(default=lambda: (True, ""))
 
     def probe(self) -> tuple[bool, str]:
         """``available()``, with an unexpected exception turned into a reason instead of a crash."""
@@ -54,6 +56,14 @@ class Implementation:
         except Exception as e:  # a broken toolchain must read as "skipped: why", never as silence
             return False, f"availability probe raised {type(e).__name__}: {e}"
         return bool(ok), "" if ok else (reason or "unavailable (no reason given)")
+
+    def probe_cpu(self) -> tuple[bool, str]:
+        """``runs_on_cpu()`` for a functional run on CPU tensors, exceptions turned into reasons."""
+        try:
+            ok, reason = self.runs_on_cpu()
+        except Exception as e:
+            return False, f"CPU probe raised {type(e).__name__}: {e}"
+        return bool(ok), "" if ok else (reason or "cannot run on CPU tensors")
 
 
 def known_ops() -> list[str]:

@@ -179,14 +179,23 @@ class ComparisonRecord(Strict):
 
 
 class AmdahlRecord(Strict):
+    """One end-to-end ceiling: ``f = calls_per_step * baseline_t_us / (decode_step_ms * 1000)`` is the op's share of
+    a decode step today; best possible gain ``1/(1-f)``; expected gain ``1/((1-f) + f/s)`` with
+    ``s = baseline_t_us / candidate_t_us`` (both as percent gains)."""
+
     calls_per_step: PositiveInt
-    op_us_per_call: PositiveFloat
+    candidate_t_us: PositiveFloat
+    baseline_t_us: PositiveFloat
+    baseline: NonEmptyStr
     decode_step_ms: PositiveFloat
     decode_step_source: NonEmptyStr
-    op_fraction: float = Field(ge=0, lt=1)
+    rows: PositiveInt | None = None
+    timing_mode: str | None = None
+    op_share: float = Field(ge=0, lt=1)
     op_speedup: PositiveFloat
-    ceiling_percent: NonNegativeFloat
-    expected_percent: float
+    win_ns_per_call: float
+    best_possible_gain_percent: float
+    expected_gain_percent: float
 
 
 class CandidateDecision(Strict):
@@ -218,7 +227,7 @@ class CudaKernelScreeningReceiptV2(Strict):
     comparisons: list[ComparisonRecord] = Field(default_factory=list)
     timing_method: dict[str, str] = Field(default_factory=dict)
     calibration: dict[str, Any] = Field(default_factory=dict)
-    amdahl: AmdahlRecord | None = None
+    amdahl: list[AmdahlRecord] = Field(default_factory=list)
     policy: dict[str, Any]
     provenance: Provenance
     content_sha256: str = SHA256

@@ -200,15 +200,17 @@ def _rules_screening_v2(r: v2.CudaKernelScreeningReceiptV2) -> list[Problem]:
         out.append(("decision_code", f"is {r.decision_code!r} but the candidate failed correctness at rows {mine_failed}"))
     if not any(c.implementation == cand for c in r.correctness) and r.decision_code != "reject":
         out.append(("correctness", f"holds no check of the candidate {cand!r}; only a rejection may stand without one"))
-    if r.amdahl is not None:
-        a = r.amdahl
-        out += check_derived("amdahl.op_fraction", a.op_fraction, "calls_per_step * op_us_per_call / 1000 / decode_step_ms",
-                             lambda n, t, s: n * t / 1000.0 / s, a.calls_per_step, a.op_us_per_call, a.decode_step_ms)
-        out += check_derived("amdahl.ceiling_percent", a.ceiling_percent, "(1 / (1 - op_fraction) - 1) * 100",
-                             lambda f: (1.0 / (1.0 - f) - 1.0) * 100.0, a.op_fraction)
-        out += check_derived("amdahl.expected_percent", a.expected_percent,
-                             "(1 / ((1 - op_fraction) + op_fraction / op_speedup) - 1) * 100",
-                             lambda f, s: (1.0 / ((1.0 - f) + f / s) - 1.0) * 100.0, a.op_fraction, a.op_speedup)
+    for i, a in enumerate(r.amdahl):
+        p = f"amdahl[{i}]"
+        out += check_derived(f"{p}.op_share", a.op_share, "calls_per_step * baseline_t_us / 1000 / decode_step_ms",
+                             lambda n, t, s: n * t / 1000.0 / s, a.calls_per_step, a.baseline_t_us, a.decode_step_ms)
+        out += check_derived(f"{p}.op_speedup", a.op_speedup, "baseline_t_us / candidate_t_us", _ratio,
+                             a.baseline_t_us, a.candidate_t_us)
+        out += check_derived(f"{p}.best_possible_gain_percent", a.best_possible_gain_percent,
+                             "(1 / (1 - op_share) - 1) * 100", lambda f: (1.0 / (1.0 - f) - 1.0) * 100.0, a.op_share)
+        out += check_derived(f"{p}.expected_gain_percent", a.expected_gain_percent,
+                             "(1 / ((1 - op_share) + op_share / op_speedup) - 1) * 100",
+                             lambda f, s: (1.0 / ((1.0 - f) + f / s) - 1.0) * 100.0, a.op_share, a.op_speedup)
     return out
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -34,9 +35,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,13 +48,22 @@ HOST = "127.0.0.1"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def is_stand_in(model_dir: str | Path) -> bool:
-    """A local model directory with a config.json and no weight files: only dummy weights can serve it."""
+def needs_dummy_weights(model_dir: str | Path) -> bool:
+    """True for a model stand-in (its marker says so), or any model directory without weight files:
+    vLLM can serve those only with ``--load-format dummy``."""
     path = Path(model_dir)
+    try:
+        from infercrane.models.standin import read_stand_in_marker
+    except ImportError:
+        marker = None
+    else:
+        marker = read_stand_in_marker(path)
+    if marker is not None:
+        return marker.get("weights") == "dummy"
     if not (path / "config.json").is_file():
         return False
     return not any(p.suffix in WEIGHT_SUFFIXES for p in path.rglob("*") if p.is_file())
@@ -70,6 +79,7 @@ class EngineKind:
     install_hint: str
     underscores_ok: bool  # the engine's parser accepts --max_model_len for --max-model-len
     needs_model_config: bool  # a local model dir must hold config.json
+    short_aliases: tuple[tuple[str, str], ...] = ()  # rewritten by the engine before parsing; not in --help
 
     def available(self) -> tuple[bool, str]:
         raise NotImplementedError
@@ -108,7 +118,7 @@ class _VllmKind(EngineKind):
         model = recipe.resolved_model()
         cmd = [*self.base_command(), "serve", model, "--host", HOST, "--port", str(port)]
         has_load_format = any(a.split("=", 1)[0] in ("--load-format", "--load_format") for a in recipe.engine_args)
-        if recipe.model_is_local() and is_stand_in(model) and not has_load_format:
+        if recipe.model_is_local() and needs_dummy_weights(model) and not has_load_format:
             cmd += ["--load-format", "dummy"]
         return [*cmd, *recipe.engine_args]
 
@@ -147,7 +157,8 @@ class _TestServerKind(EngineKind):
 
 ENGINE_KINDS: dict[str, EngineKind] = {
     "vllm": _VllmKind("vllm", "vllm serve", "install vllm==0.22.1 where the GPU is (see shared/gpu/stage_site.py)",
-                      underscores_ok=True, needs_model_config=True),
+                      underscores_ok=True, needs_model_config=True,
+                      short_aliases=(("-O", "--optimization-level"),)),  # vllm/utils/argparse_utils.py
     "testserver": _TestServerKind("testserver", "infercrane.serving.testserver", "pip install 'infercrane[serve]'",
                                   underscores_ok=False, needs_model_config=False),
 }
@@ -179,7 +190,7 @@ def stop_process_group(proc: subprocess.Popen, waits: tuple[float, ...] = (20.0,
     (the leader is reaped on the way, so a zombie leader does not count). Returns the signals sent.
     """
     sent: list[str] = []
-    for sig, wait_s in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
+    for sig, wait_s in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits, strict=True):
         proc.poll()
         if not group_alive(proc.pid):
             break
@@ -196,6 +207,18 @@ def stop_process_group(proc: subprocess.Popen, waits: tuple[float, ...] = (20.0,
             time.sleep(0.05)
     proc.poll()
     return sent
+
+
+def log_tail(path: str | Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file (read from its last 64 KiB), or "(no log)"."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _free_port() -> int:
@@ -224,7 +247,7 @@ def _http(method: str, url: str, body: dict | None = None, timeout_s: float = 5.
 
 
 # -- live-engine registry for atexit / SIGTERM ------------------------------------------------------
-_LIVE: set["Engine"] = set()
+_LIVE: set[Engine] = set()
 _LIVE_LOCK = threading.RLock()  # re-entrant: the SIGTERM handler may run inside a locked section
 _HOOKS_INSTALLED = False
 _PREVIOUS_SIGTERM = None
@@ -312,21 +335,21 @@ class Engine:
         return self.recipe.resolved_model() if self.recipe.engine == "vllm" else self.recipe.model
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def start(self) -> "Engine":
+    def start(self) -> Engine:
         if self.proc is not None:
             raise RunFailed(f"engine {self.label!r} was already started", hint="use a new Engine per lifetime")
         _install_exit_hooks()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env_added}
         t0 = time.monotonic()
-        self.record.started_at = _now()
+        self.record.started_at = utc_now()
         with open(self.log_path, "ab") as log:
             log.write(f"# infercrane: {' '.join(self.command)}\n# env added: {self.env_added}\n".encode())
             log.flush()
@@ -379,7 +402,7 @@ class Engine:
                     if status == 200:
                         self.record.version = self._read_version()
                         return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout, OSError) as exc:
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.25)
 
@@ -422,17 +445,10 @@ class Engine:
             except subprocess.TimeoutExpired:
                 pass
             self.record.returncode = self.proc.returncode
-            self.record.stopped_at = _now()
+            self.record.stopped_at = utc_now()
             with _LIVE_LOCK:
                 _LIVE.discard(self)
             return self.proc.returncode
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 64 * 1024))
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)

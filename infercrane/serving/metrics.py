@@ -12,8 +12,8 @@ tpot_*_ms            (latency - TTFT) /              inter_token_latency  (NOT i
 e2e_*_ms             last byte - request start       request_latency                 p{50,95,99}_e2el_ms
 output_tok_s         output tokens / run duration    output_token_throughput         output_throughput
 request_s            completed requests / duration   request_throughput              request_throughput
-duration_s           first request sent -> last      benchmark_duration              duration
-                     response (profiling only)
+duration_s           the window the rates divide by  profiling phase end_ns -        duration
+                     (warm-up excluded)              start_ns (phase_manifest.json)
 ===================  ==============================  ==============================  =====================
 
 The naming trap: AIPerf's "inter_token_latency" is vLLM's TPOT (a per-request average); vLLM's "ITL"
@@ -81,7 +81,7 @@ class RunMetrics(BaseModel):
     notes: list[str] = Field(default_factory=list, description="anything the parser found odd")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "RunMetrics":
+    def _consistent(self) -> RunMetrics:
         if self.requests_completed + self.failures != self.requests_sent:
             raise ValueError(f"requests_completed ({self.requests_completed}) + failures ({self.failures}) "
                              f"!= requests_sent ({self.requests_sent})")

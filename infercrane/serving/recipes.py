@@ -122,7 +122,7 @@ class Recipe(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _hash_matches(self) -> "Recipe":
+    def _hash_matches(self) -> Recipe:
         if self.sha256 is not None and self.sha256 != self.computed_sha256():
             raise ValueError(
                 f"sha256 {self.sha256} does not match the recipe's content ({self.computed_sha256()}); "
@@ -154,14 +154,14 @@ class Recipe(BaseModel):
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def resolved(self) -> "Recipe":
+    def resolved(self) -> Recipe:
         """This recipe with the model path made absolute and ``sha256`` filled in."""
         data = self.canonical()
         data["sha256"] = self.computed_sha256()
         return Recipe.model_validate(data)
 
     def with_overrides(self, *, model: str | None = None, engine_args: list[str] | None = None,
-                       env: dict[str, str] | None = None, name: str | None = None) -> "Recipe":
+                       env: dict[str, str] | None = None, name: str | None = None) -> Recipe:
         """A new resolved recipe: ``model``/``name`` replace, ``engine_args`` append, ``env`` merges."""
         data = self.model_dump(mode="json", exclude={"sha256"})
         if model is not None:
@@ -254,11 +254,24 @@ def parse_help_flags(help_text: str) -> EngineFlags:
     return EngineFlags(flags=frozenset(flags), choices=choices)
 
 
-def check_engine_args(args: list[str], known: EngineFlags, *, engine: str, underscores_ok: bool = False) -> None:
-    """Raise InputError naming the first argument the engine's help does not list (or a bad choice)."""
+def check_engine_args(args: list[str], known: EngineFlags, *, engine: str, underscores_ok: bool = False,
+                      short_aliases: dict[str, str] | None = None) -> None:
+    """Raise InputError naming the first argument the engine's help does not list (or a bad choice).
+
+    ``underscores_ok``: ``--max_model_len`` means ``--max-model-len``. ``short_aliases``: short options
+    the engine rewrites before parsing, so its help does not list them (vLLM: ``-O3`` ->
+    ``--optimization-level 3``).
+    """
     i = 0
+    args = list(args)
     while i < len(args):
         token = args[i]
+        for short, long in (short_aliases or {}).items():
+            if token == short:
+                args[i] = token = long
+            elif token.startswith(short) and not token.startswith("--"):
+                args[i:i + 1] = [long, token[len(short):].lstrip("=")]
+                token = long
         if not token.startswith("-") or _NUMBER_RE.match(token):
             raise InputError(
                 f"engine_args: {token!r} is not a flag and does not follow one",
@@ -318,7 +331,7 @@ def check_recipe(recipe: Recipe, *, help_text: str | None = None) -> None:
                                hint="run the engine's --help by hand to see what it prints")
     try:
         check_engine_args(list(recipe.engine_args), known, engine=kind.display_name,
-                          underscores_ok=kind.underscores_ok)
+                          underscores_ok=kind.underscores_ok, short_aliases=dict(kind.short_aliases))
     except InputError as exc:
         raise InputError(f"recipe {recipe.name!r}: {exc.message}", hint=exc.hint) from None
     if recipe.model_is_local():

@@ -29,7 +29,7 @@ Faults, all deterministic: ``--fail-rate F`` answers HTTP 500 to a fraction F of
 chosen by a seeded generator over the arrival order (``--seed``), so the number of failures among
 the first N requests is fixed; ``--crash-after N`` exits the process (code 17) once N generation
 requests have finished; ``--hang-after N`` leaves every request after the N-th generation request
-(and /health) unanswered; ``--startup-delay-s`` sleeps before listening, as an engine loading weights.
+(and /health) unanswered (N = 0: from the start); ``--startup-delay-s`` sleeps before listening, as an engine loading weights.
 """
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ class _State:
         # Two independent streams so that turning one fault on does not move the other's choices.
         self.fail_rng = random.Random(f"fail-{self.cfg.seed}")
         self.short_rng = random.Random(f"short-{self.cfg.seed}")
+        self.hanging = self.cfg.hang_after == 0  # --hang-after 0: not even /health answers
 
 
 def count_prompt_tokens(body: dict) -> int:
@@ -159,6 +160,13 @@ def build_app(cfg: ServerConfig):
             print(f"testserver: crashing after {state.finished_requests} requests (--crash-after)", flush=True)
             os._exit(CRASH_EXIT_CODE)
 
+    async def send_whole(request, resp):
+        """Send a complete response, then count the request as finished (a crash comes after the bytes)."""
+        await resp.prepare(request)
+        await resp.write_eof()
+        after_finish()
+        return resp
+
     async def generate(request, chat: bool):
         await maybe_hang()
         arrival = time.perf_counter()
@@ -174,11 +182,9 @@ def build_app(cfg: ServerConfig):
             await never.wait()
         if cfg.fail_rate > 0 and state.fail_rng.random() < cfg.fail_rate:
             state.failures_sent += 1
-            after_finish()
-            return web.json_response(
+            return await send_whole(request, web.json_response(
                 {"error": {"message": "injected failure (--fail-rate)", "type": "InternalServerError", "code": 500}},
-                status=500,
-            )
+                status=500))
         n = output_length(body, cfg)
         if cfg.short_output_rate > 0 and state.short_rng.random() < cfg.short_output_rate:
             n = max(1, n // 2)
@@ -208,8 +214,7 @@ def build_app(cfg: ServerConfig):
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
                 payload = {**common, "object": "text_completion", "choices": [choice], "usage": usage}
-            after_finish()
-            return web.json_response(payload)
+            return await send_whole(request, web.json_response(payload))
 
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -265,7 +270,7 @@ async def serve(cfg: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(build_app(cfg), access_log=None)
+    runner = web.AppRunner(build_app(cfg), access_log=None, shutdown_timeout=1.0)  # hung requests do not delay exit
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)
     await site.start()

@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -89,7 +90,7 @@ class Workload(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _requests_cover_concurrency(self) -> "Workload":
+    def _requests_cover_concurrency(self) -> Workload:
         if self.request_count is not None and self.request_count < max(self.concurrency):
             raise ValueError(f"request_count {self.request_count} is below the highest concurrency "
                              f"{max(self.concurrency)}: the engine would never see that many requests at once")
@@ -115,7 +116,7 @@ class Workload(BaseModel):
             out.append("ignore_eos is off: output lengths vary with the model, so throughputs compare different work")
         return out
 
-    def with_overrides(self, **changes: Any) -> "Workload":
+    def with_overrides(self, **changes: Any) -> Workload:
         """A new validated workload with the given fields replaced (CLI overrides)."""
         return _validate({**self.model_dump(mode="json"), **changes}, source="overrides")
 
@@ -226,21 +227,21 @@ class PlanResult(BaseModel):
 def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str, dict[str, str]]:
     """(tokenizer argument for the driver, environment to add) for one recipe's model.
 
-    An explicit ``tokenizer`` wins. A local model directory goes through the model stand-in's
-    ``aiperf_tokenizer_env`` when that exists (AIPerf 0.12.0 refuses a local tokenizer directory
-    under HF_HUB_OFFLINE=1), else is used as is. A hub id is used as is (it must be in the local cache).
+    An explicit ``tokenizer`` wins. A stand-in directory (``infercrane.models.standin``) goes through
+    its ``aiperf_tokenizer_env`` (AIPerf 0.12.0 refuses a local tokenizer directory under
+    HF_HUB_OFFLINE=1; the stand-in carries a hub-cache copy); another local directory is used as is;
+    a hub id is used as is (it must be in the local hub cache: the GPU machine has no network).
     """
     if tokenizer is not None:
         return tokenizer, {}
     if recipe.model_is_local():
         model_dir = recipe.resolved_model()
         try:
-            from infercrane.models.standin import aiperf_tokenizer_env  # type: ignore[attr-defined]
+            from infercrane.models.standin import aiperf_tokenizer_env, read_stand_in_marker
         except ImportError:
-            try:
-                from infercrane.models import aiperf_tokenizer_env  # type: ignore[attr-defined]
-            except ImportError:
-                return model_dir, {}
+            return model_dir, {}
+        if read_stand_in_marker(model_dir) is None:
+            return model_dir, {}
         tok, env = aiperf_tokenizer_env(model_dir)
         return str(tok), dict(env)
     if recipe.engine == "testserver":
@@ -276,11 +277,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     out = Path(out_dir)
     tokenizers = {arm: resolve_tokenizer(r, tokenizer) for arm, r in arms.items()}
 
-    def spec_for(p: PlannedRun, engine: Any) -> RunSpec:
+    def spec_for(p: PlannedRun, base_url: str, served_model: str) -> RunSpec:
         tok, tok_env = tokenizers[p.arm]
-        return RunSpec(base_url=engine.base_url if engine else "http://127.0.0.1:0",
-                       served_model=engine.served_model if engine else arms[p.arm].model,
-                       tokenizer=tok, endpoint=workload.endpoint, streaming=workload.streaming,
+        return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint, streaming=workload.streaming,
                        ignore_eos=workload.ignore_eos, input_tokens=workload.input_tokens,
                        output_tokens=workload.output_tokens, concurrency=p.concurrency,
                        request_count=workload.requests_at(p.concurrency),
@@ -293,13 +292,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     if preflight:
         for recipe in arms.values():
             check_recipe(recipe)
-        ok, reason = drv.available()
-        if not ok:
-            from infercrane.errors import UnavailableError
-
-            raise UnavailableError(f"driver {driver!r} is not available here: {reason}",
-                                   hint="install it, or pick another driver")
-        drv.check(spec_for(plan[0], None))
+        drv.require_available()
+        drv.check(spec_for(plan[0], "http://127.0.0.1:0", arms[plan[0].arm].model))  # options only
 
     result = PlanResult(workload=workload, recipes=arms, driver=driver, order=order, plan=plan,
                         notes=workload.notes())
@@ -317,7 +311,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                     if not engine.alive():
                         raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
                     engine.reset_prefix_cache()
-                    metrics = drv.run(spec_for(p, engine))
+                    metrics = drv.run(spec_for(p, engine.base_url, engine.served_model))
                     result.runs.append(metrics)
                     if on_run is not None:
                         on_run(metrics)

@@ -37,8 +37,14 @@ class Comparison(Strict):
     same_margin: float
 
 
-def compare_all(result: "ScreenResult", policy: "KernelPolicy | None" = None) -> list[Comparison]:
-    """Every ok candidate against every other ok implementation, at every (rows, mode) both have samples for."""
+def compare_all(
+    result: "ScreenResult", policy: "KernelPolicy | None" = None, notes: list[str] | None = None,
+) -> list[Comparison]:
+    """Every ok candidate against every other ok implementation, at every (rows, mode) both have samples for.
+
+    A pair whose samples cannot give an interval (fewer than 2 kept samples, a non-positive time) is left out, with
+    a line saying why appended to ``notes``.
+    """
     from infercrane.decide.policy import load_policy
     from infercrane.stats import speedup_ci, timing_verdict
 
@@ -52,12 +58,18 @@ def compare_all(result: "ScreenResult", policy: "KernelPolicy | None" = None) ->
                 continue
             for cell in ref.timings:
                 mine = cand_cells.get((cell.rows, cell.mode))
-                if mine is None or len(mine.kept_samples_us) < 2 or len(cell.kept_samples_us) < 2:
+                if mine is None:
                     continue
-                ci = speedup_ci(
-                    cell.kept_samples_us, mine.kept_samples_us, confidence=policy.confidence,
-                    n_resamples=policy.bootstrap_resamples, seed=policy.bootstrap_seed,
-                )
+                where = f"{cand.key} vs {ref.key} at rows={cell.rows} {cell.mode}"
+                try:
+                    ci = speedup_ci(
+                        cell.kept_samples_us, mine.kept_samples_us, confidence=policy.confidence,
+                        n_resamples=policy.bootstrap_resamples, seed=policy.bootstrap_seed,
+                    )
+                except ValueError as e:
+                    if notes is not None:
+                        notes.append(f"{where}: no comparison ({e})")
+                    continue
                 out.append(Comparison(
                     candidate=cand.key, reference=ref.key, reference_kind=ref.kind, rows=cell.rows, mode=cell.mode,
                     candidate_t_us=mine.summary.median, reference_t_us=cell.summary.median, speedup=ci,
@@ -71,7 +83,8 @@ def decision_inputs(
     result: "ScreenResult", candidate: str, *, policy: "KernelPolicy | None" = None, phrase: str | None = None,
 ) -> "KernelDecisionInputs":
     """The decision inputs for ``candidate``: correctness per rows, its timings against every measured baseline in
-    every mode (``decide_kernel`` picks the policy's mode), and the baselines that were skipped or failed."""
+    every mode (``decide_kernel`` picks the policy's mode), and the baselines that were skipped, failed, or not
+    selected (a counted baseline left out of the screen is listed as skipped, so the decision sees the gap)."""
     from infercrane.decide.kernel import KernelDecisionInputs, ShapeResult, SkippedBaseline, compare_timings
     from infercrane.decide.policy import load_policy
     from infercrane.errors import InputError
@@ -92,6 +105,8 @@ def decision_inputs(
                         or b.status)
         for b in baselines if b.status != "ok"
     ]
+    skipped += [SkippedBaseline(baseline=b, reason="not selected for this screen")
+                for b in policy.counted_baselines if b not in by_key]
     cand_cells = {(c.rows, c.mode): c for c in cand.timings}
     shapes = []
     for corr in cand.correctness:

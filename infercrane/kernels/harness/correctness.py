@@ -145,18 +145,20 @@ def compare(name: Literal["out", "residual_out"], got: Any, ref: Any, tol: Toler
     """Compare ``got`` (any float dtype) with the float32 ``ref`` under ``tol``; runs on the current stream."""
     import torch
 
-    got32 = got.detach().to(torch.float32).reshape(ref.shape)
-    ref_abs = ref.abs()
-    rms = float(torch.sqrt(torch.mean(ref * ref)).item())
+    # float64, so that the error of a garbage value near the dtype's maximum is still a finite number
+    got64 = got.detach().to(torch.float64).reshape(ref.shape)
+    ref64 = ref.to(torch.float64)
+    ref_abs = ref64.abs()
+    rms = float(torch.sqrt(torch.mean(ref64 * ref64)).item())
     atol = tol.atol_scale * rms
-    diff = (got32 - ref).abs()
+    diff = (got64 - ref64).abs()
     bound = atol + tol.rtol * ref_abs
     ok = diff <= bound  # NaN compares False: NaN/inf never pass
     bad = ~ok
-    finite = torch.isfinite(got32)
+    finite = torch.isfinite(got64)
     mismatched = int(bad.sum().item())
     nonfinite = int((~finite).sum().item())
-    max_abs = float(diff[finite].max().item()) if nonfinite < got32.numel() else None
+    max_abs = float(diff[finite].max().item()) if nonfinite < got64.numel() else None
     rel_mask = finite & (ref_abs > atol)
     max_rel = float((diff[rel_mask] / ref_abs[rel_mask]).max().item()) if bool(rel_mask.any().item()) else None
     first_bad = None
@@ -165,7 +167,7 @@ def compare(name: Literal["out", "residual_out"], got: Any, ref: Any, tol: Toler
         cols = int(ref.shape[-1])
         first_bad = (flat // cols, flat % cols)
     return TensorCheck(
-        name=name, passed=mismatched == 0, numel=int(got32.numel()), atol=atol, rtol=tol.rtol, mismatched=mismatched,
+        name=name, passed=mismatched == 0, numel=int(got64.numel()), atol=atol, rtol=tol.rtol, mismatched=mismatched,
         nonfinite=nonfinite, max_abs_err=max_abs, max_rel_err=max_rel, first_bad_index=first_bad,
     )
 
@@ -272,6 +274,9 @@ def check_implementation(
             with torch.cuda.stream(stream):
                 res = _run_one(fn, in_place, rows, hidden, eps, dtype, dev, seed, scale, tol, i)
             stream.synchronize()
+            # The results are read. Now wait for stray work a kernel left on other streams, so that it cannot write
+            # into memory the next check reuses.
+            torch.cuda.synchronize(dev)
             results.append(res)
     else:
         stream_note = "cpu (no streams)"

@@ -7,7 +7,8 @@ A worker holds one implementation for the whole screen (loaded once, compiled on
 implementations trial by trial while each stays in its own process.
 
 Jobs: ``load`` (probe availability, load the implementation), ``correctness`` (one row count), ``time`` (one row
-count x mode x trial), ``calibrate`` (device calibration; no implementation), ``exit``.
+count x mode x trial), ``describe`` (provenance at the end of the run), ``calibrate`` (device calibration; no
+implementation), ``ping``, ``exit``.
 
 Failure handling in the parent (``SubprocessWorker``):
 
@@ -107,11 +108,28 @@ class WorkerSession:
                 raise ValueError(f"unknown job {op!r}")
             return {"ok": True, "result": handler(job)}
         except InputError as e:
-            return {"ok": False, "error_type": "InputError", "error": e.message, "hint": e.hint,
+            if job.get("op") == "load":  # bad input (e.g. the user's file) is the caller's to fix: fail the screen
+                return {"ok": False, "error_type": "InputError", "error": e.message, "hint": e.hint,
+                        "traceback": traceback.format_exc()}
+            # raised by a kernel while running: that implementation failed, the screen goes on
+            return {"ok": False, "error_type": "InputError", "error": f"InputError: {e}", "in_kernel": True,
                     "traceback": traceback.format_exc()}
-        except BaseException as e:  # a kernel may raise anything; the parent decides what it means
+        except (Exception, SystemExit) as e:  # a kernel may raise anything (even exit); the parent decides
             return {"ok": False, "error_type": type(e).__name__, "error": f"{type(e).__name__}: {e}",
                     "traceback": traceback.format_exc()}
+        finally:
+            self._release_cached_memory()
+
+    def _release_cached_memory(self) -> None:
+        """Give cached device memory back between jobs, so idle workers do not hold GPU memory others need."""
+        if self.device is not None and getattr(self.device, "type", None) == "cuda":
+            try:
+                import torch
+
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()
+            except Exception:
+                pass
 
     def _device(self, name: str) -> Any:
         import torch
@@ -130,6 +148,8 @@ class WorkerSession:
         candidate = CandidateRef.from_json(job["candidate"]) if job.get("candidate") else None
         impl = registry.get(self.op, job["impl"], candidate=candidate)
         ok, reason = impl.probe()
+        if ok and self.device.type == "cpu":
+            ok, reason = impl.probe_cpu()
         info: dict[str, Any] = {
             "key": impl.key, "label": impl.label, "kind": impl.kind, "in_place": impl.in_place,
             "source": impl.source, "notes": list(impl.notes), "available": ok, "reason": reason,
@@ -140,10 +160,7 @@ class WorkerSession:
         self.impl = impl
         self.fn = impl.load(self.spec)
         self.in_place = impl.in_place
-        try:
-            info["provenance"] = {str(k): str(v) for k, v in impl.describe().items()}
-        except Exception as e:
-            info["provenance"] = {"describe_error": f"{type(e).__name__}: {e}"}
+        info["provenance"] = self._describe()
         return info
 
     def _require_loaded(self) -> None:
@@ -206,6 +223,17 @@ class WorkerSession:
         device = self._device(job["device"])
         return calibrate(device, list(job["modes"]), samples=int(job["samples"])).model_dump(mode="json")
 
+    def _describe(self) -> dict[str, str]:
+        try:
+            return {str(k): str(v) for k, v in self.impl.describe().items()}
+        except Exception as e:
+            return {"describe_error": f"{type(e).__name__}: {e}"}
+
+    def _do_describe(self, job: dict[str, Any]) -> dict[str, Any]:
+        """What the implementation reports about itself now (e.g. the configurations it compiled during the run)."""
+        self._require_loaded()
+        return {"provenance": self._describe()}
+
     def _do_ping(self, job: dict[str, Any]) -> dict[str, Any]:
         return {"pid": os.getpid()}
 
@@ -239,7 +267,7 @@ def main() -> int:
 def _unwrap(reply: dict[str, Any], what: str) -> dict[str, Any]:
     if reply.get("ok"):
         return reply["result"]
-    if reply.get("error_type") == "InputError":
+    if reply.get("error_type") == "InputError" and not reply.get("in_kernel"):
         raise InputError(reply.get("error", "bad input"), hint=reply.get("hint"))
     tb = reply.get("traceback") or ""
     raise WorkerFailure("error", f"{what} raised {reply.get('error')}\n{tb}".rstrip())

@@ -140,6 +140,7 @@ class ScreenResult(Strict):
     calibration_note: str | None = None
     implementations: list[ImplementationResult]
     comparisons: list[Comparison] = Field(default_factory=list)
+    comparison_notes: list[str] = Field(default_factory=list, description="pairs left uncompared, and why")
     comparison_policy: dict[str, Any] = Field(default_factory=dict)
     started_at: AwareDatetime
     finished_at: AwareDatetime
@@ -258,6 +259,21 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
     )
 
 
+def _prefill_info(op: str, impls: list["_Impl"], candidate: Any) -> None:
+    """What is known without loading anything, so an implementation whose worker dies while loading is still named
+    properly (the worker's own answer replaces this)."""
+    from infercrane.kernels import registry
+
+    built_in = {i.key: i for i in registry.implementations(op)}
+    for im in impls:
+        if im.key in built_in:
+            i = built_in[im.key]
+            im.info.update(label=i.label, kind=i.kind, in_place=i.in_place, source=i.source, notes=list(i.notes))
+        elif candidate is not None:
+            im.info.update(label=f"user candidate {candidate.path.name}:{candidate.function}", kind="candidate",
+                           in_place=candidate.in_place_override, source=candidate.text)
+
+
 class _Impl:
     """Mutable bookkeeping for one implementation during a screen."""
 
@@ -364,6 +380,7 @@ def screen(
     if progress is not None:
         progress(0, total, "starting workers")
     impls = [_Impl(k, make_worker(k)) for k in keys]
+    _prefill_info(op, impls, candidate)
     calib_worker = make_worker("calibration") if timed else None
     spec_json = spec_to_json(spec)
     try:
@@ -453,13 +470,21 @@ def screen(
                         im.calls.setdefault(cell, block.calls_per_sample)
                         im.steps += 1
                         step(f"trial {t + 1}/{trials} rows={r} {m}: {im.key}")
+        # 5. provenance as it stands after the run (configurations compiled, library versions)
+        for im in impls:
+            if im.active and im.worker is not None:
+                try:
+                    im.info["provenance"] = im.worker.request({"op": "describe"}, timeout_s, f"describe {im.key}")[
+                        "provenance"]
+                except WorkerFailure as e:
+                    im.info["provenance"] = {**im.info["provenance"], "describe_error": e.message[:500]}
     finally:
         for im in impls:
             im.close()
         if calib_worker is not None:
             calib_worker.close()
 
-    # 5. assemble
+    # 6. assemble
     copy_gbps = calibration.copy_bandwidth.median_gbps if calibration else None
     floors = {}
     if calibration:
@@ -502,6 +527,8 @@ def screen(
     result = ScreenResult(**base, comparisons=[], started_at=started, finished_at=finished,
                           wall_s=time.perf_counter() - t0)
     if timed:
-        result = result.model_copy(update={"comparisons": compare_all(result, policy)})
+        notes: list[str] = []
+        comparisons = compare_all(result, policy, notes)
+        result = result.model_copy(update={"comparisons": comparisons, "comparison_notes": notes})
         result = ScreenResult.model_validate(result.model_dump())
     return result

@@ -251,11 +251,11 @@ def time_cold(
     call: Callable[[], Any], *, samples: int, restore: Callable[[], None] | None, clock: ClockReader,
     flush: Any,
 ) -> tuple[list[float], list[int | None]]:
-    """cold: before each sample a buffer of at least twice the L2 size is overwritten (L2 flushed), then CUDA events time one call.
+    """cold: before each sample a buffer of at least twice the L2 size is overwritten (L2 flushed), then CUDA events time one call queued behind a short GPU spin, so the host's launch latency is not in the sample.
 
-    Between the flush and the start event a short GPU spin (``torch.cuda._sleep``) is queued, so the GPU is still
-    busy while the host enqueues the call: the sample measures the call's device time from a queued start rather
-    than the host's race to launch it. In-place inputs are restored before the flush.
+    The spin (``torch.cuda._sleep``, ``COLD_SPIN_CYCLES``) sits between the flush and the start event: the GPU is
+    still busy while the host enqueues the call, so the sample measures the call's device time from a queued start
+    rather than the host's race to launch it. In-place inputs are restored before the flush.
     """
     import torch
 

@@ -13,12 +13,12 @@ import os
 import resource
 import subprocess
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal
+from collections.abc import Mapping
 
 from infercrane.errors import InputError, RunFailed, UnavailableError
-from infercrane.serving.engine import stop_process_group
+from infercrane.serving.engine import log_tail, stop_process_group, utc_now
 from infercrane.serving.metrics import RunMetrics
 
 # name -> (module, class); imported on first use so that listing drivers imports no driver.
@@ -76,16 +76,20 @@ class Driver:
               started_at: str | None = None) -> RunMetrics:
         raise NotImplementedError
 
-    def run(self, spec: RunSpec) -> RunMetrics:
-        """Run the driver once against a live engine and return what it measured."""
+    def require_available(self) -> None:
+        """Raise UnavailableError, with the reason, when this driver cannot run here."""
         ok, reason = self.available()
         if not ok:
             raise UnavailableError(f"driver {self.name!r} is not available here: {reason}",
                                    hint=f"pick another driver ({', '.join(DRIVER_NAMES)}) or install this one")
+
+    def run(self, spec: RunSpec) -> RunMetrics:
+        """Run the driver once against a live engine and return what it measured."""
+        self.require_available()
         self.check(spec)
         version = self.version()
         spec.artifact_dir.mkdir(parents=True, exist_ok=True)
-        started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        started_at = utc_now()
         cpu_s = run_logged(self.command(spec), log_path=spec.artifact_dir / "driver.log",
                            env={**os.environ, **spec.env}, timeout_s=spec.timeout_s, what=f"driver {self.name}")
         return self.parse(spec, driver_version=version, driver_cpu_s=cpu_s, started_at=started_at)
@@ -94,14 +98,6 @@ class Driver:
 def _children_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_bytes()[-32 * 1024:].decode(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeout_s: float, what: str) -> float:
@@ -121,13 +117,13 @@ def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeou
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise RunFailed(f"{what} did not finish within {timeout_s:g} s; log {log_path}:\n{tail(log_path)}",
+            raise RunFailed(f"{what} did not finish within {timeout_s:g} s; log {log_path}:\n{log_tail(log_path, 30)}",
                             hint="raise the run timeout, or lower request_count; check that the engine still answers"
                             ) from None
     finally:
         stop_process_group(proc, (5.0, 5.0, 5.0))
     if rc != 0:
-        raise RunFailed(f"{what} exited with code {rc}; log {log_path}:\n{tail(log_path)}",
+        raise RunFailed(f"{what} exited with code {rc}; log {log_path}:\n{log_tail(log_path, 30)}",
                         hint="read the driver log; the command line is its first line")
     return round(_children_cpu_s() - cpu0, 3)
 

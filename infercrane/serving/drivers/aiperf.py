@@ -8,8 +8,10 @@ Command (flags as AIPerf 0.12.0's ``aiperf profile --help`` lists them): ``--mod
 ``--random-seed``, ``--request-timeout-seconds``; UI, server-metrics scraping and GPU telemetry off.
 
 Exports read back:
-  * ``profile_export_aiperf.json``: the profiling phase's summary (warm-up excluded); percentiles,
-    throughputs and ``benchmark_duration`` come from here;
+  * ``profile_export_aiperf.json``: the profiling phase's summary (warm-up excluded); percentiles
+    and throughputs come from here;
+  * ``phase_manifest.json``: the profiling phase's window (``end_ns - start_ns``), which AIPerf's
+    throughputs divide by: that is ``duration_s``;
   * ``profile_export.jsonl``: one record per request, with ``metadata.benchmark_phase``
     (``warmup``/``profiling``), ``metrics`` and, for a failed request, ``error``. Failures and
     output-length mismatches are counted here, from profiling records only, and cross-checked
@@ -22,12 +24,14 @@ import sys
 from pathlib import Path
 
 from infercrane.errors import RunFailed
-from infercrane.serving.drivers import Driver, RunSpec, tail
+from infercrane.serving.drivers import Driver, RunSpec
+from infercrane.serving.engine import log_tail
 from infercrane.serving.metrics import RunMetrics
 
 PINNED_VERSION = "0.12.0"
 SUMMARY_FILE = "profile_export_aiperf.json"
 RECORDS_FILE = "profile_export.jsonl"
+MANIFEST_FILE = "phase_manifest.json"
 
 # InferCrane field prefix -> AIPerf metric tag (see infercrane.serving.metrics for the definitions).
 METRIC_TAGS = {"ttft": "time_to_first_token", "tpot": "inter_token_latency", "e2e": "request_latency"}
@@ -92,6 +96,19 @@ def _stat(summary: dict, tag: str, stat: str) -> float | None:
     return float(entry[stat])
 
 
+def _profiling_window_s(artifact_dir: Path) -> float | None:
+    """The profiling phase's window from phase_manifest.json: what AIPerf divides by for its rates
+    (its ``benchmark_duration`` differs from it by milliseconds)."""
+    try:
+        manifest = json.loads((artifact_dir / MANIFEST_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    for phase in manifest.get("phases") or []:
+        if phase.get("phase_kind") == "profiling" and phase.get("start_ns") and phase.get("end_ns"):
+            return (int(phase["end_ns"]) - int(phase["start_ns"])) / 1e9
+    return None
+
+
 def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: str,
                         driver_cpu_s: float | None = None, started_at: str | None = None) -> RunMetrics:
     """Read AIPerf's summary JSON and per-request JSONL in ``artifact_dir`` into RunMetrics."""
@@ -99,7 +116,7 @@ def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: st
     records_path = artifact_dir / RECORDS_FILE
     if not summary_path.is_file() or not records_path.is_file():
         raise RunFailed(f"AIPerf wrote no {SUMMARY_FILE} / {RECORDS_FILE} under {artifact_dir}; "
-                        f"driver log:\n{tail(artifact_dir / 'driver.log')}",
+                        f"driver log:\n{log_tail(artifact_dir / 'driver.log', 30)}",
                         hint="read the driver log; --export-level records is needed for the JSONL")
     summary = json.loads(summary_path.read_text())
     records = []
@@ -148,7 +165,10 @@ def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: st
             if prefix in ("ttft", "tpot") and not spec.streaming:
                 value = None  # without streaming there is no first token to time
             latencies[f"{prefix}_{p}_ms"] = value
-    duration_s = _stat(summary, "benchmark_duration", "avg") or 0.0
+    duration_s = _profiling_window_s(artifact_dir)
+    if duration_s is None:
+        duration_s = _stat(summary, "benchmark_duration", "avg") or 0.0
+        notes.append(f"no {MANIFEST_FILE}: duration_s is AIPerf's benchmark_duration, not the rate window")
     return RunMetrics(
         arm=spec.arm, recipe_sha256=spec.recipe_sha256, run_index=spec.run_index, concurrency=spec.concurrency,
         driver="aiperf", driver_version=str(summary.get("aiperf_version") or driver_version),

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.serving.drivers import Driver, RunSpec, tail
+from infercrane.serving.drivers import Driver, RunSpec
+from infercrane.serving.engine import log_tail
 from infercrane.serving.metrics import RunMetrics
 
 RESULT_FILE = "vllm_bench_result.json"
@@ -83,7 +84,7 @@ class VllmBenchDriver(Driver):
         path = spec.artifact_dir / RESULT_FILE
         if not path.is_file():
             raise RunFailed(f"vllm bench serve wrote no {RESULT_FILE} under {spec.artifact_dir}; driver log:\n"
-                            f"{tail(spec.artifact_dir / 'driver.log')}", hint="read the driver log")
+                            f"{log_tail(spec.artifact_dir / 'driver.log', 30)}", hint="read the driver log")
         return parse_vllm_bench_result(spec, path, driver_version=driver_version, driver_cpu_s=driver_cpu_s,
                                        started_at=started_at)
 
@@ -113,7 +114,7 @@ def parse_vllm_bench_result(spec: RunSpec, path: Path, *, driver_version: str, d
     lens, errors = result.get("output_lens"), result.get("errors")
     if spec.ignore_eos:
         if isinstance(lens, list) and isinstance(errors, list) and len(lens) == len(errors):
-            ok_lens = [n for n, err in zip(lens, errors) if not err]
+            ok_lens = [n for n, err in zip(lens, errors, strict=True) if not err]
             mismatches = sum(1 for n in ok_lens if n != spec.output_tokens)
             if len(ok_lens) != completed:
                 notes.append(f"{len(ok_lens)} requests without an error in the detail, {completed} completed")

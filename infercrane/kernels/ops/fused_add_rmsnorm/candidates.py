@@ -46,6 +46,20 @@ def _module_loader(module: str, attr: str) -> Callable[[Any], Callable[..., Any]
     return load
 
 
+def _module_describe(module: str) -> Callable[[], dict[str, str]]:
+    """The module's own ``describe()`` (source hash, configurations compiled so far ...), if it has one."""
+
+    def describe() -> dict[str, str]:
+        import json
+
+        fn = getattr(importlib.import_module(f"{_PKG}.{module}"), "describe", None)
+        if fn is None:
+            return {}
+        return {str(k): v if isinstance(v, str) else json.dumps(v, default=str) for k, v in fn().items()}
+
+    return describe
+
+
 def _cuda_available() -> tuple[bool, str]:
     # The handwritten kernel compiles with NVRTC and launches through CuPy: it needs a device, whatever the module says.
     try:
@@ -55,6 +69,18 @@ def _cuda_available() -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, "no GPU: the handwritten CUDA kernel (NVRTC via CuPy) runs on a CUDA device only"
     return _module_available("cuda_kernel", "fused_add_rmsnorm_cuda")()
+
+
+def _cuda_only() -> tuple[bool, str]:
+    return False, "functional run on CPU tensors: this kernel runs on a CUDA device only"
+
+
+def _triton_on_cpu() -> tuple[bool, str]:
+    import os
+
+    if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
+        return True, ""
+    return False, "functional run on CPU tensors: Triton runs on CPU only under TRITON_INTERPRET=1"
 
 
 def implementations() -> tuple[Implementation, ...]:
@@ -94,6 +120,7 @@ def implementations() -> tuple[Implementation, ...]:
             available=baselines.vllm_available,
             load=baselines.load_vllm,
             describe=baselines.describe_vllm,
+            runs_on_cpu=_cuda_only,
         ),
         Implementation(
             key="triton",
@@ -103,6 +130,8 @@ def implementations() -> tuple[Implementation, ...]:
             source=f"{_HERE / 'triton_kernel.py'}::fused_add_rmsnorm_triton",
             available=_module_available("triton_kernel", "fused_add_rmsnorm_triton"),
             load=_module_loader("triton_kernel", "fused_add_rmsnorm_triton"),
+            describe=_module_describe("triton_kernel"),
+            runs_on_cpu=_triton_on_cpu,
         ),
         Implementation(
             key="cuda",
@@ -112,6 +141,8 @@ def implementations() -> tuple[Implementation, ...]:
             source=f"{_HERE / 'cuda_kernel.py'}::fused_add_rmsnorm_cuda",
             available=_cuda_available,
             load=_module_loader("cuda_kernel", "fused_add_rmsnorm_cuda"),
+            describe=_module_describe("cuda_kernel"),
+            runs_on_cpu=_cuda_only,
         ),
     )
     if tuple(i.key for i in impls) != KEYS:  # the listing and KEYS are one order; keep them so

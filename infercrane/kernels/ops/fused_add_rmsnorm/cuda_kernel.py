@@ -35,8 +35,10 @@ BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 # Most vectors one thread may own in a row (the source's static_assert; at 16, ptxas spills at hidden 1024):
 # hidden <= 8 elements * 1024 threads * 8 vectors = 65536.
 MAX_VECTORS_PER_THREAD = 8
-# Rows up to which blocks stay one warp wide (many small blocks spread a decode batch over the SMs).
-SMALL_ROWS = 1024
+# Up to this many rows the launch is latency-bound: spread each row over more threads (one 16-byte vector
+# each) so every thread's chain of dependent instructions is short; beyond it, bandwidth-bound: 4 vectors
+# per thread and 4-warp blocks of several rows.
+SMALL_ROWS = 2048
 
 
 class CudaCompileError(InfercraneError):
@@ -97,10 +99,12 @@ def cuda_config(
 
     * ``vec``: elements per access, the largest of 8/4/2/1 dividing ``hidden`` and ``align_elems``
       (the pointers' alignment in elements); 8 means 16-byte ``ld/st.global.v4``.
-    * ``threads_per_row``: next power of two >= (hidden / vec) / 4, so a thread owns about 4 vectors
-      (32 threads, one warp, at hidden 1024); clamped to [1, 1024].
-    * ``rows_per_block``: blocks of one warp for up to ``SMALL_ROWS`` rows, of 4 warps beyond; at least
-      one row, and never fewer threads than a warp.
+    * ``threads_per_row``: next power of two >= (hidden / vec) / v, so a thread owns about v vectors:
+      v = 1 for up to ``SMALL_ROWS`` rows (128 threads at hidden 1024: short per-thread chains for
+      latency-bound launches), v = 4 beyond (32 threads, one warp per row at hidden 1024); clamped to
+      [1, 1024].
+    * ``rows_per_block``: enough rows for at least one warp (up to ``SMALL_ROWS`` rows) or four warps
+      (beyond) per block.
     * ``persistent_blocks_per_sm``: None launches ``cdiv(rows, rows_per_block)`` blocks (one pass);
       an integer caps the grid at ``num_sms * persistent_blocks_per_sm`` and blocks loop over rows.
 
@@ -119,7 +123,8 @@ def cuda_config(
         raise InputError(f"vec must be 1, 2, 4 or 8 and divide hidden={hidden}, got {vec}")
     nvec = hidden // vec
     tpr = overrides.get("threads_per_row")
-    tpr = int(tpr) if tpr is not None else min(1024, _next_pow2(-(-nvec // 4)))
+    target_vpt = 1 if rows <= SMALL_ROWS else 4
+    tpr = int(tpr) if tpr is not None else min(1024, _next_pow2(-(-nvec // target_vpt)))
     if tpr <= 0 or tpr & (tpr - 1) or tpr > 1024:
         raise InputError(f"threads_per_row must be a power of two <= 1024, got {tpr}")
     vpt = -(-nvec // tpr)
@@ -176,6 +181,27 @@ def _defines(cfg: dict[str, Any]) -> tuple[str, ...]:
 def read_source() -> str:
     """The CUDA C++ source, read once."""
     return SOURCE_PATH.read_text()
+
+
+def describe() -> dict[str, Any]:
+    """What a result records about this implementation: the source's hash, options, configurations compiled."""
+    import hashlib
+
+    info: dict[str, Any] = {
+        "source": SOURCE_PATH.name,
+        "source_sha256": hashlib.sha256(read_source().encode()).hexdigest(),
+        "base_options": list(BASE_OPTIONS),
+        "compiled": [dict(c) for c in _COMPILED],
+        "launch": "torch.cuda.current_stream() through cupy.cuda.ExternalStream; raw data_ptr() arguments",
+    }
+    try:
+        import cupy
+
+        info["cupy"] = cupy.__version__
+        info["nvrtc"] = ".".join(str(v) for v in cupy.cuda.nvrtc.getVersion())
+    except Exception as e:
+        info["cupy"] = f"unavailable: {type(e).__name__}"
+    return info
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,17 +280,20 @@ def nvrtc_compile_ptx(source: str, options: tuple[str, ...], name: str = "fused_
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def compile_ptx(hidden: int, arch: str = "compute_90", *, source: str | None = None, **config: Any) -> str:
+def compile_ptx(hidden: int, arch: str = "compute_90", *, rows: int = 1, source: str | None = None,
+                **config: Any) -> str:
     """PTX of ``fused_add_rmsnorm.cu`` for ``hidden`` and ``arch`` (e.g. ``compute_90``), compiled by NVRTC.
 
-    ``config`` takes the keys of ``cuda_config`` (``vec``, ``threads_per_row``, ``rows_per_block``);
-    ``source`` replaces the file's text (to check a variant). Both entry points are in the PTX.
+    The configuration is ``cuda_config(rows, hidden, **config)``: ``rows`` picks the heuristic's regime
+    (latency-bound up to ``SMALL_ROWS``, bandwidth-bound beyond); ``config`` takes its override keys
+    (``vec``, ``threads_per_row``, ``rows_per_block``). ``source`` replaces the file's text (to check a
+    variant). Both entry points are in the PTX.
     Raises UnavailableError when NVRTC or the CUDA headers are missing; CudaCompileError (with the
     NVRTC log) on a compile error.
     """
     if not isinstance(arch, str) or not arch.startswith(("compute_", "sm_")):
         raise InputError(f"arch must look like 'compute_90' or 'sm_90', got {arch!r}")
-    cfg = cuda_config(1, hidden, **config)
+    cfg = cuda_config(rows, hidden, **config)
     includes = cuda_include_dirs()
     if not includes:
         raise UnavailableError(
@@ -281,6 +310,7 @@ def compile_ptx(hidden: int, arch: str = "compute_90", *, source: str | None = N
 # ---------------------------------------------------------------------------------------------------
 
 _FUNCTIONS: dict[tuple[Any, ...], Any] = {}
+_COMPILED: list[dict[str, Any]] = []
 _STREAMS: dict[tuple[int, int], Any] = {}
 _LAUNCH: dict[tuple[Any, ...], tuple[Any, tuple[int], tuple[int]]] = {}
 
@@ -294,29 +324,50 @@ def _device_info(index: int) -> tuple[str, int]:
     return f"sm_{props.major}{props.minor}", int(props.multi_processor_count)
 
 
-def _cupy_options(cfg: dict[str, Any]) -> tuple[str, ...]:
-    # CuPy adds the device's -arch itself; add a header directory only if one is found (a CUDA
-    # toolkit CuPy knows about makes it unnecessary, but a duplicate -I is harmless).
-    includes = cuda_include_dirs()
-    return (*BASE_OPTIONS, *cfg["defines"], *(f"-I{d}" for d in includes[:1]))
-
-
 def _function(device_index: int, arch: str, cfg: dict[str, Any], dtype: str) -> Any:
+    """The compiled entry point for ``cfg`` on ``device_index``, compiled by CuPy on first use.
+
+    CuPy adds the device's ``-arch=sm_XY``, ``-ftz=true`` and its CUDA header directory itself. Only if that
+    compile cannot find a CUDA header is it retried with ``-I`` for each directory ``cuda_include_dirs()`` finds.
+    """
     key = (device_index, arch, tuple(cfg["defines"]), dtype)
     fn = _FUNCTIONS.get(key)
-    if fn is None:
-        import cupy
+    if fn is not None:
+        return fn
+    import cupy
 
-        options = _cupy_options(cfg)
-        with cupy.cuda.Device(device_index):
-            try:
-                module = cupy.RawModule(code=read_source(), options=options)
-                fn = module.get_function(ENTRY_POINTS[dtype])
-            except cupy.cuda.compiler.CompileException as e:
-                raise CudaCompileError("CuPy/NVRTC could not compile fused_add_rmsnorm.cu", log=str(e),
-                                       options=options) from e
+    source = read_source()
+    attempts = [()] + [(f"-I{d}",) for d in cuda_include_dirs()]
+    failure: tuple[str, tuple[str, ...]] | None = None
+    for extra in attempts:
+        options = (*BASE_OPTIONS, *cfg["defines"], *extra)
+        try:
+            with cupy.cuda.Device(device_index):
+                kernel = cupy.RawModule(code=source, options=options).get_function(ENTRY_POINTS[dtype])
+                # the device's compiled function: compiles now (errors surface here), launches with less overhead
+                fn = getattr(kernel, "kernel", kernel)
+        except cupy.cuda.compiler.CompileException as e:
+            failure = (str(e), options)
+            if "cuda_bf16.h" in str(e) or "cuda_fp16.h" in str(e):
+                continue  # a header directory problem: try the next -I
+            break
+        except RuntimeError as e:
+            if "CUDA headers" in str(e) or "include" in str(e).lower():
+                failure = (str(e), options)
+                continue
+            raise
         _FUNCTIONS[key] = fn
-    return fn
+        _COMPILED.append({"device": device_index, "arch": arch, "dtype": dtype, "options": list(options),
+                          "entry": ENTRY_POINTS[dtype]})
+        return fn
+    assert failure is not None
+    log, options = failure
+    if "CUDA headers" in log or "cuda_bf16.h" in log:
+        raise UnavailableError(
+            f"CuPy could not find the CUDA headers to compile fused_add_rmsnorm.cu: {log.strip()[:500]}",
+            hint="set CUDA_PATH to a CUDA 13 toolkit, or pip install nvidia-cuda-runtime (CUDA 13 headers)",
+        )
+    raise CudaCompileError("CuPy/NVRTC could not compile fused_add_rmsnorm.cu", log=log, options=options)
 
 
 def _stream(device_index: int, stream_ptr: int) -> Any:

@@ -46,7 +46,8 @@ template <> struct RawOf<1> { typedef unsigned short type; };
 
 template <int VEC> union Pack {
   typename RawOf<VEC>::type raw;
-  unsigned short e[VEC];
+  unsigned short e[VEC];                 // one 16-bit value
+  unsigned int pair[VEC >= 2 ? VEC / 2 : 1];  // two 16-bit values: element 2i in the low half
 };
 
 struct Bf16 {
@@ -56,6 +57,15 @@ struct Bf16 {
   static __device__ __forceinline__ unsigned short from_float(float f) {  // round to nearest even
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
   }
+  static __device__ __forceinline__ void unpack2(unsigned int u, float& lo, float& hi) {  // exact
+    lo = __uint_as_float(u << 16);
+    hi = __uint_as_float(u & 0xffff0000u);
+  }
+  static __device__ __forceinline__ unsigned int pack2(float lo, float hi) {  // both rounded to nearest even
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return static_cast<unsigned int>(__bfloat16_as_ushort(v.x)) |
+           (static_cast<unsigned int>(__bfloat16_as_ushort(v.y)) << 16);
+  }
 };
 
 struct Fp16 {
@@ -63,7 +73,37 @@ struct Fp16 {
   static __device__ __forceinline__ unsigned short from_float(float f) {  // round to nearest even
     return __half_as_ushort(__float2half_rn(f));
   }
+  static __device__ __forceinline__ void unpack2(unsigned int u, float& lo, float& hi) {
+    lo = __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu)));
+    hi = __half2float(__ushort_as_half(static_cast<unsigned short>(u >> 16)));
+  }
+  static __device__ __forceinline__ unsigned int pack2(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return static_cast<unsigned int>(__half_as_ushort(v.x)) |
+           (static_cast<unsigned int>(__half_as_ushort(v.y)) << 16);
+  }
 };
+
+// VEC 16-bit values <-> float32, two at a time where VEC allows (one packed conversion per pair).
+template <class T, int VEC>
+__device__ __forceinline__ void unpack(const Pack<VEC>& p, float (&f)[VEC]) {
+  if constexpr (VEC >= 2) {
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) T::unpack2(p.pair[i], f[2 * i], f[2 * i + 1]);
+  } else {
+    f[0] = T::to_float(p.e[0]);
+  }
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ void pack(const float (&f)[VEC], Pack<VEC>& p) {
+  if constexpr (VEC >= 2) {
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) p.pair[i] = T::pack2(f[2 * i], f[2 * i + 1]);
+  } else {
+    p.e[0] = T::from_float(f[0]);
+  }
+}
 
 template <class T, int HIDDEN, int VEC, int TPR, int RPB>
 __device__ __forceinline__ void fused_add_rmsnorm_body(unsigned short* __restrict__ x,
@@ -125,13 +165,15 @@ __device__ __forceinline__ void fused_add_rmsnorm_body(unsigned short* __restric
     for (int k = 0; k < VEC; ++k) part[k] = 0.f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
+      float xf[VEC], rf[VEC];
+      unpack<T, VEC>(xv[j], xf);
+      unpack<T, VEC>(rv[j], rf);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const unsigned short b = T::from_float(T::to_float(xv[j].e[k]) + T::to_float(rv[j].e[k]));
-        rv[j].e[k] = b;
-        s[j][k] = T::to_float(b);
-        part[k] += s[j][k] * s[j][k];
-      }
+      for (int k = 0; k < VEC; ++k) xf[k] += rf[k];
+      pack<T, VEC>(xf, rv[j]);     // the new residual, rounded once
+      unpack<T, VEC>(rv[j], s[j]);  // ... and exactly that value is normalized
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) part[k] += s[j][k] * s[j][k];
     }
 #pragma unroll
     for (int width = VEC / 2; width > 0; width /= 2) {
@@ -161,8 +203,11 @@ __device__ __forceinline__ void fused_add_rmsnorm_body(unsigned short* __restric
 
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
+      float wf[VEC], o[VEC];
+      unpack<T, VEC>(w[j], wf);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) xv[j].e[k] = T::from_float(s[j][k] * inv_rms * T::to_float(w[j].e[k]));
+      for (int k = 0; k < VEC; ++k) o[k] = s[j][k] * inv_rms * wf[k];
+      pack<T, VEC>(o, xv[j]);
     }
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {

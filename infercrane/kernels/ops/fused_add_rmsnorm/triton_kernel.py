@@ -29,6 +29,8 @@ MAX_FUSED_BLOCK_N = 16384
 CHUNK_BLOCK_N = 4096
 # Widest tile (rows_per_program * block_n) the heuristic builds for many rows.
 _MAX_TILE = 4096
+# Beyond this many rows a launch is bandwidth-bound: fewer, fatter programs (several rows each).
+MANY_ROWS = 2048
 _CONFIG_KEYS = ("variant", "block_n", "rows_per_program", "num_warps", "round_by_bits")
 SUPPORTED_DTYPES = ("bfloat16", "float16")
 
@@ -54,6 +56,28 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
+def describe() -> dict[str, Any]:
+    """What a result records about this implementation: Triton's version, the source's hash, the mode."""
+    import hashlib
+    from pathlib import Path
+
+    src = Path(__file__).with_name("_triton_source.py")
+    info: dict[str, Any] = {
+        "source": src.name,
+        "source_sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
+        "interpret": _interpret(),
+        "max_fused_block_n": MAX_FUSED_BLOCK_N,
+        "launch": "Triton's default: torch.cuda.current_stream()",
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception as e:
+        info["triton"] = f"unavailable: {type(e).__name__}"
+    return info
+
+
 def _next_pow2(n: int) -> int:
     return 1 << (int(n) - 1).bit_length()
 
@@ -63,9 +87,9 @@ def triton_config(rows: int, hidden: int) -> dict[str, Any]:
 
     * ``block_n``: next power of two >= ``hidden`` (``variant="fused"``), or ``CHUNK_BLOCK_N`` for
       rows wider than ``MAX_FUSED_BLOCK_N`` (``variant="chunked"``).
-    * ``rows_per_program``: 1 while there are few rows (every row its own program spreads a decode
-      batch over the SMs); for many rows, enough rows that a tile holds about ``_MAX_TILE/2`` to
-      ``_MAX_TILE`` elements (fewer, fatter programs).
+    * ``rows_per_program``: 1 up to ``MANY_ROWS`` rows (every row its own program spreads a decode
+      batch over the SMs); beyond, enough rows that a tile holds about ``_MAX_TILE/2`` elements
+      (fewer, fatter programs).
     * ``num_warps``: tile elements / (32 threads * elements per thread), where a thread owns 8
       elements (one 16-byte vector) for tiles up to 1024 and 16 beyond; clamped to [1, 16].
 
@@ -79,7 +103,7 @@ def triton_config(rows: int, hidden: int) -> dict[str, Any]:
     if block_n > MAX_FUSED_BLOCK_N:
         return _finish({"variant": "chunked", "block_n": CHUNK_BLOCK_N, "rows_per_program": 1, "num_warps": 8},
                        rows, hidden)
-    if rows >= 2048 and block_n < _MAX_TILE:
+    if rows > MANY_ROWS and block_n < _MAX_TILE:
         rows_per_program = max(1, min(8, (_MAX_TILE // 2) // block_n))
     else:
         rows_per_program = 1

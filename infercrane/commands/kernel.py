@@ -1,0 +1,161 @@
+"""``infercrane kernel …``: screen candidates for fused residual-add + RMSNorm, list implementations."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+
+from ..kernels.config import ScreenConfig
+
+
+def list_impls() -> int:
+    """List the implementations of fused residual-add + RMSNorm and whether each can run here (and why not)."""
+    from rich.table import Table
+
+    from ..kernels.registry import implementations
+    from ..kernels.ops.fused_add_rmsnorm.spec import OP_NAME
+    from ..receipts.render import console
+
+    t = Table(title="fused_add_rmsnorm implementations", title_justify="left")
+    for c in ("key", "kind", "in place", "available", "reason / source"):
+        t.add_column(c)
+    for impl in implementations(OP_NAME):
+        ok, why = impl.available()
+        t.add_row(impl.key, impl.kind, str(impl.in_place), "yes" if ok else "no", why if not ok else impl.source)
+    console().print(t)
+    return 0
+
+
+def decode_step_from_receipt(path: Path, recipe: str, concurrency: int) -> tuple[float, str]:
+    """Decode step time (ms) from a serving receipt: the median over runs of TPOT p50 (v2) or the p95 (v1 seed)."""
+    import statistics
+
+    from ..errors import InputError
+    from ..receipts.validate import load_receipt
+
+    r = load_receipt(path)
+    doc = r.document
+    runs = [x for x in doc.get("runs", []) if x["recipe"] == recipe and x["concurrency"] == concurrency
+            and x["status"] == "ok" and x.get("tpot_p50_ms")]
+    if runs:
+        value = statistics.median(x["tpot_p50_ms"] for x in runs)
+        return value, (f"serving receipt {path}: median over {len(runs)} runs of tpot_p50_ms, recipe {recipe!r}, "
+                       f"concurrency {concurrency}")
+    pa = doc.get("paired_aiperf") or {}
+    for m in pa.get("measurements", []):
+        if m["recipe"] == recipe and m["concurrency"] == concurrency:
+            return m["tpot_p95_ms"], (f"serving receipt {path}: tpot_p95_ms of recipe {recipe!r} at concurrency "
+                                      f"{concurrency} (p95: an optimistic step time, so a pessimistic share)")
+    raise InputError(f"{path}: no TPOT for recipe {recipe!r} at concurrency {concurrency}",
+                     hint="pick --serving-recipe / --serving-concurrency present in that receipt")
+
+
+def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfig()) -> int:
+    """Screen fused residual-add + RMSNorm candidates: correctness against the float32 oracle on every shape, timing
+    in launch / graph / cold modes against eager PyTorch, torch.compile and vLLM's kernel, an end-to-end ceiling, and
+    an accept / retain / reject decision with its reason — written as a receipt.
+
+    On a machine without a CUDA GPU this is a functional screen: correctness only, clearly labelled, no speed claims.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..decide.policy import load_policy
+    from ..env.capture import hardware, new_run_id, provenance
+    from ..kernels.harness.runner import screen as run_screen
+    from ..kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
+    from ..kernels.receipt import build_document
+    from ..models.catalog import load_model_config
+    from ..receipts.render import console
+    from ..receipts.validate import write_receipt
+
+    con = console()
+    policy = load_policy("kernel", config.policy)
+    mc = load_model_config(config.model)
+    spec = FusedAddRMSNormSpec.from_model_config(mc.config, rows=config.all_rows(), dtype=config.dtype,
+                                                 model_id=mc.model_id, model_revision=mc.revision)
+    step_ms, step_source = config.decode_step_ms, ("user: --decode-step-ms" if config.decode_step_ms else None)
+    if config.serving_receipt is not None:
+        step_ms, step_source = decode_step_from_receipt(config.serving_receipt, config.serving_recipe,
+                                                        config.serving_concurrency)
+    run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
+    out = config.out or Path("runs") / run_id / "kernel-screen.json"
+    con.print(f"[bold]kernel screen[/bold] {spec.model_id} hidden={spec.hidden_size} eps={spec.eps:g} {spec.dtype} "
+              f"rows={list(spec.rows)} modes={list(config.modes)} → {out}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=con, transient=False) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def progress(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what[:60])
+
+        candidate = None
+        if config.candidate:
+            from ..kernels.user_candidate import parse_candidate_ref
+
+            candidate = parse_candidate_ref(config.candidate, in_place_override=config.candidate_in_place)
+        result = run_screen(spec, list(config.impls) if config.impls else None, modes=list(config.modes),
+                            rows=list(spec.rows), trials=config.trials, candidate=candidate, progress=progress,
+                            samples_per_trial=config.samples, checks=config.checks, seed=config.seed,
+                            device=config.device, timeout_s=config.timeout_s, policy=policy)
+    if result.run_kind == "functional":
+        con.print(f"[bold yellow]FUNCTIONAL RUN[/bold yellow] — {result.run_kind_reason}. Correctness only; "
+                  "no timing, no speed claims.")
+    prov = provenance(config=config.model_dump(mode="json") | {"rows_resolved": list(spec.rows)},
+                      hardware_info=hardware(probe_gpu=result.run_kind == "timed"), run_id=run_id,
+                      model={"id": spec.model_id or config.model, "revision": spec.model_revision,
+                             "source": mc.source, "config_fields": spec.config_fields,
+                             "weights": "none", "tokenizer": "none"})
+    doc, _ = build_document(result, spec, policy, provenance=prov, model_source=mc.source,
+                            decode_step_ms=step_ms, decode_step_source=step_source)
+    receipt = write_receipt(doc, out)
+    # Keep the raw screen result beside the receipt: everything the harness measured, in its own shape.
+    (out.parent / "screen-result.json").write_text(result.model_dump_json(indent=1))
+    _print_summary(con, receipt.document)
+    con.print(f"receipt: {receipt.path}  (infercrane receipt show {receipt.path})")
+    return 0
+
+
+def _print_summary(con: Any, doc: dict[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    skipped = [i for i in doc["implementations"] if i["status"] != "ok"]
+    for i in skipped:
+        con.print(f"  {i['key']}: {i['status']}: {i['reason']}")
+    bad = [c for c in doc["correctness"] if not c["passed"]]
+    for c in bad:
+        con.print(f"  [red]INCORRECT[/red] {c['implementation']} rows={c['rows']}: "
+                  f"{c.get('error') or ''} mismatched={c['mismatched']} max_abs_err={c.get('max_abs_err')} "
+                  f"first bad {c.get('first_bad_tensor')}{c.get('first_bad_index')}")
+    if doc["measurements"]:
+        mode = doc["measurements_timing_mode"]
+        keys = [k for k in ("eager", "torch_compile", "vllm_vendor", "triton", "cuda", "user")
+                if any(f"{k}_ms" in m for m in doc["measurements"])]
+        cand = doc["candidate"]["key"]
+        t = Table(title=f"µs per call, {mode} mode (median) — candidate: {cand}", title_justify="left")
+        t.add_column("rows", justify="right")
+        for k in keys:
+            t.add_column(k, justify="right")
+        for k in keys:
+            if k != cand:
+                t.add_column(f"×{k}", justify="right")
+        verdicts = {(c["baseline"], c["rows"]): c["verdict"] for c in doc["comparisons"]
+                    if c["candidate"] == cand and c["mode"] == mode}
+        for m in doc["measurements"]:
+            cells = [str(m["rows"])] + [f"{m[f'{k}_ms'] * 1000:.3f}" if f"{k}_ms" in m else "—" for k in keys]
+            for k in keys:
+                if k != cand:
+                    s = m.get(f"speedup_vs_{k}")
+                    cells.append(f"{s:.3f} {verdicts.get((k, m['rows']), '')[:4]}" if s else "—")
+            t.add_row(*cells)
+        con.print(t)
+    for a in doc.get("amdahl", []):
+        con.print(f"  Amdahl rows={a['rows']}: op share {a['op_share'] * 100:.2f}% of a {a['decode_step_ms']:.3g} ms "
+                  f"step ({a['decode_step_source']}); ceiling {a['best_possible_gain_percent']:.2f}%, expected "
+                  f"{a['expected_gain_percent']:.2f}%")
+    con.print(Text.assemble(("decision: ", "bold"), (doc["decision"], "bold green")))
+    con.print(Text.assemble(("reason: ", "bold"), doc["reason"]))
+    for o in doc["other_candidates"]:
+        con.print(Text.assemble((f"{o['implementation']}: ", "bold"), o["decision"], " — ", o["reason"]))

@@ -1,0 +1,220 @@
+"""The screen end to end: a functional CPU run on tiny shapes, input errors, and a timed GPU run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infercrane.errors import InputError
+from infercrane.kernels.harness.runner import ScreenResult, screen
+from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SPEC = FusedAddRMSNormSpec(hidden_size=256, eps=1e-6, rows=(1, 8))
+GOOD = f"{FIXTURES / 'good_candidate.py'}:fused_add_rmsnorm"
+
+
+def _functional_only():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU functional run")
+
+
+def test_without_a_gpu_the_screen_is_functional():
+    _functional_only()
+    res = screen(SPEC, ["eager"], rows=[2], isolate=False, checks=1)
+    assert res.run_kind == "functional" and "no CUDA device" in res.run_kind_reason
+
+
+def test_functional_screen_end_to_end(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    calls = []
+    res = screen(SPEC, ["eager", "vllm_vendor", "cuda"], candidate=GOOD, device="cpu",
+                 progress=lambda d, t, s: calls.append((d, t, s)))
+    assert res.run_kind == "functional" and "correctness only" in res.run_kind_reason
+    assert res.modes == [] and res.methods == {} and res.calibration is None and res.comparisons == []
+    assert [i.key for i in res.implementations] == ["eager", "vllm_vendor", "cuda", "user"]
+    for key in ("eager", "user"):
+        impl = res.implementation(key)
+        assert impl.status == "ok" and [c.rows for c in impl.correctness] == [1, 8]
+        assert all(c.passed and len(c.checks) == 3 for c in impl.correctness) and impl.timings == []
+    for key in ("vllm_vendor", "cuda"):
+        impl = res.implementation(key)
+        assert impl.status == "skipped" and not impl.available and impl.skip_reason
+    user = res.implementation("user")
+    assert user.kind == "candidate" and user.in_place is False and user.provenance["sha256"]
+    # progress: monotonic, ends complete
+    assert calls and calls[-1][0] == calls[-1][1]
+    assert [d for d, _, _ in calls] == sorted(d for d, _, _ in calls)
+    # everything a receipt needs survives a JSON round trip
+    again = ScreenResult.model_validate_json(res.model_dump_json())
+    assert again == res
+    assert res.tolerance.rtol > 0 and res.base_seed == 0 and res.software["torch"]
+
+
+def test_functional_screen_fails_a_cheating_candidate():
+    res = screen(SPEC, ["eager"], candidate=f"{FIXTURES / 'cheaters.py'}:cached_result", isolate=False,
+                 device="cpu")
+    user = res.implementation("user")
+    assert user.status == "failed" and user.failure == "incorrect"
+    assert "check 1" in user.error and user.correctness and not user.correctness[0].passed
+
+
+def test_triton_runs_under_the_interpreter_in_a_functional_screen(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    res = screen(SPEC, ["triton"], isolate=False, checks=2, device="cpu")
+    triton = res.implementation("triton")
+    if triton.status == "skipped":
+        pytest.skip(f"Triton kernel unavailable: {triton.skip_reason}")
+    assert triton.status == "ok", triton.error
+    assert triton.in_place is True
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"impl_keys": ["eager", "flash"]}, "known keys"),
+    ({"modes": ["warm"]}, "known modes"),
+    ({"rows": [0]}, "positive"),
+    ({"trials": 0}, "trials"),
+    ({"samples_per_trial": 1}, "samples_per_trial"),
+    ({"candidate": "nowhere/at_all.py:fn"}, "does not exist"),
+    ({"candidate": "kernel.py"}, "PATH.py:FUNCTION"),
+    ({"device": "tpu"}, "device"),
+])
+def test_bad_input_fails_before_any_worker(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        screen(SPEC, **{"impl_keys": ["eager"], **kwargs})
+
+
+def test_undeclared_candidate_is_an_input_error(tmp_path):
+    p = tmp_path / "k.py"
+    p.write_text("def k(x, r, w, eps):\n    return x, r\n")
+    with pytest.raises(InputError, match="does not declare"):
+        screen(SPEC, ["eager"], candidate=f"{p}:k", isolate=False)
+    with pytest.raises(InputError, match="no function 'missing'"):
+        screen(SPEC, ["eager"], candidate=f"{p}:missing", isolate=False)
+
+
+@pytest.mark.gpu
+def test_timed_screen_on_gpu():
+    res = screen(FusedAddRMSNormSpec(hidden_size=1024, eps=1e-6, rows=(1, 512)), ["eager", "triton"],
+                 modes=["launch", "graph", "cold"], trials=2, samples_per_trial=5,
+                 candidate=f"{FIXTURES / 'cheaters.py'}:honest_in_place", checks=2)
+    assert res.run_kind == "timed" and res.calibration is not None
+    assert set(res.methods) == {"launch", "graph", "cold"}
+    for impl in res.implementations:
+        if impl.status == "skipped":
+            continue
+        assert impl.status == "ok", impl.error
+        assert {(c.rows, c.mode) for c in impl.timings} == {(r, m) for r in (1, 512) for m in res.modes}
+        for cell in impl.timings:
+            assert len(cell.blocks) == 2 and all(t > 0 for b in cell.blocks for t in b.samples_us)
+            assert cell.achieved_gbps and cell.achieved_gbps > 0 and cell.bandwidth_note
+    assert res.comparisons, "candidates are compared with every other implementation"
+    for c in res.comparisons:
+        assert c.speedup.ci_lo <= c.speedup.ratio <= c.speedup.ci_hi or c.speedup.ci_lo <= c.speedup.ci_hi
+        assert c.verdict.value in ("FASTER", "SLOWER", "SAME", "AMBIGUOUS")
+    ScreenResult.model_validate_json(res.model_dump_json())
+
+
+def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
+    """Stand in for a GPU: correctness on CPU tensors, synthetic timing blocks and calibration (no clocks read)."""
+    import torch
+
+    from infercrane.kernels.harness import isolation, runner
+    from infercrane.kernels.harness.calibration import Calibration, CopyBandwidth, DeviceInfo
+    from infercrane.kernels.harness.timing import TimingBlock
+
+    monkeypatch.setattr(runner, "_resolve_device", lambda device: ("cuda", "synthetic device for the test"))
+    monkeypatch.setattr(isolation.WorkerSession, "_device", lambda self, name: torch.device("cpu"))
+    base_us = {"eager": 10.0, "torch_compile": 10.0, "user": 5.0}
+
+    def block(mode, trial, samples, t_us, calls):
+        return TimingBlock(mode=mode, trial=trial, calls_per_sample=calls, warmup_calls=10,
+                           samples_us=[t_us * (1 + 0.01 * (i % 3)) for i in range(samples)],
+                           sample_clock_mhz=[1980] * samples, clock_before_mhz=1980, clock_after_mhz=1980,
+                           clock_source="synthetic", throttled=False, outputs_finite=None)
+
+    def fake_time(self, job):
+        key = self.impl.key
+        order.append((job["trial"], job["rows"], job["mode"], key))
+        if fail_at and (key, job["trial"]) == fail_at:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        t_us = base_us[key] * (1 + job["rows"] / 64)
+        return block(job["mode"], job["trial"], job["samples"], t_us, job.get("calls_per_sample") or 7).model_dump(
+            mode="json")
+
+    def fake_calibrate(self, job):
+        return Calibration(
+            device=DeviceInfo(type="cuda", name="synthetic", compute_capability="9.0", l2_cache_bytes=50 << 20,
+                              sm_count=132),
+            floor_kernel="synthetic", floors=[block(m, 0, 5, 0.2, 100) for m in job["modes"]],
+            copy_bandwidth=CopyBandwidth(method="synthetic", bytes_per_copy=2 << 30, samples_gbps=[4000.0] * 3,
+                                         median_gbps=4000.0),
+            clock_source="synthetic", clock_before_mhz=1980, clock_after_mhz=1980,
+        ).model_dump(mode="json")
+
+    monkeypatch.setattr(isolation.WorkerSession, "_do_time", fake_time)
+    monkeypatch.setattr(isolation.WorkerSession, "_do_calibrate", fake_calibrate)
+
+
+def test_timed_orchestration_with_a_synthetic_device(monkeypatch):
+    order: list = []
+    _synthetic_device(monkeypatch, order)
+    spec = FusedAddRMSNormSpec(hidden_size=256, eps=1e-6, rows=(8, 4096))
+    calls = []
+    res = screen(spec, ["eager"], modes=["launch", "graph"], trials=3, samples_per_trial=4, candidate=GOOD,
+                 isolate=False, progress=lambda d, t, s: calls.append((d, t)))
+    assert res.run_kind == "timed" and res.calibration.device.name == "synthetic"
+    assert set(res.methods) == {"launch", "graph"} and all(res.methods.values())
+    # interleaved: in every trial each cell visits both implementations, the order rotating per trial
+    firsts = [[k for (t, r, m, k) in order if t == trial][0] for trial in range(3)]
+    assert firsts == ["eager", "user", "eager"]
+    assert len(order) == 3 * 2 * 2 * 2
+    for impl in res.implementations:
+        assert impl.status == "ok"
+        for cell in impl.timings:
+            assert len(cell.blocks) == 3 and len(cell.kept_samples_us) == 12 and cell.n_rejected == 0
+            assert cell.calls_per_sample == 7 and all(b.calls_per_sample == 7 for b in cell.blocks)
+            assert cell.summary.n == 12 and cell.bytes_moved == spec.bytes_moved(cell.rows)
+            assert cell.achieved_gbps == pytest.approx(cell.bytes_moved / cell.summary.median / 1e3)
+    small = res.implementation("eager").timings[0]
+    big = [c for c in res.implementation("eager").timings if c.rows == 4096][0]
+    assert small.pct_of_copy_bandwidth is None and "launch-bound" in small.bandwidth_note
+    assert big.pct_of_copy_bandwidth is not None
+    # comparisons: the candidate against the baseline in every cell, with the policy's CI and band
+    assert {(c.candidate, c.reference, c.rows, c.mode) for c in res.comparisons} == {
+        ("user", "eager", r, m) for r in (8, 4096) for m in ("launch", "graph")}
+    for c in res.comparisons:
+        assert c.speedup.ratio == pytest.approx(2.0, rel=0.05) and c.verdict.value == "FASTER"
+        assert c.same_margin == res.comparison_policy["same_margin"]
+    assert calls[-1][0] == calls[-1][1]
+    ScreenResult.model_validate_json(res.model_dump_json())
+
+
+def test_a_failure_while_timing_keeps_what_was_measured(monkeypatch):
+    order: list = []
+    _synthetic_device(monkeypatch, order, fail_at=("user", 1))
+    calls = []
+    res = screen(SPEC, ["eager"], modes=["launch"], trials=3, samples_per_trial=3, candidate=GOOD, isolate=False,
+                 progress=lambda d, t, s: calls.append((d, t)))
+    user, eager = res.implementation("user"), res.implementation("eager")
+    assert user.status == "failed" and user.failure == "error" and "illegal memory access" in user.error
+    assert all(len(c.blocks) == 1 for c in user.timings)  # trial 0 kept
+    assert eager.status == "ok" and all(len(c.blocks) == 3 for c in eager.timings)
+    assert res.comparisons == []  # a failed candidate is not compared
+    assert calls[-1][0] == calls[-1][1]
+
+
+def test_decision_inputs_from_a_screen(monkeypatch):
+    from infercrane.decide.kernel import decide_kernel
+    from infercrane.kernels.harness.compare import decision_inputs
+
+    _synthetic_device(monkeypatch, [])
+    res = screen(SPEC, ["eager"], modes=["graph"], trials=2, samples_per_trial=4, candidate=GOOD, isolate=False)
+    inputs = decision_inputs(res, "user", phrase="test candidate")
+    assert [s.rows for s in inputs.shapes] == [1, 8] and all(s.correct for s in inputs.shapes)
+    assert {t.baseline for s in inputs.shapes for t in s.timings} == {"eager"}
+    skipped = {s.baseline: s.reason for s in inputs.skipped_baselines}
+    assert skipped == {"torch_compile": "not selected for this screen", "vllm_vendor": "not selected for this screen"}
+    decision = decide_kernel(inputs)
+    assert decision.decision == "retain" and "vLLM" in decision.reason  # faster, but the comparison is incomplete

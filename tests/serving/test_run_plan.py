@@ -1,0 +1,173 @@
+"""Plan execution: engines per segment, prefix-cache resets, artifacts, partial results, nothing left running.
+
+The driver here is a small stand-in that sends two real requests to the engine (so the engine must be up
+and serving the right model) and records what it saw; real AIPerf runs are in test_aiperf_live.py.
+"""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+import infercrane.serving.drivers as drivers_mod
+from infercrane.errors import InputError, RunFailed, UnavailableError
+from infercrane.serving.drivers import Driver, RunSpec
+from infercrane.serving.engine import group_alive
+from infercrane.serving.metrics import RunMetrics
+from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload, resolve_tokenizer, run_arm, run_plan
+
+
+class ProbeDriver(Driver):
+    """Sends two completions per run and reports their latency; remembers every spec and server counter."""
+
+    name = "probe"
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        self.seen: list[tuple[RunSpec, dict]] = []
+        self.interrupt_at = interrupt_at
+
+    def available(self) -> tuple[bool, str]:
+        return True, "test probe"
+
+    def version(self) -> str:
+        return "0"
+
+    def run(self, spec: RunSpec) -> RunMetrics:
+        if self.interrupt_at is not None and len(self.seen) == self.interrupt_at:
+            raise KeyboardInterrupt
+        with urllib.request.urlopen(f"{spec.base_url}/stats", timeout=5) as resp:
+            self.seen.append((spec, json.loads(resp.read())))
+        spec.artifact_dir.mkdir(parents=True, exist_ok=True)
+        tokens, failures = 0, 0
+        for _ in range(2):
+            body = json.dumps({"model": spec.served_model, "prompt": "x", "max_tokens": spec.output_tokens,
+                               "ignore_eos": True}).encode()
+            req = urllib.request.Request(f"{spec.base_url}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    tokens += json.loads(resp.read())["usage"]["completion_tokens"]
+            except OSError:  # as a real driver does: a failed request, not a crashed driver
+                failures += 1
+        return RunMetrics(arm=spec.arm, recipe_sha256=spec.recipe_sha256, run_index=spec.run_index,
+                          concurrency=spec.concurrency, driver="probe", driver_version="0",
+                          token_count_source="server", streaming=False, expected_output_tokens=spec.output_tokens,
+                          raw_export_path=str(spec.artifact_dir), requests_sent=2, requests_completed=2 - failures,
+                          failures=failures, output_length_mismatches=0, output_tokens_total=tokens,
+                          duration_s=0.1, output_tok_s=10.0 * tokens, request_s=10.0 * (2 - failures),
+                          e2e_p50_ms=1.0 if tokens else None)
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    holder: dict[str, ProbeDriver] = {}
+    real = drivers_mod.get_driver
+
+    def get_driver(name: str) -> Driver:
+        if name == "probe":
+            holder.setdefault("driver", ProbeDriver())
+            return holder["driver"]
+        return real(name)
+
+    monkeypatch.setattr(drivers_mod, "get_driver", get_driver)
+    return holder
+
+
+def workload(**kw) -> Workload:
+    data = dict(schema_version=WORKLOAD_SCHEMA_VERSION, name="w", concurrency=[1, 2], input_tokens=8,
+                output_tokens=4, runs_per_arm=3, arm_order="sandwich")
+    data.update(kw)
+    return Workload(**data)
+
+
+def test_sandwich_plan_runs_end_to_end(tmp_path, ts_recipe, probe):
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
+    b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
+    called: list[RunMetrics] = []
+    result = run_plan([a, b], workload(), out_dir=tmp_path, driver="probe", tokenizer="unused", on_run=called.append)
+    assert result.complete
+    got = [(m.arm, m.run_index, m.concurrency) for m in result.runs]
+    assert got == [(p.arm, p.run_index, p.concurrency) for p in result.plan]
+    assert got[:4] == [("a", 0, 1), ("a", 0, 2), ("a", 1, 1), ("a", 1, 2)]
+    assert got[-2:] == [("a", 2, 1), ("a", 2, 2)]
+    assert called == result.runs
+    # three engine lifetimes, A B A, each stopped, none left running
+    assert [e.recipe_name for e in result.engines] == ["a", "b", "a"]
+    for rec in result.engines:
+        assert rec.returncode is not None and rec.stopped_at and rec.version
+        assert not group_alive(rec.pid)
+        assert (tmp_path / "engines").is_dir() and rec.log_path.startswith(str(tmp_path / "engines"))
+    # each run reached the right engine, after a prefix-cache reset of that engine
+    driver = probe["driver"]
+    per_engine: dict[str, list[int]] = {}
+    for spec, stats in driver.seen:
+        assert spec.served_model == f"model-{spec.arm}"
+        per_engine.setdefault(spec.base_url, []).append(stats["prefix_cache_resets"])
+        assert spec.artifact_dir == tmp_path / spec.arm / f"run{spec.run_index:02d}" / f"c{spec.concurrency}"
+        assert spec.recipe_sha256 == result.recipes[spec.arm].sha256
+    for resets in per_engine.values():
+        assert resets == list(range(1, len(resets) + 1))
+    assert result.recipes["a"].sha256 and result.notes
+
+
+def test_run_arm_is_one_engine(tmp_path, ts_recipe, probe):
+    result = run_arm(ts_recipe("--ttft-ms", "0", "--itl-ms", "0"), workload(concurrency=[3]), out_dir=tmp_path,
+                     driver="probe", tokenizer="unused")
+    assert [(m.run_index, m.concurrency) for m in result.runs] == [(0, 3), (1, 3), (2, 3)]
+    assert len(result.engines) == 1 and result.order == "sequential"
+
+
+def test_engine_crash_stops_plan_with_partial_results(tmp_path, ts_recipe, probe):
+    # readiness uses 1 request, each probe run 2: the engine exits right after the first run
+    crashy = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--crash-after", "3", name="crashy")
+    with pytest.raises(RunFailed) as err:
+        run_plan([crashy], workload(concurrency=[1]), out_dir=tmp_path, driver="probe", tokenizer="unused",
+                 order="sequential")
+    partial = err.value.partial
+    assert not partial.complete and len(partial.runs) == 1 and partial.runs[0].ok
+    assert "crashy" in str(err.value) and "crashing after 3 requests" in str(err.value)  # the log tail
+    assert partial.engines[0].returncode is not None and not group_alive(partial.engines[0].pid)
+    assert any("stopped part-way" in n for n in partial.notes)
+
+
+def test_ctrl_c_mid_plan_stops_engines(tmp_path, ts_recipe, probe):
+    probe["driver"] = ProbeDriver(interrupt_at=1)
+    with pytest.raises(KeyboardInterrupt):
+        run_plan([ts_recipe("--ttft-ms", "0", name="a"), ts_recipe("--ttft-ms", "0", name="b")],
+                 workload(concurrency=[1]), out_dir=tmp_path, driver="probe", tokenizer="unused")
+    assert len(probe["driver"].seen) == 1  # interrupted at the second run
+    for log in (tmp_path / "engines").glob("*.log"):
+        assert "testserver: stopped" in log.read_text()
+
+
+def test_preflight_fails_before_any_engine_starts(tmp_path, ts_recipe):
+    bad = ts_recipe("--no-such-flag")
+    with pytest.raises(InputError, match="--no-such-flag"):
+        run_plan([bad], workload(), out_dir=tmp_path, driver="aiperf", tokenizer="unused", order="sequential")
+    assert not (tmp_path / "engines").exists()
+    with pytest.raises(InputError, match="unknown driver"):
+        run_plan([ts_recipe()], workload(), out_dir=tmp_path, driver="nope", tokenizer="unused", order="sequential")
+    with pytest.raises(InputError, match="share a name"):
+        run_plan([ts_recipe(), ts_recipe()], workload(), out_dir=tmp_path, tokenizer="unused")
+
+
+def test_vllm_bench_unavailable_without_vllm(tmp_path, ts_recipe):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(UnavailableError, match="vllm-bench"):
+        run_plan([ts_recipe()], workload(), out_dir=tmp_path, driver="vllm-bench", tokenizer="unused",
+                 order="sequential")
+
+
+def test_tokenizer_resolution(stand_in_dir, ts_recipe):
+    tok, env = resolve_tokenizer(ts_recipe(model=str(stand_in_dir)).resolved())
+    if (stand_in_dir / "infercrane_stand_in.json").exists():
+        assert tok == "Qwen/Qwen3-0.6B" and env["HF_HUB_OFFLINE"] == "1" and "HF_HUB_CACHE" in env
+    else:
+        assert tok == str(stand_in_dir.resolve())
+    assert resolve_tokenizer(ts_recipe(), "/some/dir") == ("/some/dir", {})
+    with pytest.raises(InputError, match="has no tokenizer"):
+        resolve_tokenizer(ts_recipe())

@@ -1,0 +1,110 @@
+"""Workloads: presets, derived defaults, validation, and the run plan of each arm order."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from infercrane.errors import InputError
+from infercrane.serving.workload import (THREE_RUNS_NOTE, WORKLOAD_SCHEMA_VERSION, Workload, engine_starts,
+                                         load_workload, plan_runs, workload_presets)
+
+
+def workload(**kw) -> Workload:
+    data = dict(schema_version=WORKLOAD_SCHEMA_VERSION, name="w", concurrency=[1, 8], input_tokens=128,
+                output_tokens=64)
+    data.update(kw)
+    return Workload(**data)
+
+
+def test_presets_match_the_seed():
+    assert {"seed-paired", "public-1000"} <= set(workload_presets())
+    seed = load_workload("seed-paired")
+    assert (seed.concurrency, seed.input_tokens, seed.output_tokens, seed.streaming) == ([1, 8, 32], 128, 64, True)
+    assert seed.ignore_eos and seed.runs_per_arm == 5
+    public = load_workload("public-1000")
+    assert (public.concurrency, public.input_tokens, public.output_tokens) == ([100], 1000, 500)
+    assert public.requests_at(100) == 1000
+
+
+def test_derived_request_and_warmup_counts():
+    w = workload(concurrency=[1, 8, 32])
+    assert [w.requests_at(c) for c in w.concurrency] == [64, 128, 512]
+    assert [w.warmup_at(c) for c in w.concurrency] == [4, 16, 64]
+    fixed = workload(request_count=40, warmup_requests=0)
+    assert fixed.requests_at(8) == 40 and fixed.warmup_at(8) == 0
+    assert any("requests per point derived" in n for n in w.notes())
+
+
+def test_three_runs_allowed_with_note_fewer_rejected():
+    assert THREE_RUNS_NOTE in workload(runs_per_arm=3).notes()
+    assert THREE_RUNS_NOTE not in workload(runs_per_arm=5).notes()
+    with pytest.raises(ValueError, match="runs_per_arm"):
+        workload(runs_per_arm=2)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(concurrency=[]), "concurrency"),
+    (dict(concurrency=[4, 4]), "concurrency"),
+    (dict(concurrency=[0]), "concurrency"),
+    (dict(output_tokens=1), "output_tokens"),
+    (dict(arm_order="random"), "arm_order"),
+    (dict(request_count=4, concurrency=[8]), "request_count"),
+    (dict(bogus=1), "bogus"),
+])
+def test_bad_workload_names_the_field(kw, field):
+    with pytest.raises(InputError) as err:
+        workload().with_overrides(**kw)
+    assert field in str(err.value)
+
+
+def test_plan_sequential():
+    plan = plan_runs(["A", "B"], workload(runs_per_arm=3), "sequential")
+    assert [(p.arm, p.run_index, p.concurrency) for p in plan[:6]] == [
+        ("A", 0, 1), ("A", 0, 8), ("A", 1, 1), ("A", 1, 8), ("A", 2, 1), ("A", 2, 8)]
+    assert [p.arm for p in plan[6:]] == ["B"] * 6
+    assert engine_starts(plan) == {"A": 1, "B": 1}
+
+
+def test_plan_interleaved():
+    plan = plan_runs(["A", "B"], workload(runs_per_arm=3), "interleaved")
+    assert [(p.arm, p.run_index) for p in plan[::2]] == [("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
+    assert engine_starts(plan) == {"A": 3, "B": 3}
+    assert len({p.segment for p in plan}) == 6
+
+
+def test_plan_sandwich_a_b_a():
+    plan = plan_runs(["A", "B"], workload(runs_per_arm=5, concurrency=[4]), "sandwich")
+    assert [(p.arm, p.run_index) for p in plan] == [
+        ("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("B", 2), ("B", 3), ("B", 4), ("A", 3), ("A", 4)]
+    assert engine_starts(plan) == {"A": 2, "B": 1}
+    assert [p.segment for p in plan] == [0, 0, 0, 1, 1, 1, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("order", ["sequential", "interleaved", "sandwich"])
+def test_every_order_covers_every_run_once(order):
+    w = workload(runs_per_arm=4, concurrency=[1, 8, 32])
+    plan = plan_runs(["A", "B"], w, order)
+    counts = Counter((p.arm, p.run_index, p.concurrency) for p in plan)
+    assert set(counts.values()) == {1}
+    assert len(counts) == 2 * 4 * 3
+    # one engine lifetime serves one arm
+    for seg in {p.segment for p in plan}:
+        assert len({p.arm for p in plan if p.segment == seg}) == 1
+
+
+def test_plan_rejects_bad_arms():
+    w = workload()
+    with pytest.raises(InputError, match="needs two arms"):
+        plan_runs(["A"], w, "sandwich")
+    with pytest.raises(InputError, match="exactly two arms"):
+        plan_runs(["A", "B", "C"], w, "sandwich")
+    with pytest.raises(InputError, match="repeat"):
+        plan_runs(["A", "A"], w, "sequential")
+    assert engine_starts(plan_runs(["A"], w, "sequential")) == {"A": 1}
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(InputError) as err:
+        load_workload("seed")
+    assert "seed-paired" in str(err.value)
