@@ -53,8 +53,9 @@ class RunMetrics(BaseModel):
     expected_output_tokens: int = Field(ge=1)
     raw_export_path: str = Field(description="the driver's own export (AIPerf JSON / vllm bench result JSON)")
     driver_cpu_s: float | None = Field(default=None, ge=0,
-                                       description="user+system CPU of the driver's process tree; compare with "
-                                                   "duration_s to see whether the client was the bottleneck")
+                                       description="user+system CPU seconds of the driver's process tree over the "
+                                                   "whole invocation (start-up included): a client-load indicator "
+                                                   "to compare between concurrencies and drivers")
     started_at: str | None = None
     # counts
     requests_sent: int = Field(ge=0, description="profiling requests, warm-up excluded")

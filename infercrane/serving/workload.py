@@ -5,10 +5,12 @@ concurrencies, how many requests per point, how many runs per arm and in which a
 are data: ``workloads/*.yaml`` beside this file (``seed-paired``, ``public-1000``).
 
 Defaults derived from the concurrency ``c`` when not given:
-  * ``request_count = max(16 * c, 64)``: every concurrency slot serves at least 16 requests, so the
-    ramp-up and drain at the edges (about one request per slot each) are a small part of the window,
+  * ``request_count = max(48 * c, 64)``: every concurrency slot serves at least 48 requests, so the
+    ramp-up and drain at the edges (about one request per slot each) are a few percent of the window,
     and at least 64 requests so that a p95 rests on more than a handful of samples. For the seed
-    workload (128 -> 64 tokens) that is seconds of measurement at every point on an H100, not a burst.
+    workload (128 -> 64 tokens) at the seed's H100 rates that is 6-10 s of measurement per point for
+    compiled vLLM and 37-46 s for eager, not a burst. A run whose window is shorter than
+    ``MIN_WINDOW_S`` gets a note in the plan result.
   * ``warmup_requests = max(2 * c, 4)``: sent at the same concurrency before the window, excluded.
 
 Arm order and engine lifetimes (``plan_runs``). One GPU holds one vLLM engine at its default
@@ -42,10 +44,11 @@ WORKLOAD_SCHEMA_VERSION = "infercrane.serving-workload/v1"
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 ArmOrder = Literal["sequential", "interleaved", "sandwich"]
 
-REQUESTS_PER_SLOT = 16
+REQUESTS_PER_SLOT = 48
 MIN_REQUESTS = 64
 WARMUP_PER_SLOT = 2
 MIN_WARMUP = 4
+MIN_WINDOW_S = 5.0
 THREE_RUNS_NOTE = ("3 runs per arm: a two-sided Mann-Whitney rank test cannot reach p < 0.05 with 3 against 3 "
                    "(its smallest p is 0.1), and a confidence interval for a median needs about 6 runs; "
                    "a difference can at most be called AMBIGUOUS")
@@ -313,6 +316,10 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                     engine.reset_prefix_cache()
                     metrics = drv.run(spec_for(p, engine.base_url, engine.served_model))
                     result.runs.append(metrics)
+                    if metrics.requests_completed and metrics.duration_s < MIN_WINDOW_S:
+                        result.notes.append(
+                            f"{p.arm} run {p.run_index} at c={p.concurrency}: the measurement window was "
+                            f"{metrics.duration_s:.2f} s (< {MIN_WINDOW_S:g} s); raise request_count")
                     if on_run is not None:
                         on_run(metrics)
                     if not engine.alive():

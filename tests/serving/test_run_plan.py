@@ -108,7 +108,8 @@ def test_sandwich_plan_runs_end_to_end(tmp_path, ts_recipe, probe):
         assert spec.recipe_sha256 == result.recipes[spec.arm].sha256
     for resets in per_engine.values():
         assert resets == list(range(1, len(resets) + 1))
-    assert result.recipes["a"].sha256 and result.notes
+    assert result.recipes["a"].sha256
+    assert any("measurement window was 0.10 s" in n for n in result.notes)  # the probe reports 0.1 s windows
 
 
 def test_run_arm_is_one_engine(tmp_path, ts_recipe, probe):

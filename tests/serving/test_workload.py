@@ -29,7 +29,7 @@ def test_presets_match_the_seed():
 
 def test_derived_request_and_warmup_counts():
     w = workload(concurrency=[1, 8, 32])
-    assert [w.requests_at(c) for c in w.concurrency] == [64, 128, 512]
+    assert [w.requests_at(c) for c in w.concurrency] == [64, 384, 1536]
     assert [w.warmup_at(c) for c in w.concurrency] == [4, 16, 64]
     fixed = workload(request_count=40, warmup_requests=0)
     assert fixed.requests_at(8) == 40 and fixed.warmup_at(8) == 0
