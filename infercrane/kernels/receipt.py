@@ -11,9 +11,10 @@ import math
 from typing import Any
 
 from ..decide.amdahl import AmdahlCeiling, amdahl_ceiling
-from ..decide.kernel import BaselineTiming, KernelDecision, KernelDecisionInputs, ShapeResult, SkippedBaseline, decide_kernel
+from ..decide.kernel import KernelDecision, decide_kernel
 from ..decide.policy import KernelPolicy
 from ..receipts.models_v2 import IMPL_KEYS, SCREENING_V2
+from .harness.compare import decision_inputs
 from .harness.runner import ImplementationResult, ScreenResult
 from .ops.fused_add_rmsnorm.spec import OPERATOR, FusedAddRMSNormSpec
 
@@ -42,35 +43,6 @@ def _cell_samples(impl: ImplementationResult, rows: int, mode: str) -> list[floa
 
 def candidates_of(result: ScreenResult) -> list[str]:
     return [i.key for i in result.implementations if i.kind == "candidate"]
-
-
-def decision_inputs(result: ScreenResult, key: str, policy: KernelPolicy,
-                    ceilings: list[AmdahlCeiling]) -> KernelDecisionInputs:
-    from ..decide.kernel import compare_timings
-
-    impl = _impl(result, key)
-    assert impl is not None
-    skipped = [SkippedBaseline(baseline=b.key, reason=b.skip_reason or b.error or b.status)
-               for b in result.implementations
-               if b.key in policy.counted_baselines and b.status != "ok"]
-    shapes = []
-    for rows in result.rows:
-        checks = [c for c in impl.correctness if c.rows == rows]
-        correct = bool(checks) and all(c.passed for c in checks) and impl.status == "ok"
-        detail = None if correct else ("; ".join(c.failure_summary() for c in checks if not c.passed)
-                                       or impl.error or f"status {impl.status}")
-        timings: list[BaselineTiming] = []
-        mine = _cell_samples(impl, rows, policy.timing_mode) if correct else None
-        if mine:
-            for other in result.implementations:
-                if other.key == key or other.status != "ok":
-                    continue
-                theirs = _cell_samples(other, rows, policy.timing_mode)
-                if theirs and len(theirs) >= 2 and len(mine) >= 2:
-                    timings.append(compare_timings(other.key, policy.timing_mode, theirs, mine, policy=policy))
-        shapes.append(ShapeResult(rows=rows, correct=correct, correctness_detail=detail, timings=timings))
-    phrase = CANDIDATE_PHRASES.get(key, key)
-    return KernelDecisionInputs(candidate=phrase, shapes=shapes, skipped_baselines=skipped, ceilings=ceilings)
 
 
 def ceilings_for(result: ScreenResult, key: str, spec: FusedAddRMSNormSpec, policy: KernelPolicy,
@@ -235,7 +207,8 @@ def build_document(
             continue
         ceilings = ceilings_for(result, key, spec, policy, decode_step_ms, decode_step_source)
         ceilings_by_key[key] = ceilings
-        d = decide_kernel(decision_inputs(result, key, policy, ceilings), policy)
+        inputs = decision_inputs(result, key, policy=policy, phrase=CANDIDATE_PHRASES.get(key, key), ceilings=ceilings)
+        d = decide_kernel(inputs, policy)
         decisions[key] = (d.decision, d.decision_text, d.reason)
         full[key] = d
     if not decisions:

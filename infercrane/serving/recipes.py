@@ -29,8 +29,9 @@ RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 EngineName = Literal["vllm", "testserver"]
 ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 
-# Flags InferCrane sets itself on every engine command line; a recipe may not set them.
-RESERVED_FLAGS = frozenset({"--host", "--port"})
+# Flags InferCrane sets itself on every engine command line (the model from the recipe's ``model``
+# field); a recipe may not set them.
+RESERVED_FLAGS = frozenset({"--host", "--port", "--model"})
 
 _NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 _ENV_KEY_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -242,15 +243,19 @@ def parse_help_flags(help_text: str) -> EngineFlags:
         m = _INVOCATION_RE.match(line.rstrip())
         if not m:
             continue
+        line_flags: list[str] = []
+        line_choices: tuple[str, ...] | None = None
         for part in m.group(1).split(", "):
             tokens = part.split()
             if not tokens or not _FLAG_RE.match(tokens[0]):
                 continue
-            flags.add(tokens[0])
-            rest = " ".join(tokens[1:])
-            cm = re.match(r"^\{([^{}]*)\}", rest)
-            if cm:
-                choices[tokens[0]] = tuple(c.strip() for c in cm.group(1).split(","))
+            line_flags.append(tokens[0])
+            cm = re.match(r"^\{([^{}]*)\}", " ".join(tokens[1:]))
+            if cm:  # Python >= 3.13 prints the metavar once, after the last alias
+                line_choices = tuple(c.strip() for c in cm.group(1).split(","))
+        flags.update(line_flags)
+        if line_choices is not None:
+            choices.update({f: line_choices for f in line_flags})
     return EngineFlags(flags=frozenset(flags), choices=choices)
 
 

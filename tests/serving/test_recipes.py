@@ -87,6 +87,8 @@ def write(tmp_path: Path, text: str) -> Path:
     ("schema_version: infercrane.serving-recipe/v1\nname: x\nengine: vllm\nmodel: m\n"
      "engine_args: ['--port', '9']\n", "engine_args"),
     ("schema_version: infercrane.serving-recipe/v1\nname: x\nengine: vllm\nmodel: m\n"
+     "engine_args: ['--model=other']\n", "engine_args"),
+    ("schema_version: infercrane.serving-recipe/v1\nname: x\nengine: vllm\nmodel: m\n"
      "workarounds: [{finding: f}]\n", "workarounds.0.workaround"),
 ])
 def test_bad_recipe_names_the_field(tmp_path, body, field):
@@ -168,3 +170,26 @@ def test_vllm_not_installed_is_unavailable(monkeypatch):
 
 def test_engine_names_match_registry():
     assert tuple(ENGINE_KINDS) == ENGINE_NAMES
+
+
+def test_help_parser_on_argparse_generated_help():
+    import argparse
+
+    p = argparse.ArgumentParser(prog="vllm serve")
+    g = p.add_argument_group("ModelConfig", "Configuration for the model.\n- a bullet line in a description")
+    g.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=False, help="eager " * 30)
+    g.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    g.add_argument("--performance-mode", choices=["balanced", "interactivity", "throughput"], default="balanced")
+    g.add_argument("--a-very-long-option-name-that-wraps-the-help", metavar="A_VERY_LONG_METAVAR_VALUE")
+    g.add_argument("--served-model-name", nargs="+")
+    known = parse_help_flags(p.format_help())
+    assert known.flags == {"-h", "--help", "--enforce-eager", "--no-enforce-eager", "--tensor-parallel-size", "-tp",
+                           "--performance-mode", "--a-very-long-option-name-that-wraps-the-help",
+                           "--served-model-name"}
+    assert known.choices == {"--performance-mode": ("balanced", "interactivity", "throughput")}
+
+
+def test_help_parser_python313_layout():
+    # Python 3.13 argparse prints the metavar (here: the choices) once, after the last alias
+    known = parse_help_flags("options:\n  --performance-mode, -pm {balanced,throughput}\n                        help\n")
+    assert known.choices == {"--performance-mode": ("balanced", "throughput"), "-pm": ("balanced", "throughput")}

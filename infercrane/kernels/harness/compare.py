@@ -81,10 +81,13 @@ def compare_all(
 
 def decision_inputs(
     result: "ScreenResult", candidate: str, *, policy: "KernelPolicy | None" = None, phrase: str | None = None,
+    ceilings: list | None = None,
 ) -> "KernelDecisionInputs":
-    """The decision inputs for ``candidate``: correctness per rows, its timings against every measured baseline in
-    every mode (``decide_kernel`` picks the policy's mode), and the baselines that were skipped, failed, or not
-    selected (a counted baseline left out of the screen is listed as skipped, so the decision sees the gap)."""
+    """The decision inputs for ``candidate``: correctness per rows, its timings against every other measured
+    implementation in every mode (``decide_kernel`` counts the policy's baselines in the policy's mode; the other
+    candidates are context), and the baselines that were skipped, failed, or not selected (a counted baseline left
+    out of the screen is listed as skipped, so the decision sees the gap). A candidate that crashed or timed out is
+    incorrect at every row it did not pass."""
     from infercrane.decide.kernel import KernelDecisionInputs, ShapeResult, SkippedBaseline, compare_timings
     from infercrane.decide.policy import load_policy
     from infercrane.errors import InputError
@@ -94,12 +97,10 @@ def decision_inputs(
     if candidate not in by_key:
         raise InputError(f"no implementation {candidate!r} in this screen; present: {', '.join(by_key)}")
     cand = by_key[candidate]
-    if cand.status == "skipped" or not cand.correctness:
-        raise InputError(f"{candidate!r} was not screened ({cand.status}: {cand.skip_reason or cand.error})")
-    if cand.status == "failed" and cand.failure != "incorrect":
-        raise InputError(f"{candidate!r} {cand.failure} during the screen, so there is nothing to decide on: {cand.error}")
+    if cand.status == "skipped":
+        raise InputError(f"{candidate!r} was not screened (skipped: {cand.skip_reason})")
     baselines = [i for i in result.implementations if i.kind == "baseline"]
-    ok_baselines = [b for b in baselines if b.status == "ok"]
+    references = [i for i in result.implementations if i.key != candidate and i.status == "ok"]
     skipped = [
         SkippedBaseline(baseline=b.key, reason=(b.skip_reason if b.status == "skipped" else f"failed: {b.error}")
                         or b.status)
@@ -108,11 +109,17 @@ def decision_inputs(
     skipped += [SkippedBaseline(baseline=b, reason="not selected for this screen")
                 for b in policy.counted_baselines if b not in by_key]
     cand_cells = {(c.rows, c.mode): c for c in cand.timings}
+    checked = {c.rows: c for c in cand.correctness}
     shapes = []
-    for corr in cand.correctness:
+    for rows in result.rows:
+        corr = checked.get(rows)
+        if corr is None:
+            why = f"{cand.failure or cand.status}: {cand.error or cand.exit_signal or 'not checked'}"
+            shapes.append(ShapeResult(rows=rows, correct=False, correctness_detail=why))
+            continue
         timings = []
         if corr.passed:
-            for b in ok_baselines:
+            for b in references:
                 for cell in b.timings:
                     mine = cand_cells.get((cell.rows, cell.mode))
                     if cell.rows != corr.rows or mine is None:
@@ -121,4 +128,5 @@ def decision_inputs(
                                                    policy=policy))
         shapes.append(ShapeResult(rows=corr.rows, correct=corr.passed,
                                   correctness_detail=None if corr.passed else corr.failure_summary(), timings=timings))
-    return KernelDecisionInputs(candidate=phrase or cand.label, shapes=shapes, skipped_baselines=skipped)
+    return KernelDecisionInputs(candidate=phrase or cand.label, shapes=shapes, skipped_baselines=skipped,
+                                ceilings=ceilings or [])

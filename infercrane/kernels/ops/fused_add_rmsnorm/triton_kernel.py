@@ -7,9 +7,10 @@ The kernel launches on torch's current stream (Triton's default), so it can be c
 Method: each program keeps whole rows in registers, so x and residual are read from global memory
 once and out and the new residual written once (the byte floor of ``spec.FusedAddRMSNormSpec``).
 ``triton_config(rows, hidden)`` picks the tile: ``block_n`` = next power of two >= hidden (masked
-past ``hidden``), ``rows_per_program`` rows per program at small hidden, and ``num_warps`` such that
-each thread owns at least one 16-byte vector per row. Rows wider than ``MAX_FUSED_BLOCK_N`` use a
-two-pass chunked kernel instead (one extra read of the stored sum).
+past ``hidden``; 16-byte loads and stores whenever hidden is a multiple of 8), one row per program for
+decode-sized batches and several rows per program beyond ``MANY_ROWS`` rows, and ``num_warps`` such
+that each thread owns at least one 16-byte vector per row. Rows wider than ``MAX_FUSED_BLOCK_N`` use
+a two-pass chunked kernel instead (one extra read of the stored sum).
 
 Triton is imported only when a kernel is launched; ``available()`` reports why it cannot run.
 Under ``TRITON_INTERPRET=1`` the same kernels run on CPU tensors (Triton's interpreter), which is how
