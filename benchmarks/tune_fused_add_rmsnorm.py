@@ -5,15 +5,20 @@ Run on a CUDA machine from the repository root:
     PYTHONPATH=. python3 benchmarks/tune_fused_add_rmsnorm.py            # ~1-3 minutes
     PYTHONPATH=. python3 benchmarks/tune_fused_add_rmsnorm.py --no-compile --rows 1 512 32768
 
-What it does, in order (one failing step or variant is reported and the run goes on):
+What it does, in order. Each part (the Triton kernel, the CUDA kernel, the reference lines) runs in its own
+worker process, so a fault that ends a CUDA context ends only that part; a failing variant is reported and
+the run goes on (``--skip cuda/t16r4`` leaves a variant out, ``--only triton refs`` picks parts).
 
 1. Correctness: every variant, and the default configuration at several hidden sizes, against the float32
    oracle (``oracle.fused_add_rmsnorm_ref``) on fresh random inputs (never zeros) inside NaN guard rows.
    Rule: ``|got - ref| <= atol + rtol * |ref|``, all finite; bf16 ``out``: rtol 2**-7, atol 1e-5; the stored
    residual: exact (both round one float32 sum once, to nearest even). Then one call of each default kernel
    captured in a CUDA graph and replayed on new inputs (proves the launch is on the capture stream).
-2. Calibration: an empty kernel (CuPy and Triton), a kernel that copies one row per program (Triton), and a
-   device-to-device copy moving the same bytes as the op (``x.copy_`` of 2 * rows * hidden elements).
+2. Calibration: an empty kernel (CuPy and Triton); a Triton kernel that swaps one row of x and residual per
+   program (the op's activation traffic, no arithmetic); a device-to-device copy moving the same bytes as the
+   op (``copy_`` of 2 * rows * hidden elements). Reference lines when available: vLLM's vendor kernel, and
+   ``torch.compile(dynamic=False)`` of the eager baseline (one compile per row count; skipped past
+   ``--budget-s``).
 3. Timing, mode ``graph``: per (variant, rows) a CUDA graph of ``--calls`` back-to-back in-place calls is
    captured on the same tensors (L2 is hot whenever they fit), replayed 3 times to warm up, then ``--replays``
    times, each bracketed by CUDA events. Time per call = replay time / calls. Reported: median (µs per call),
@@ -33,7 +38,6 @@ import platform
 import statistics
 import sys
 import time
-import traceback
 from typing import Any, Callable
 
 import torch
@@ -76,14 +80,15 @@ TRITON_VARIANTS: dict[str, dict[str, Any] | None] = {
 }
 CUDA_VARIANTS: dict[str, dict[str, Any] | None] = {
     "auto": None,
+    "t128r1": {"threads_per_row": 128, "rows_per_block": 1},
+    "t128r2": {"threads_per_row": 128, "rows_per_block": 2},
+    "t64r1": {"threads_per_row": 64, "rows_per_block": 1},
+    "t64r2": {"threads_per_row": 64, "rows_per_block": 2},
     "t32r1": {"threads_per_row": 32, "rows_per_block": 1},
     "t32r2": {"threads_per_row": 32, "rows_per_block": 2},
     "t32r4": {"threads_per_row": 32, "rows_per_block": 4},
     "t32r8": {"threads_per_row": 32, "rows_per_block": 8},
     "t16r4": {"threads_per_row": 16, "rows_per_block": 4},
-    "t64r1": {"threads_per_row": 64, "rows_per_block": 1},
-    "t64r2": {"threads_per_row": 64, "rows_per_block": 2},
-    "t128r1": {"threads_per_row": 128, "rows_per_block": 1},
     "t32r4-p8": {"threads_per_row": 32, "rows_per_block": 4, "persistent_blocks_per_sm": 8},
     "t32r8-p4": {"threads_per_row": 32, "rows_per_block": 8, "persistent_blocks_per_sm": 4},
 }
@@ -94,7 +99,7 @@ def log(msg: str) -> None:
 
 
 def short_error(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}"
+    text = " ".join(f"{type(e).__name__}: {e}".split())
     return text if len(text) < 300 else text[:300] + " ..."
 
 
@@ -308,36 +313,37 @@ def reference_calls(hidden: int) -> dict[str, Callable[[int], Callable[[], Any]]
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+PARTS = ("triton", "cuda", "refs")
+# How the parent starts a worker: this file again, in a fresh process (a CUDA fault ends only that part).
+WORKER_CMD = [sys.executable, os.path.abspath(__file__)]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hidden", type=int, default=HIDDEN)
     ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     ap.add_argument("--calls", type=int, default=200, help="calls captured per CUDA graph")
     ap.add_argument("--replays", type=int, default=20, help="timed replays per point")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference line")
-    ap.add_argument("--only", choices=("triton", "cuda"), default=None)
+    ap.add_argument("--only", choices=PARTS, nargs="+", default=list(PARTS), help="parts to run")
+    ap.add_argument("--skip", nargs="*", default=[], help="variant labels to leave out, e.g. cuda/t16r4")
     ap.add_argument("--json", default=None, help="write the JSON here (default: $OUT/tune.json when OUT is set)")
-    ap.add_argument("--budget-s", type=float, default=165.0, help="skip optional work past this wall time")
-    args = ap.parse_args(argv)
-    t0 = time.time()
-    if not torch.cuda.is_available():
-        log("no CUDA device: this script times kernels on a GPU")
-        return 2
-    hidden = args.hidden
-    spec = FusedAddRMSNormSpec(hidden_size=hidden, eps=EPS, rows=tuple(args.rows))
+    ap.add_argument("--budget-s", type=float, default=165.0, help="wall-time budget; optional work stops past it")
+    ap.add_argument("--worker", choices=PARTS, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--part-json", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def environment() -> dict[str, Any]:
     props = torch.cuda.get_device_properties(0)
     env: dict[str, Any] = {
         "gpu": props.name, "sm_count": props.multi_processor_count,
         "compute_capability": f"{props.major}.{props.minor}",
         "l2_bytes": getattr(props, "L2_cache_size", None), "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda, "python": platform.python_version(),
+        "triton": getattr(triton, "__version__", "unavailable"),
     }
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except Exception as e:
-        env["triton"] = f"unavailable: {short_error(e)}"
     try:
         import cupy
 
@@ -346,38 +352,12 @@ def main(argv: list[str] | None = None) -> int:
         env["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
     except Exception as e:
         env["cupy"] = f"unavailable: {short_error(e)}"
-    log(f"# {env['gpu']} ({env['sm_count']} SMs, L2 {env['l2_bytes']} B) torch {env['torch']} "
-        f"triton {env.get('triton')} cupy {env.get('cupy')} nvrtc {env.get('nvrtc')}; hidden {hidden} bf16; "
-        f"timing_mode=graph ({args.calls} calls/graph, median of {args.replays} replays), L2 hot where it fits")
+    return env
 
-    impls: dict[str, tuple[Callable[..., Any], dict[str, dict[str, Any] | None]]] = {}
-    for name, mod, fn, variants in (("triton", tk, tk.fused_add_rmsnorm_triton, TRITON_VARIANTS),
-                                    ("cuda", ck, ck.fused_add_rmsnorm_cuda, CUDA_VARIANTS)):
-        if args.only and args.only != name:
-            continue
-        ok, reason = mod.available()
-        if not ok:
-            log(f"  {name}: skipped: {reason}")
-            continue
-        if hidden != 1024:  # fixed variant configs are written for hidden 1024; keep only the heuristic
-            variants = {k: v for k, v in variants.items() if v is None or "block_n" not in v}
-        impls[name] = (fn, variants)
 
-    report: dict[str, Any] = {"schema": "infercrane.tune_fused_add_rmsnorm/1", "env": env, "hidden": hidden,
-                              "dtype": "bfloat16", "eps": EPS, "timing_mode": "graph", "calls_per_graph": args.calls,
-                              "replays": args.replays, "rows": args.rows,
-                              "tolerance": {"rule": "|got-ref| <= atol + rtol*|ref|, all finite",
-                                            "out": {"rtol": RTOL_OUT["bfloat16"], "atol": ATOL_OUT},
-                                            "residual": {"rtol": 0.0, "atol": 0.0}}}
-
-    # 1. correctness
-    log("## correctness (vs float32 oracle; guard rows; graph capture)")
-    try:
-        corr = run_correctness(impls, hidden)
-    except Exception as e:
-        corr = {"error": short_error(e), "traceback": traceback.format_exc()}
-    report["correctness"] = corr
-    failed_variants = set()
+def summarize_correctness(corr: dict[str, Any]) -> set[str]:
+    """Print one line per variant; return the labels that failed."""
+    failed: set[str] = set()
     for key, per in corr.items():
         if not isinstance(per, list):
             log(f"  {key}: {per}")
@@ -385,15 +365,31 @@ def main(argv: list[str] | None = None) -> int:
         bad = [p for p in per if not p.get("pass")]
         worst = max((p.get("out", {}).get("max_rel_err", 0.0) for p in per if "out" in p), default=float("nan"))
         if bad:
-            failed_variants.add(key)
+            failed.add(key)
             b = bad[0]
-            detail = b.get("error") or {k: b[k] for k in ("out", "residual", "guards_untouched") if k in b}
+            detail = b.get("error") or "; ".join(
+                [f"{k}: max abs {b[k]['max_abs_err']:.3g} first bad {b[k].get('first_bad_index')} "
+                 f"got {b[k].get('got')} ref {b[k].get('ref')}" for k in ("out", "residual") if not b[k]["pass"]]
+                + ([] if b.get("guards_untouched", True) else ["wrote outside its rows"]))
             log(f"  FAIL {key}: {len(bad)}/{len(per)} cases; first rows={b['rows']} hidden={b['hidden']}: {detail}")
         else:
             log(f"  ok   {key}: {len(per)} cases, max rel err(out) {worst:.2e}")
+    return failed
 
-    # 2+3. timing
+
+def worker(args: argparse.Namespace) -> int:
+    """One part (an implementation's correctness and timing, or the reference lines) in its own process."""
+    hidden = args.hidden
+    spec = FusedAddRMSNormSpec(hidden_size=hidden, eps=EPS, rows=tuple(args.rows))
+    deadline = args.deadline or (time.time() + args.budget_s)
+    part: dict[str, Any] = {"correctness": {}, "timing": {}, "notes": []}
     table: dict[str, dict[int, dict[str, Any]]] = {}
+
+    def save() -> None:
+        part["timing"] = {k: {str(r): v for r, v in per.items()} for k, per in table.items()}
+        if args.part_json:
+            with open(args.part_json, "w") as f:
+                json.dump(part, f, default=str)
 
     def record(label: str, rows: int, thunk: Callable[[], dict[str, Any]], moves_bytes: bool = True) -> None:
         try:
@@ -403,59 +399,150 @@ def main(argv: list[str] | None = None) -> int:
                 t["tb_s"] = t["bytes"] / (t["median_us"] * 1e-6) / 1e12
         except Exception as e:
             t = {"error": short_error(e)}
-            torch.cuda.synchronize()
+            torch.cuda.synchronize()  # raises if the context is lost: the parent reports the rest as missing
         table.setdefault(label, {})[rows] = t
 
-    log("## timing")
-    refs = reference_calls(hidden)
-    for label, factory in refs.items():
+    if args.worker in ("triton", "cuda"):
+        mod, fn, variants = ((tk, tk.fused_add_rmsnorm_triton, TRITON_VARIANTS) if args.worker == "triton"
+                             else (ck, ck.fused_add_rmsnorm_cuda, CUDA_VARIANTS))
+        ok, reason = mod.available()
+        if not ok:
+            log(f"  {args.worker}: skipped: {reason}")
+            part["notes"].append(f"skipped: {reason}")
+            save()
+            return 0
+        variants = {k: v for k, v in variants.items() if f"{args.worker}/{k}" not in args.skip}
+        if hidden != 1024:  # the fixed Triton tiles are written for hidden 1024; keep the heuristic there
+            variants = {k: v for k, v in variants.items() if v is None or "block_n" not in v}
+        try:
+            part["correctness"] = run_correctness({args.worker: (fn, variants)}, hidden)
+        except Exception as e:
+            part["correctness"] = {f"{args.worker}/error": short_error(e)}
+        save()
+        summarize_correctness(part["correctness"])
+        for name, cfg in variants.items():
+            for rows in args.rows:
+                record(f"{args.worker}/{name}", rows,
+                       lambda r=rows, c=cfg: bench_inplace(fn, r, hidden, args.calls, args.replays,
+                                                           **({"config": c} if c else {})))
+            save()
+        part["auto_configs"] = {
+            str(r): _safe(lambda r=r: tk.triton_config(r, hidden) if args.worker == "triton" else
+                          ck.cuda_config(r, hidden, num_sms=torch.cuda.get_device_properties(0).multi_processor_count))
+            for r in args.rows}
+        part["implementation"] = _safe(mod.describe)
+        save()
+        return 0
+
+    # references
+    for label, factory in reference_calls(hidden).items():
         for rows in ([1] if label.startswith("empty") else args.rows):
             record(label, rows, lambda f=factory, r=rows: time_graph(f(r), args.calls, args.replays),
                    moves_bytes=not label.startswith("empty"))
     for rows in args.rows:
         record("d2d-copy", rows, lambda r=rows: bench_copy(r, hidden, args.calls, args.replays))
-    for impl, (fn, variants) in impls.items():
-        for name, cfg in variants.items():
-            for rows in args.rows:
-                record(f"{impl}/{name}", rows,
-                       lambda r=rows, c=cfg, f=fn: bench_inplace(f, r, hidden, args.calls, args.replays,
-                                                                 **({"config": c} if c else {})))
-    # configs the heuristics pick, recorded with the numbers
-    report["auto_configs"] = {
-        "triton": {r: _safe(lambda r=r: tk.triton_config(r, hidden)) for r in args.rows},
-        "cuda": {r: _safe(lambda r=r: ck.cuda_config(r, hidden, num_sms=props.multi_processor_count))
-                 for r in args.rows},
-    }
-    # reference lines
+    save()
     try:
         from infercrane.kernels.ops.fused_add_rmsnorm import baselines
-
-        ok, reason = baselines.vllm_available()
-        if ok:
-            vfn = baselines.load_vllm(None)
-            report["vllm"] = baselines.describe_vllm()
-            for rows in args.rows:
-                record("vllm-vendor", rows, lambda r=rows: bench_inplace(vfn, r, hidden, args.calls, args.replays))
-        else:
-            log(f"  vllm-vendor: skipped: {reason}")
-        if args.no_compile:
-            log("  torch.compile: skipped (--no-compile)")
-        else:
-            compiled = baselines.load_torch_compile(None)
-            for rows in args.rows:
-                if time.time() - t0 > args.budget_s:
-                    log(f"  torch.compile: stopped at rows={rows}: past the {args.budget_s:.0f} s budget")
-                    break
-                record("torch.compile", rows,
-                       lambda r=rows: bench_out_of_place(compiled, r, hidden, args.calls, args.replays))
     except Exception as e:
-        log(f"  reference lines failed: {short_error(e)}")
-    report["timing"] = {k: {str(r): v for r, v in per.items()} for k, per in table.items()}
+        log(f"  reference lines (vLLM, torch.compile): skipped: {short_error(e)}")
+        return 0
+    ok, reason = baselines.vllm_available()
+    if ok:
+        vfn = baselines.load_vllm(None)
+        part["vllm"] = _safe(baselines.describe_vllm)
+        for rows in args.rows:
+            record("vllm-vendor", rows, lambda r=rows: bench_inplace(vfn, r, hidden, args.calls, args.replays))
+        save()
+    else:
+        log(f"  vllm-vendor: skipped: {reason}")
+    if args.no_compile:
+        log("  torch.compile: skipped (--no-compile)")
+    else:
+        compiled = baselines.load_torch_compile(None)
+        for rows in args.rows:
+            if time.time() > deadline:
+                log(f"  torch.compile: stopped before rows={rows}: past the wall-time budget")
+                part["notes"].append(f"torch.compile stopped before rows={rows} (budget)")
+                break
+            record("torch.compile", rows,
+                   lambda r=rows: bench_out_of_place(compiled, r, hidden, args.calls, args.replays))
+            save()
+    save()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        return worker(args)
+    t0 = time.time()
+    if not torch.cuda.is_available():
+        log("no CUDA device: this script times kernels on a GPU")
+        return 2
+    hidden = args.hidden
+    env = environment()
+    log(f"# {env['gpu']} ({env['sm_count']} SMs, L2 {env['l2_bytes']} B) torch {env['torch']} "
+        f"triton {env.get('triton')} cupy {env.get('cupy')} nvrtc {env.get('nvrtc')}; hidden {hidden} bf16; "
+        f"timing_mode=graph ({args.calls} calls/graph, median of {args.replays} replays), L2 hot where it fits")
+    report: dict[str, Any] = {
+        "schema": "infercrane.tune_fused_add_rmsnorm/1", "env": env, "hidden": hidden, "dtype": "bfloat16",
+        "eps": EPS, "timing_mode": "graph", "calls_per_graph": args.calls, "replays": args.replays,
+        "rows": args.rows, "byte_model": "rows*hidden*2*4 + hidden*2 (read x, residual, weight; write out, residual)",
+        "tolerance": {"rule": "|got-ref| <= atol + rtol*|ref|, all finite",
+                      "out": {"rtol": RTOL_OUT["bfloat16"], "atol": ATOL_OUT}, "residual": {"rtol": 0.0, "atol": 0.0}},
+        "parts": {},
+    }
+    deadline = t0 + args.budget_s
+    import subprocess
+    import tempfile
+
+    failed_variants: set[str] = set()
+    table: dict[str, dict[int, dict[str, Any]]] = {}
+    for part_name in [p for p in PARTS if p in args.only]:
+        log(f"## {part_name}" + (" (correctness vs float32 oracle, guard rows, graph capture; then timing)"
+                                 if part_name != "refs" else " (calibration and reference lines)"))
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            part_path = f.name
+        cmd = [*WORKER_CMD, "--worker", part_name, "--part-json", part_path,
+               "--hidden", str(hidden), "--calls", str(args.calls), "--replays", str(args.replays),
+               "--deadline", str(deadline), "--rows", *map(str, args.rows)]
+        if args.no_compile:
+            cmd.append("--no-compile")
+        if args.skip:
+            cmd += ["--skip", *args.skip]
+        remaining = max(30.0, deadline + 60.0 - time.time())
+        try:
+            proc = subprocess.run(cmd, timeout=remaining, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
+            rc, err_tail = proc.returncode, (proc.stderr or "")[-1500:]
+        except subprocess.TimeoutExpired as e:
+            rc, err_tail = "timeout", str(e)[-500:]
+        part: dict[str, Any] = {}
+        try:
+            with open(part_path) as f:
+                part = json.load(f)
+        except Exception:
+            pass
+        finally:
+            try:
+                os.unlink(part_path)
+            except OSError:
+                pass
+        if rc != 0:
+            log(f"  {part_name}: worker ended with {rc}; kept what it saved. stderr tail:\n{err_tail}")
+            part.setdefault("notes", []).append(f"worker ended with {rc}: {err_tail[-500:]}")
+        report["parts"][part_name] = part
+        for key, per in part.get("correctness", {}).items():
+            if not isinstance(per, list) or any(not p.get("pass") for p in per):
+                failed_variants.add(key)
+        for label, per in part.get("timing", {}).items():
+            table[label] = {int(r): v for r, v in per.items()}
 
     # table
     copy_bw = max((v.get("tb_s", 0.0) for r, v in table.get("d2d-copy", {}).items() if r >= 8192), default=0.0)
     report["copy_tb_s"] = copy_bw
-    log(f"## µs per call (median; graph replay of {args.calls} calls); TB/s = spec bytes / median")
+    log(f"## µs per call (median of {args.replays} replays of a {args.calls}-call graph); "
+        f"TB/s = spec bytes / median at the largest rows; %copy = of d2d-copy TB/s (rows >= 8192)")
     width = 8
     log("variant".ljust(22) + "".join(str(r).rjust(width) for r in args.rows) + "   TB/s@max  %copy  fail")
     big = max(args.rows)
@@ -464,8 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in args.rows:
             v = per.get(r)
             cells.append(("err" if "error" in v else f"{v['median_us']:.2f}") if v else "-")
-        last = per.get(big, {})
-        tb = last.get("tb_s")
+        tb = per.get(big, {}).get("tb_s")
         pct = f"{100 * tb / copy_bw:5.1f}" if tb and copy_bw else "    -"
         fail = "FAIL" if label in failed_variants else ""
         log(label[:22].ljust(22) + "".join(c.rjust(width) for c in cells)
@@ -475,22 +561,25 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  error {label} rows={r}: {e}")
     if len(errors) > 8:
         log(f"  ... {len(errors) - 8} more errors in the JSON")
-    # best per rows
-    best = {}
-    for impl in impls:
+    best: dict[str, dict[int, tuple[float, str]]] = {}
+    for impl in ("triton", "cuda"):
         for r in args.rows:
-            cands = [(v["median_us"], label) for label, per in table.items() if label.startswith(impl + "/")
-                     and label not in failed_variants and "median_us" in per.get(r, {}) for v in [per[r]]]
+            cands = [(per[r]["median_us"], label) for label, per in table.items()
+                     if label.startswith(impl + "/") and label not in failed_variants and "median_us" in per.get(r, {})]
             if cands:
                 best.setdefault(impl, {})[r] = min(cands)
     report["best"] = {impl: {str(r): {"median_us": m, "variant": lab} for r, (m, lab) in per.items()}
                       for impl, per in best.items()}
     for impl, per in best.items():
         log(f"best {impl}: " + "  ".join(f"{r}:{lab.split('/', 1)[1]}={m:.2f}" for r, (m, lab) in per.items()))
-    report["implementations"] = {"triton": _safe(tk.describe), "cuda": _safe(ck.describe)}
+    if "cuda" in best and "triton" in best:
+        ratio = {r: best["cuda"][r][0] / best["triton"][r][0] for r in args.rows
+                 if r in best["cuda"] and r in best["triton"]}
+        report["best_cuda_over_triton"] = {str(r): v for r, v in ratio.items()}
+        log("best cuda / best triton: " + "  ".join(f"{r}:{v:.3f}" for r, v in ratio.items()))
+    report["failed_correctness"] = sorted(failed_variants)
     report["wall_s"] = time.time() - t0
     log(f"# wall {report['wall_s']:.0f} s")
-
     path = args.json or (os.path.join(os.environ["OUT"], "tune.json") if os.environ.get("OUT") else None)
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -341,8 +341,11 @@ class EngineRecord(Strict):
 
 
 class PairedServingV2(Strict):
+    """The seed's ``paired_aiperf`` block: measurements are medians over the primary driver's ok runs."""
+
     gpu: NonEmptyStr
     app_id: NonEmptyStr
+    primary_driver: NonEmptyStr
     workload: ServingWorkload
     failures: NonNegativeInt
     measurements: list[ServingMeasurementV2] = Field(min_length=1)
@@ -354,7 +357,10 @@ class PairedServingV2(Strict):
 
 
 class PublicArmV2(Strict):
+    """One recipe as one driver measured it: medians over runs."""
+
     recipe: NonEmptyStr
+    driver: NonEmptyStr
     app_id: NonEmptyStr
     output_tokens_per_second: PositiveFloat
     request_throughput: PositiveFloat
@@ -371,6 +377,7 @@ class PublicWorkloadReproductionV2(Strict):
     arms: list[PublicArmV2] = Field(min_length=1)
     decision: str | None = None
     comparison_boundary: NonEmptyStr
+    driver_agreement: list[str] = Field(default_factory=list)
 
 
 class OptimizationPocReceiptV2(Strict):

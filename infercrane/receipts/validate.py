@@ -234,7 +234,7 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
         for i, m in enumerate(pa.measurements):
             p = f"paired_aiperf.measurements[{i}]"
             mine = [x for x in runs if x.recipe == m.recipe and x.concurrency == m.concurrency
-                    and x.driver == r.policy.get("primary_driver", x.driver)]
+                    and x.driver == pa.primary_driver]
             if not mine:
                 if r.runs:
                     out.append((p, f"no ok run of recipe {m.recipe!r} at concurrency {m.concurrency} backs it"))

@@ -44,14 +44,22 @@ WORKLOAD_SCHEMA_VERSION = "infercrane.serving-workload/v1"
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 ArmOrder = Literal["sequential", "interleaved", "sandwich"]
 
-REQUESTS_PER_SLOT = 48
-MIN_REQUESTS = 64
 WARMUP_PER_SLOT = 2
 MIN_WARMUP = 4
 MIN_WINDOW_S = 5.0
 THREE_RUNS_NOTE = ("3 runs per arm: a two-sided Mann-Whitney rank test cannot reach p < 0.05 with 3 against 3 "
                    "(its smallest p is 0.1), and a confidence interval for a median needs about 6 runs; "
                    "a difference can at most be called AMBIGUOUS")
+
+
+class PublishedExample(BaseModel):
+    """A number someone published for this workload, and whether they said on what hardware and runtime."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    output_tokens_per_second: float = Field(gt=0)
+    request_throughput: float = Field(gt=0)
+    hardware_and_runtime_disclosed: bool
 
 
 class Workload(BaseModel):
@@ -72,11 +80,16 @@ class Workload(BaseModel):
     token_count_source: Literal["server", "client"] = Field(
         default="server", description="count output tokens from the server's usage, or with a client tokenizer")
     request_count: int | None = Field(default=None, ge=1,
-                                      description=f"requests per point; default max({REQUESTS_PER_SLOT} x c, "
-                                                  f"{MIN_REQUESTS})")
+                                      description="requests per point; default max(requests_per_slot x c, "
+                                                  "min_requests)")
     warmup_requests: int | None = Field(default=None, ge=0,
                                         description=f"excluded requests before each point; default "
                                                     f"max({WARMUP_PER_SLOT} x c, {MIN_WARMUP})")
+    requests_per_slot: int = Field(default=48, ge=1, description="derived request count: requests per concurrency "
+                                                              "slot (request_count = max(slot * c, min_requests))")
+    min_requests: int = Field(default=64, ge=1, description="derived request count: at least this many per point")
+    published_example: PublishedExample | None = Field(default=None, description="a public number this workload "
+                                                                             "reproduces, for the comparison boundary")
     runs_per_arm: int = Field(default=5, ge=3, le=100, description="repeated runs per arm (3 allowed, with a note)")
     arm_order: ArmOrder = "sandwich"
     seed: int = Field(default=0, description="seed of the synthetic prompts (same for every run and arm)")
@@ -101,7 +114,7 @@ class Workload(BaseModel):
 
     def requests_at(self, concurrency: int) -> int:
         return self.request_count if self.request_count is not None \
-            else max(REQUESTS_PER_SLOT * concurrency, MIN_REQUESTS)
+            else max(self.requests_per_slot * concurrency, self.min_requests)
 
     def warmup_at(self, concurrency: int) -> int:
         return self.warmup_requests if self.warmup_requests is not None \
@@ -218,7 +231,7 @@ class PlanResult(BaseModel):
 
     workload: Workload
     recipes: dict[str, Recipe] = Field(description="arm -> resolved recipe")
-    driver: str
+    drivers: list[str] = Field(min_length=1, description="drivers run at every point, the first is primary")
     order: ArmOrder
     plan: list[PlannedRun]
     runs: list[RunMetrics] = Field(default_factory=list)
@@ -254,7 +267,7 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
 
 
 def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
-             driver: str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
+             drivers: Sequence[str] | str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
              startup_timeout_s: float = 900.0, preflight: bool = True,
              on_run: Callable[[RunMetrics], None] | None = None) -> PlanResult:
     """Run every planned run: start each arm's engine per segment, drive it, stop it.
@@ -262,7 +275,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     ``recipes``: a sequence (arms named after the recipes) or a mapping arm -> recipe. Preflight
     (``check_recipe`` per recipe, driver availability and options) runs before any engine starts.
     Artifacts: ``out_dir/engines/<segment>-<arm>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (driver
-    exports). ``on_run`` is called with each run's metrics as soon as it is parsed. A failing run
+    exports; ``.../c<C>/<driver>/`` when several drivers run). With several ``drivers``, each drives the same
+    engine at every point, one after the other, the prefix cache reset before each. ``on_run`` is called with each run's metrics as soon as it is parsed. A failing run
     stops the plan: engines are stopped and the error (RunFailed, mostly) propagates with ``.partial``
     holding the PlanResult measured so far; KeyboardInterrupt stops the engines and propagates.
     """
@@ -276,12 +290,16 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     arms = {arm: (r if r.sha256 else r.resolved()) for arm, r in arms.items()}
     order = order or workload.arm_order
     plan = plan_runs(list(arms), workload, order)
-    drv = get_driver(driver)
+    drivers = [drivers] if isinstance(drivers, str) else list(drivers)
+    if not drivers or len(set(drivers)) != len(drivers):
+        raise InputError(f"drivers must be distinct and at least one, got {drivers}")
+    drvs = [get_driver(d) for d in drivers]
     out = Path(out_dir)
     tokenizers = {arm: resolve_tokenizer(r, tokenizer) for arm, r in arms.items()}
 
-    def spec_for(p: PlannedRun, base_url: str, served_model: str) -> RunSpec:
+    def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str) -> RunSpec:
         tok, tok_env = tokenizers[p.arm]
+        artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
         return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint, streaming=workload.streaming,
                        ignore_eos=workload.ignore_eos, input_tokens=workload.input_tokens,
                        output_tokens=workload.output_tokens, concurrency=p.concurrency,
@@ -289,16 +307,17 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                        warmup_requests=workload.warmup_at(p.concurrency), seed=workload.seed,
                        token_count_source=workload.token_count_source,
                        request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
-                       artifact_dir=out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}",
+                       artifact_dir=artifacts / driver if len(drivers) > 1 else artifacts,
                        arm=p.arm, recipe_sha256=arms[p.arm].sha256 or "", run_index=p.run_index, env=tok_env)
 
     if preflight:
         for recipe in arms.values():
             check_recipe(recipe)
-        drv.require_available()
-        drv.check(spec_for(plan[0], "http://127.0.0.1:0", arms[plan[0].arm].model))  # options only
+        for name, drv in zip(drivers, drvs):
+            drv.require_available()
+            drv.check(spec_for(plan[0], "http://127.0.0.1:0", arms[plan[0].arm].model, name))  # options only
 
-    result = PlanResult(workload=workload, recipes=arms, driver=driver, order=order, plan=plan,
+    result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan,
                         notes=workload.notes())
     segments: dict[int, list[PlannedRun]] = {}
     for p in plan:
@@ -313,28 +332,30 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                 for p in runs:
                     if not engine.alive():
                         raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
-                    engine.reset_prefix_cache()
-                    metrics = drv.run(spec_for(p, engine.base_url, engine.served_model))
-                    result.runs.append(metrics)
-                    if metrics.requests_completed and metrics.duration_s < MIN_WINDOW_S:
-                        result.notes.append(
-                            f"{p.arm} run {p.run_index} at c={p.concurrency}: the measurement window was "
-                            f"{metrics.duration_s:.2f} s (< {MIN_WINDOW_S:g} s); raise request_count")
-                    if on_run is not None:
-                        on_run(metrics)
+                    for name, drv in zip(drivers, drvs):
+                        engine.reset_prefix_cache()
+                        metrics = drv.run(spec_for(p, engine.base_url, engine.served_model, name))
+                        result.runs.append(metrics)
+                        if metrics.requests_completed and metrics.duration_s < MIN_WINDOW_S:
+                            result.notes.append(
+                                f"{p.arm} run {p.run_index} at c={p.concurrency} ({name}): the measurement window "
+                                f"was {metrics.duration_s:.2f} s (< {MIN_WINDOW_S:g} s); raise request_count")
+                        if on_run is not None:
+                            on_run(metrics)
                     if not engine.alive():
                         raise engine.failure(f"died during run {p.run_index} at concurrency {p.concurrency}")
-    except InfercraneError as exc:
-        result.notes.append(f"stopped part-way: {exc.message.splitlines()[0]}")
+    except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
+        what = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else type(exc).__name__
+        result.notes.append(f"stopped part-way: {what}")
         exc.partial = result  # type: ignore[attr-defined]
         raise
     result.complete = True
     return result
 
 
-def run_arm(recipe: Recipe, workload: Workload, *, out_dir: str | Path, driver: str = "aiperf",
+def run_arm(recipe: Recipe, workload: Workload, *, out_dir: str | Path, drivers: Sequence[str] | str = "aiperf",
             tokenizer: str | None = None, startup_timeout_s: float = 900.0,
             on_run: Callable[[RunMetrics], None] | None = None) -> PlanResult:
     """One recipe alone: one engine lifetime, ``runs_per_arm`` runs x every concurrency."""
-    return run_plan([recipe], workload, out_dir=out_dir, driver=driver, order="sequential", tokenizer=tokenizer,
+    return run_plan([recipe], workload, out_dir=out_dir, drivers=drivers, order="sequential", tokenizer=tokenizer,
                     startup_timeout_s=startup_timeout_s, on_run=on_run)

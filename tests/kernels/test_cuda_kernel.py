@@ -252,6 +252,7 @@ def test_gpu_fp16_matches_oracle(rmsnorm_checks, impl, rows, hidden):
     ("cuda", {"threads_per_row": 128, "rows_per_block": 1}),
     ("cuda", {"threads_per_row": 16, "rows_per_block": 4}),
     ("cuda", {"threads_per_row": 32, "rows_per_block": 4, "persistent_blocks_per_sm": 1}),
+    ("cuda", {"threads_per_row": 128, "rows_per_block": 2, "persistent_blocks_per_sm": 1}),  # barrier in a loop
     ("cuda", {"threads_per_row": 32, "rows_per_block": 8, "vec": 4}),
     ("triton", {"variant": "fused", "block_n": 1024, "rows_per_program": 4, "num_warps": 4}),
     ("triton", {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 1}),

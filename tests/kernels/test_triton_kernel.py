@@ -7,6 +7,8 @@ Triton does not matter. The comparison rule and tolerances are in ``tests/kernel
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -123,6 +125,36 @@ def test_bad_inputs_are_refused():
         tk.fused_add_rmsnorm_triton(xt, xt.clone(), w, 1e-6)
     with pytest.raises(InputError, match="eps must be positive"):
         tk.fused_add_rmsnorm_triton(x, x.clone(), w, 0.0)
+
+
+def _ptx_or_skip(*args, **kwargs):
+    from infercrane.errors import UnavailableError
+
+    try:
+        return tk.compile_ptx(*args, **kwargs)
+    except UnavailableError as e:
+        pytest.skip(str(e))
+
+
+V4 = re.compile(r"(ld|st)\.global\.v4\.b32")
+
+
+@pytest.mark.parametrize("rows", [1, 32768])
+@pytest.mark.parametrize("hidden", [896, 1000, 1024, 4096, 5120, 16384])
+def test_compiled_for_sm90_with_16_byte_accesses(hidden, rows):
+    """The real compiler (not the interpreter) for sm_90, no GPU needed: vectorized, no local-memory spills."""
+    ptx = _ptx_or_skip(hidden, rows, arch=90)
+    ops = {m.group(1) for m in V4.finditer(ptx)}
+    assert ops == {"ld", "st"}, "expected 16-byte global loads and stores"
+    assert ".local" not in ptx
+
+
+def test_compiled_odd_hidden_and_chunked_variants():
+    ptx = _ptx_or_skip(1001, 4)  # rows start 2 bytes apart from 16-byte alignment: scalar accesses
+    assert not V4.search(ptx) and re.search(r"ld\.global\.b16", ptx)
+    ptx = _ptx_or_skip(20480, 1)  # wider than MAX_FUSED_BLOCK_N: the chunked two-pass kernel
+    assert tk.triton_config(1, 20480)["variant"] == "chunked"
+    assert {m.group(1) for m in V4.finditer(ptx)} == {"ld", "st"}
 
 
 def test_available_under_interpreter():

@@ -85,7 +85,7 @@ def test_sandwich_plan_runs_end_to_end(tmp_path, ts_recipe, probe):
     a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
     b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
     called: list[RunMetrics] = []
-    result = run_plan([a, b], workload(), out_dir=tmp_path, driver="probe", tokenizer="unused", on_run=called.append)
+    result = run_plan([a, b], workload(), out_dir=tmp_path, drivers="probe", tokenizer="unused", on_run=called.append)
     assert result.complete
     got = [(m.arm, m.run_index, m.concurrency) for m in result.runs]
     assert got == [(p.arm, p.run_index, p.concurrency) for p in result.plan]
@@ -114,7 +114,7 @@ def test_sandwich_plan_runs_end_to_end(tmp_path, ts_recipe, probe):
 
 def test_run_arm_is_one_engine(tmp_path, ts_recipe, probe):
     result = run_arm(ts_recipe("--ttft-ms", "0", "--itl-ms", "0"), workload(concurrency=[3]), out_dir=tmp_path,
-                     driver="probe", tokenizer="unused")
+                     drivers="probe", tokenizer="unused")
     assert [(m.run_index, m.concurrency) for m in result.runs] == [(0, 3), (1, 3), (2, 3)]
     assert len(result.engines) == 1 and result.order == "sequential"
 
@@ -123,7 +123,7 @@ def test_engine_crash_stops_plan_with_partial_results(tmp_path, ts_recipe, probe
     # readiness uses 1 request, each probe run 2: the engine exits right after the first run
     crashy = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--crash-after", "3", name="crashy")
     with pytest.raises(RunFailed) as err:
-        run_plan([crashy], workload(concurrency=[1]), out_dir=tmp_path, driver="probe", tokenizer="unused",
+        run_plan([crashy], workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused",
                  order="sequential")
     partial = err.value.partial
     assert not partial.complete and len(partial.runs) == 1 and partial.runs[0].ok
@@ -136,7 +136,7 @@ def test_ctrl_c_mid_plan_stops_engines(tmp_path, ts_recipe, probe):
     probe["driver"] = ProbeDriver(interrupt_at=1)
     with pytest.raises(KeyboardInterrupt):
         run_plan([ts_recipe("--ttft-ms", "0", name="a"), ts_recipe("--ttft-ms", "0", name="b")],
-                 workload(concurrency=[1]), out_dir=tmp_path, driver="probe", tokenizer="unused")
+                 workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused")
     assert len(probe["driver"].seen) == 1  # interrupted at the second run
     for log in (tmp_path / "engines").glob("*.log"):
         assert "testserver: stopped" in log.read_text()
@@ -145,10 +145,10 @@ def test_ctrl_c_mid_plan_stops_engines(tmp_path, ts_recipe, probe):
 def test_preflight_fails_before_any_engine_starts(tmp_path, ts_recipe):
     bad = ts_recipe("--no-such-flag")
     with pytest.raises(InputError, match="--no-such-flag"):
-        run_plan([bad], workload(), out_dir=tmp_path, driver="aiperf", tokenizer="unused", order="sequential")
+        run_plan([bad], workload(), out_dir=tmp_path, drivers="aiperf", tokenizer="unused", order="sequential")
     assert not (tmp_path / "engines").exists()
     with pytest.raises(InputError, match="unknown driver"):
-        run_plan([ts_recipe()], workload(), out_dir=tmp_path, driver="nope", tokenizer="unused", order="sequential")
+        run_plan([ts_recipe()], workload(), out_dir=tmp_path, drivers="nope", tokenizer="unused", order="sequential")
     with pytest.raises(InputError, match="share a name"):
         run_plan([ts_recipe(), ts_recipe()], workload(), out_dir=tmp_path, tokenizer="unused")
 
@@ -159,7 +159,7 @@ def test_vllm_bench_unavailable_without_vllm(tmp_path, ts_recipe):
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
     with pytest.raises(UnavailableError, match="vllm-bench"):
-        run_plan([ts_recipe()], workload(), out_dir=tmp_path, driver="vllm-bench", tokenizer="unused",
+        run_plan([ts_recipe()], workload(), out_dir=tmp_path, drivers="vllm-bench", tokenizer="unused",
                  order="sequential")
 
 

@@ -18,8 +18,6 @@ directly, they run in the interpreter however Triton was first imported: ``tl.su
 function whose interpreted form exists only if ``TRITON_INTERPRET=1`` was set before ``triton.language``
 was first imported; the interpreter recognizes ``_sum_combine`` and reduces with numpy.
 """
-from __future__ import annotations
-
 import triton.language as tl
 
 

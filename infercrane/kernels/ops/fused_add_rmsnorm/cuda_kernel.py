@@ -6,11 +6,12 @@
 
 Method:
 * ``cuda_config(rows, hidden)`` chooses the compile-time shape (``-D`` defines): 16-byte accesses
-  (``vec`` = 8 elements) whenever hidden and the tensors' alignment allow, ``threads_per_row`` so each
-  thread owns about 4 vectors of a row (one warp per row at hidden 1024), several rows per block at
-  small hidden, a block-level reduction when a row spans several warps.
+  (``vec`` = 8 elements) whenever hidden and the tensors' alignment allow; ``threads_per_row`` so each
+  thread owns one vector of a row for latency-bound launches (up to ``SMALL_ROWS`` rows: 4 warps per
+  row at hidden 1024) and about 4 beyond (one warp per row at hidden 1024, 4 rows per block); a
+  block-level reduction only when a row spans several warps.
 * On a GPU the source is compiled through CuPy (``cupy.RawModule``; CuPy targets the device's own
-  ``sm_XY`` and caches the binary on disk), once per (device, arch, config, dtype) in this process,
+  ``sm_XY``, adds ``-ftz=true`` and caches the binary on disk), once per (device, arch, config, dtype),
   and launched on torch's *current* stream with raw ``data_ptr()`` arguments, so it runs in order
   with torch's work and is captured by ``torch.cuda.graph``. Call it once before a capture: compiling
   and loading a module is not a stream operation and must not happen while a graph is captured.

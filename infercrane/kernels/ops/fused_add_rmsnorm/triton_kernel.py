@@ -169,6 +169,51 @@ def _bf16() -> Any:
     return torch.bfloat16
 
 
+def compile_ptx(hidden: int, rows: int = 1, arch: int = 90, dtype: str = "bfloat16",
+                config: dict[str, Any] | None = None) -> str:
+    """PTX of the Triton kernel for ``rows`` x ``hidden`` on ``sm_<arch>``, compiled without a GPU.
+
+    Runs Triton's full compile (its bundled ``ptxas`` included) for a CUDA target, with the specializations a
+    launch on 16-byte aligned tensors gets, and the configuration ``triton_config`` picks (or ``config``).
+    What CPU CI uses to check the compiled kernel: 16-byte global accesses, both variants compile. Raises
+    UnavailableError when this Triton cannot compile for that target without a device.
+    """
+    from infercrane.errors import UnavailableError
+
+    if dtype not in SUPPORTED_DTYPES:
+        raise InputError(f"dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+    cfg = dict(_cached_config(rows, hidden)) if config is None else _finish(dict(config), rows, hidden)
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from triton.runtime.jit import JITFunction
+
+        from infercrane.kernels.ops.fused_add_rmsnorm import _triton_source as src
+
+        ty = {"bfloat16": "*bf16", "float16": "*fp16"}[dtype]
+        signature = {"x_ptr": ty, "res_ptr": ty, "w_ptr": ty, "n_rows": "i32", "eps": "fp32",
+                     "HIDDEN": "constexpr", "BLOCK_N": "constexpr", "INT64": "constexpr", "ROUND_BY_BITS": "constexpr"}
+        constexprs: dict[str, Any] = {"HIDDEN": hidden, "BLOCK_N": cfg["block_n"], "INT64": cfg["int64_offsets"],
+                                      "ROUND_BY_BITS": bool(cfg["round_by_bits"] and dtype == "bfloat16")}
+        if cfg["variant"] == "fused":
+            fn = JITFunction(src.fused_add_rmsnorm_rows, do_not_specialize=["n_rows"])
+            signature |= {"ROWS": "constexpr", "MASKED": "constexpr"}
+            constexprs |= {"ROWS": cfg["rows_per_program"], "MASKED": cfg["masked"]}
+        else:
+            fn = JITFunction(src.fused_add_rmsnorm_chunked, do_not_specialize=["n_rows"])
+        signature = {name: signature[name] for name in fn.arg_names}
+        aligned = [["tt.divisibility", 16]]
+        attrs = {(0,): aligned, (1,): aligned, (2,): aligned}
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
+                                  # enable_fp_fusion: what a launch gets by default, said explicitly
+                                  options={"num_warps": cfg["num_warps"], "enable_fp_fusion": True})
+        return compiled.asm["ptx"]
+    except (ImportError, AttributeError, TypeError, KeyError) as e:
+        raise UnavailableError(f"Triton {getattr(triton, '__version__', '?')} cannot compile for sm_{arch} here: "
+                               f"{type(e).__name__}: {e}") from e
+
+
 def check_inputs(x: Any, residual: Any, weight: Any) -> tuple[int, int]:
     """Validate the in-place contract; return ``(rows, hidden)``. Raises InputError naming the problem."""
     if tuple(x.shape) != tuple(residual.shape):

@@ -1,0 +1,185 @@
+"""``infercrane serve …``: paired A/B of two vLLM recipes, one-recipe benchmarks, the shipped recipes."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+
+from ..serving.config import ServeConfig
+
+
+def recipes() -> int:
+    """List the shipped recipes and workload presets."""
+    from ..serving.recipes import load_recipe, shipped_recipes
+    from ..serving.workload import load_workload, workload_presets
+
+    for name in shipped_recipes():
+        r = load_recipe(name)
+        print(f"recipe   {name:12s} engine={r.engine} model={r.model} args={' '.join(r.engine_args) or '(none)'}")
+    for name in workload_presets():
+        w = load_workload(name)
+        print(f"workload {name:12s} {w.input_tokens}->{w.output_tokens} tokens, c={w.concurrency}, "
+              f"{w.runs_per_arm} runs/arm, order {w.arm_order}")
+    return 0
+
+
+def ab(recipe_a: str, recipe_b: str, /, *, config: Annotated[ServeConfig, Parameter(name="*")] = ServeConfig()) -> int:
+    """Paired A/B: launch recipe A and recipe B (each on its own engine), drive them over the workload's concurrency
+    sweep with repeated runs, compare with confidence intervals and rank tests, decide — and write a receipt.
+
+    Parameters
+    ----------
+    recipe_a
+        Baseline recipe: a shipped name (eager, compiled, balanced, throughput) or a YAML file.
+    recipe_b
+        Candidate recipe.
+    """
+    return _serve([recipe_a, recipe_b], config, kind="ab")
+
+
+def bench(recipe: str, /, *, config: Annotated[ServeConfig, Parameter(name="*")] = ServeConfig(workload="public-1000")) -> int:
+    """Benchmark one recipe on a workload (default public-1000), with every driver asked for on the same engine, and
+    set the result against the workload's published example — written as a receipt.
+
+    Parameters
+    ----------
+    recipe
+        A shipped recipe name or a YAML file.
+    """
+    return _serve([recipe], config, kind="bench")
+
+
+def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from ..decide.policy import load_policy
+    from ..env.capture import new_run_id, provenance
+    from ..errors import InfercraneError, InputError
+    from ..receipts.render import console
+    from ..receipts.validate import write_receipt
+    from ..serving.receipt import build_document
+    from ..serving.recipes import load_recipe
+    from ..serving.workload import PlanResult, load_workload, plan_runs, run_plan
+
+    con = console()
+    policy = load_policy("serving", config.policy)
+    workload = load_workload(config.workload)
+    if config.workload_overrides():
+        workload = workload.with_overrides(**config.workload_overrides())
+    recs = [load_recipe(n) for n in names]
+    if len({r.name for r in recs}) != len(recs):
+        raise InputError(f"the two recipes share the name {recs[0].name!r}", hint="give B a different name")
+    model = config.model
+    if config.stand_in:
+        model = _stand_in_for(recs[0].model)
+    if model is not None:
+        recs = [r.with_overrides(model=model) for r in recs]
+    run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
+    out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
+    art = out.parent / f"{out.stem}-artifacts"
+    plan = plan_runs([r.name for r in recs], workload, "sequential" if kind == "bench" else None)
+    total = len(plan) * len(config.drivers)
+    con.print(f"[bold]serve {kind}[/bold] {' vs '.join(r.name for r in recs)} on {recs[0].model}; workload "
+              f"{workload.name} c={workload.concurrency} {workload.runs_per_arm} runs/arm, order "
+              f"{'sequential' if kind == 'bench' else workload.arm_order}; drivers {list(config.drivers)} → {out}")
+    for note in workload.notes():
+        con.print(f"  note: {note}")
+
+    def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
+        prov = provenance(config=_config_record(config, kind, recs, workload), run_id=run_id)
+        doc = build_document(result, kind=kind, policy=policy, provenance=prov, incomplete_reason=incomplete)
+        return write_receipt(doc, out)
+
+    partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(config.drivers),
+                         order="sequential" if kind == "bench" else workload.arm_order, plan=plan)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=con) as bar:
+        task = bar.add_task(_next_label(plan, 0, len(config.drivers)), total=total)
+        started = time.monotonic()
+
+        def on_run(m: Any) -> None:
+            partial.runs.append(m)
+            done = len(partial.runs)
+            bar.update(task, completed=done, description=_next_label(plan, done, len(config.drivers)))
+            bar.console.print(f"  {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): "
+                              f"{m.output_tok_s:.1f} tok/s, TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 "
+                              f"{m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed ({time.monotonic() - started:.0f} s)")
+            receipt_now(partial, f"in progress: {done} of {total} driver runs done")
+
+        try:
+            result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
+                              order="sequential" if kind == "bench" else None,
+                              startup_timeout_s=config.startup_timeout_s, on_run=on_run)
+        except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
+            got = getattr(exc, "partial", None) or partial
+            why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
+            r = receipt_now(got, f"stopped part-way: {why}")
+            con.print(f"[bold red]stopped part-way[/bold red]: {why}; partial receipt (complete: false): {r.path}")
+            raise
+    receipt = receipt_now(result)
+    _print_summary(con, receipt.document)
+    con.print(f"receipt: {receipt.path}  (infercrane receipt show {receipt.path})")
+    return 0
+
+
+def _next_label(plan: list, done_runs: int, n_drivers: int) -> str:
+    i = done_runs // n_drivers
+    if i >= len(plan):
+        return "done"
+    p = plan[i]
+    return f"{p.arm} run {p.run_index + 1} c={p.concurrency}"
+
+
+def _stand_in_for(model_id: str) -> str:
+    from ..models.standin import read_stand_in_marker, write_stand_in
+
+    path = Path("runs") / "stand-ins" / model_id.replace("/", "--")
+    if read_stand_in_marker(path) is None:
+        write_stand_in(model_id, path, overwrite=path.exists())
+    return str(path.resolve())
+
+
+def _config_record(config: ServeConfig, kind: str, recs: list, workload: Any) -> dict[str, Any]:
+    return {"command": f"serve {kind}", "options": config.model_dump(mode="json"),
+            "recipes": {r.name: r.model_dump(mode="json") for r in recs},
+            "workload": workload.model_dump(mode="json")}
+
+
+def _print_summary(con: Any, doc: dict[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    pa = doc.get("paired_aiperf")
+    if pa:
+        t = Table(title=f"medians over runs ({pa['primary_driver']})", title_justify="left")
+        for c in ("recipe", "c", "output tok/s", "TTFT p95 ms", "TPOT p95 ms", "latency p95 ms", "runs", "failures"):
+            t.add_column(c, justify="right")
+        for m in pa["measurements"]:
+            t.add_row(m["recipe"], str(m["concurrency"]), f"{m['output_tokens_per_second']:.1f}",
+                      f"{m['ttft_p95_ms']:.2f}", f"{m['tpot_p95_ms']:.3f}", f"{m['latency_p95_ms']:.1f}",
+                      str(m["runs"]), str(m["failures"]))
+        con.print(t)
+        s = Table(title="B / A with CI and rank test", title_justify="left")
+        for c in ("c", "metric", "B/A", "CI", "p", "verdict"):
+            s.add_column(c)
+        for x in pa["statistics"]:
+            s.add_row(str(x["concurrency"]), x["metric"], f"{x['ratio_b_over_a']:.4f}",
+                      f"[{x['ci_low']:.4f}, {x['ci_high']:.4f}]", f"{x['p_value']:.3g} (min {x['min_achievable_p']:.2g})",
+                      x["verdict"])
+        con.print(s)
+        con.print(Text.assemble(("decision: ", "bold"), (pa["decision"], "bold green")))
+    pw = doc.get("public_workload_reproduction")
+    if pw:
+        t = Table(title="public workload", title_justify="left")
+        for c in ("recipe", "driver", "output tok/s", "req/s", "TTFT p95", "TPOT p95", "latency p95", "runs"):
+            t.add_column(c, justify="right")
+        for a in pw["arms"]:
+            t.add_row(a["recipe"], a["driver"], f"{a['output_tokens_per_second']:.1f}", f"{a['request_throughput']:.2f}",
+                      f"{a['ttft_p95_ms']:.1f}", f"{a['tpot_p95_ms']:.2f}", f"{a['latency_p95_ms']:.1f}", str(a["runs"]))
+        con.print(t)
+        for line in pw["driver_agreement"]:
+            con.print(f"  agreement: {line}")
+        con.print(f"  boundary: {pw['comparison_boundary']}")

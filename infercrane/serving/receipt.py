@@ -1,0 +1,237 @@
+"""From a serving plan's raw runs to statistics, a decision and an ``infercrane.optimization-poc-receipt/v2``.
+
+``serve ab`` fills the seed's ``paired_aiperf`` block (medians over the primary driver's runs, the seed's derived
+fields, and per concurrency and metric the B/A ratio with its CI, rank test and equivalence verdict); ``serve bench``
+fills ``public_workload_reproduction``. Both keep every run's raw numbers under ``runs`` and every engine lifetime
+under ``engines``. A plan that stopped part-way gives a receipt with ``complete: false`` and no decision.
+"""
+from __future__ import annotations
+
+import statistics
+from datetime import datetime, timezone
+from typing import Any
+
+from ..decide.derived import latency_p95_reduction_percent, throughput_speedup, ttft_p95_reduction_percent
+from ..decide.policy import ServingPolicy
+from ..decide.serving import ServingArm, ServingDecision, compare_metric, decide_serving
+from ..receipts.models_v2 import POC_V2
+from .metrics import RunMetrics
+from .workload import PlanResult
+
+# RunMetrics field -> receipt field (the seed's names).
+RUN_FIELDS = {
+    "output_tok_s": "output_tokens_per_second", "request_s": "request_throughput",
+    **{f"{m}_{p}_ms": f"{'latency' if m == 'e2e' else m}_{p}_ms" for m in ("ttft", "tpot", "e2e") for p in ("p50", "p95", "p99")},
+}
+SEED_FIELDS = ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")
+STAT_METRICS = ("output_tok_s", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms")
+ARM_PHRASES = {"compiled": "compiled vLLM", "eager": "eager vLLM", "throughput": "throughput mode",
+               "balanced": "balanced mode"}
+SYNTHETIC_BOUNDARY = ("synthetic performance evidence only (random prompts{weights}); production trace replay, "
+                      "semantic quality, cost, and release gates remain required")
+
+
+def run_record(m: RunMetrics) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "recipe": m.arm, "run_index": m.run_index, "concurrency": m.concurrency, "driver": m.driver,
+        "status": "ok" if m.ok and m.requests_completed else "failed",
+        "error": None if m.ok and m.requests_completed else (
+            f"{m.failures} failed requests, {m.output_length_mismatches or 0} output-length mismatches"
+            + (f"; {'; '.join(m.notes)}" if m.notes else "")),
+        "started_at": m.started_at or datetime.now(timezone.utc).isoformat(),
+        "duration_s": m.duration_s, "requests_completed": m.requests_completed, "failures": m.failures,
+        "length_mismatches": m.output_length_mismatches or 0, "token_count_source": m.token_count_source,
+        "raw_export": m.raw_export_path,
+    }
+    for src, dst in RUN_FIELDS.items():
+        rec[dst] = getattr(m, src)
+    return rec
+
+
+def engine_record(e: Any) -> dict[str, Any]:
+    return {"recipe": e.recipe_name, "recipe_sha256": e.recipe_sha256, "engine": e.engine, "version": e.version,
+            "command_line": e.command, "env": e.env_added, "log_path": e.log_path, "startup_s": e.ready_after_s,
+            "exit_status": (f"returncode {e.returncode}" if e.returncode is not None else None)
+            if not e.stop_signals else f"returncode {e.returncode}; stopped with {', '.join(e.stop_signals)}"}
+
+
+def _ok_runs(result: PlanResult, arm: str, concurrency: int, driver: str) -> list[RunMetrics]:
+    return [m for m in result.runs if m.arm == arm and m.concurrency == concurrency and m.driver == driver
+            and m.ok and m.requests_completed]
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def measurement(result: PlanResult, arm: str, c: int, driver: str) -> dict[str, Any] | None:
+    runs = _ok_runs(result, arm, c, driver)
+    if not runs:
+        return None
+    recs = [run_record(m) for m in runs]
+    out = {"recipe": arm, "concurrency": c}
+    for f in SEED_FIELDS:
+        out[f] = _median([r[f] for r in recs])
+    out["request_throughput"] = _median([r["request_throughput"] for r in recs])
+    out["runs"] = len(runs)
+    out["failures"] = sum(m.failures for m in runs)
+    return out
+
+
+def serving_arm(result: PlanResult, arm: str, c: int, driver: str) -> ServingArm:
+    runs = _ok_runs(result, arm, c, driver)
+    return ServingArm(recipe=arm, phrase=ARM_PHRASES.get(arm, f"recipe {arm}"),
+                      runs={k: [getattr(m, k) for m in runs] for k in STAT_METRICS})
+
+
+def _combine(decisions: dict[int, ServingDecision], a: str, b: str, workload: str) -> tuple[str, str, str]:
+    codes = {d.decision for d in decisions.values()}
+    pa, pb = ARM_PHRASES.get(a, f"recipe {a}"), ARM_PHRASES.get(b, f"recipe {b}")
+    per_c = " | ".join(f"c={c}: {d.decision}: {d.reason}" for c, d in decisions.items())
+    if codes == {"accept"}:
+        return "accept", f"accept {pb} over {pa} for {workload}", per_c
+    if "reject" in codes:
+        where = ", ".join(f"c={c}" for c, d in decisions.items() if d.decision == "reject")
+        first = next(d for d in decisions.values() if d.decision == "reject")
+        return "reject", f"{first.decision_text} (at {where})", per_c
+    return "inconclusive", f"no decision on {pb} over {pa} for {workload}: " + "; ".join(
+        f"c={c}: {d.decision}" for c, d in decisions.items()), per_c
+
+
+def model_block(recipe: Any) -> dict[str, Any]:
+    """The seed's model block, from the recipe's model (a stand-in records dummy weights and its real id)."""
+    from ..models.catalog import load_model_config
+    from ..models.standin import read_stand_in_marker
+
+    mc = load_model_config(recipe.resolved_model() if recipe.model_is_local() else recipe.model)
+    marker = read_stand_in_marker(recipe.resolved_model()) if recipe.model_is_local() else None
+    c = mc.config
+    return {"id": mc.model_id, "revision": mc.revision or "unknown", "hidden_size": c["hidden_size"],
+            "layers": c["num_hidden_layers"], "rms_norm_epsilon": c["rms_norm_eps"],
+            "weights": "dummy" if marker else "real", "tokenizer": "stand-in" if marker else "real"}
+
+
+def _findings(result: PlanResult, stand_in: bool) -> list[dict[str, Any]]:
+    seen, out = set(), []
+    for r in result.recipes.values():
+        for w in r.workarounds:
+            key = (w.finding, w.workaround)
+            if key not in seen:
+                seen.add(key)
+                out.append({"finding": w.finding, "workaround": w.workaround, "upstream_issue": w.upstream_issue})
+    if stand_in and "aiperf" in result.drivers:
+        from ..models.standin import AIPERF_OFFLINE_TOKENIZER_FINDING as f
+
+        out.append({"finding": f["finding"], "workaround": f["workaround"], "upstream_issue": None})
+    return out
+
+
+def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, provenance: dict[str, Any],
+                   incomplete_reason: str | None = None) -> dict[str, Any]:
+    """``kind``: ``ab`` (two arms, paired_aiperf) or ``bench`` (one arm, public_workload_reproduction)."""
+    arms = list(result.recipes)
+    w = result.workload
+    primary = result.drivers[0]
+    model = model_block(result.recipes[arms[0]])
+    complete = result.complete and incomplete_reason is None
+    dummy = model["weights"] == "dummy"
+    doc: dict[str, Any] = {
+        "schema_version": POC_V2,
+        "recorded_at": provenance["recorded_at"],
+        "model": model,
+        "software": provenance["software"],
+        "runtime_compatibility": _findings(result, dummy),
+        "qualification_boundary": SYNTHETIC_BOUNDARY.format(weights=", dummy weights" if dummy else ""),
+        "complete": complete,
+        "incomplete_reason": None if complete else (incomplete_reason or "the plan stopped part-way"),
+        "drivers": {d: _driver_version(result, d) for d in result.drivers},
+        "engines": [engine_record(e) for e in result.engines],
+        "runs": [run_record(m) for m in result.runs],
+        "policy": policy.model_dump(mode="json") | {"workload_notes": result.notes},
+        "provenance": provenance,
+    }
+    if not complete:
+        return doc
+    workload_block = {
+        "input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "streaming": w.streaming,
+        "profile_runs": w.runs_per_arm, "concurrency": list(w.concurrency),
+        "requests_per_point": {str(c): w.requests_at(c) for c in w.concurrency},
+        "warmup_requests": w.warmup_at(w.concurrency[0]), "ignore_eos": w.ignore_eos, "order": result.order,
+        "preset": w.name, "notes": w.notes(),
+    }
+    if kind == "ab":
+        a, b = arms
+        measurements = [m for c in w.concurrency for arm in (a, b) if (m := measurement(result, arm, c, primary))]
+        by = {(m["recipe"], m["concurrency"]): m for m in measurements}
+        comparisons, stats, decisions = [], [], {}
+        for c in w.concurrency:
+            ma, mb = by.get((a, c)), by.get((b, c))
+            if not (ma and mb):
+                continue
+            comparisons.append({
+                "recipe_a": a, "recipe_b": b, "concurrency": c,
+                "throughput_speedup": throughput_speedup(ma["output_tokens_per_second"], mb["output_tokens_per_second"]),
+                "ttft_p95_reduction_percent": ttft_p95_reduction_percent(ma["ttft_p95_ms"], mb["ttft_p95_ms"]),
+                "latency_p95_reduction_percent": latency_p95_reduction_percent(ma["latency_p95_ms"], mb["latency_p95_ms"]),
+            })
+            arm_a, arm_b = serving_arm(result, a, c, primary), serving_arm(result, b, c, primary)
+            for metric in STAT_METRICS:
+                mc = compare_metric(metric, arm_a, arm_b, policy)
+                if mc.ci_lo is None or mc.p_value is None:
+                    continue
+                stats.append({
+                    "concurrency": c, "metric": metric, "higher_is_better": mc.higher_is_better,
+                    "a_values": arm_a.runs[metric], "b_values": arm_b.runs[metric], "a_median": mc.a_median,
+                    "b_median": mc.b_median, "ratio_b_over_a": mc.ratio_b_over_a, "ci_low": mc.ci_lo,
+                    "ci_high": mc.ci_hi, "confidence": mc.confidence, "p_value": mc.p_value,
+                    "min_achievable_p": mc.min_achievable_p, "equivalence_margin": policy.equivalence_margin,
+                    "verdict": mc.verdict.value,
+                })
+            decisions[c] = decide_serving(arm_a, arm_b, policy, workload=f"this workload at concurrency {c}")
+        code, text, reason = _combine(decisions, a, b, "this workload")
+        doc["paired_aiperf"] = {
+            "gpu": provenance["hardware"]["gpu"], "app_id": provenance["run_id"], "primary_driver": primary,
+            "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
+            "measurements": measurements, "comparisons": comparisons, "statistics": stats,
+            "decision": text, "decision_code": code, "reason": reason,
+        }
+    else:
+        arm = arms[0]
+        c = w.concurrency[0]
+        public_arms = []
+        for d in result.drivers:
+            m = measurement(result, arm, c, d)
+            if m:
+                public_arms.append({"recipe": arm, "driver": d, "app_id": provenance["run_id"],
+                                    **{k: m[k] for k in ("output_tokens_per_second", "request_throughput",
+                                                         "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")},
+                                    "failures": m["failures"], "runs": m["runs"]})
+        published = w.published_example
+        ours = public_arms[0]["output_tokens_per_second"] if public_arms else None
+        boundary = "no published number to compare with"
+        if published and ours:
+            pct = ours / published["output_tokens_per_second"] * 100
+            boundary = (f"{arm} reached {pct:.1f} percent of the published example's output throughput; "
+                        + ("the example discloses hardware and runtime, so the ratio compares like with like only "
+                           "as far as those match" if published["hardware_and_runtime_disclosed"] else
+                           "the public example omits hardware and runtime versions, so this directional ratio is not "
+                           "an apples-to-apples product ranking"))
+        agreement = []
+        if len(public_arms) > 1:
+            base = public_arms[0]
+            for other in public_arms[1:]:
+                for f in ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms"):
+                    delta = (other[f] / base[f] - 1) * 100
+                    agreement.append(f"{f}: {other['driver']} {other[f]:.4g} vs {base['driver']} {base[f]:.4g} "
+                                     f"({delta:+.2f} percent)")
+        doc["public_workload_reproduction"] = {
+            "workload": {"requests": w.requests_at(c), "concurrency": c, "input_tokens": w.input_tokens,
+                         "output_tokens": w.output_tokens, "streaming": w.streaming},
+            "published_example": published, "arms": public_arms, "decision": None,
+            "comparison_boundary": boundary, "driver_agreement": agreement,
+        }
+    return doc
+
+
+def _driver_version(result: PlanResult, driver: str) -> str:
+    return next((m.driver_version for m in result.runs if m.driver == driver), "not run")
