@@ -101,7 +101,6 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         started = time.monotonic()
 
         def on_run(m: Any) -> None:
-            partial.runs.append(m)
             done = len(partial.runs)
             bar.update(task, completed=done, description=_next_label(plan, done, len(config.drivers)))
             bar.console.print(f"  {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): "
@@ -112,7 +111,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         try:
             result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
                               order="sequential" if kind == "bench" else None,
-                              startup_timeout_s=config.startup_timeout_s, on_run=on_run)
+                              startup_timeout_s=config.startup_timeout_s, on_run=on_run, into=partial)
         except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
             got = getattr(exc, "partial", None) or partial
             why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"

@@ -269,13 +269,14 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
 def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
              drivers: Sequence[str] | str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
              startup_timeout_s: float = 900.0, preflight: bool = True,
-             on_run: Callable[[RunMetrics], None] | None = None) -> PlanResult:
+             on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None) -> PlanResult:
     """Run every planned run: start each arm's engine per segment, drive it, stop it.
 
     ``recipes``: a sequence (arms named after the recipes) or a mapping arm -> recipe. Preflight
     (``check_recipe`` per recipe, driver availability and options) runs before any engine starts.
     Artifacts: ``out_dir/engines/<segment>-<arm>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (driver
-    exports; ``.../c<C>/<driver>/`` when several drivers run). With several ``drivers``, each drives the same
+    exports; ``.../c<C>/<driver>/`` when several drivers run). ``into``: a PlanResult to record into as the plan
+    goes (engines as they start, runs as they finish), so a caller can write what was measured at any moment. With several ``drivers``, each drives the same
     engine at every point, one after the other, the prefix cache reset before each. ``on_run`` is called with each run's metrics as soon as it is parsed. A failing run
     stops the plan: engines are stopped and the error (RunFailed, mostly) propagates with ``.partial``
     holding the PlanResult measured so far; KeyboardInterrupt stops the engines and propagates.
@@ -319,6 +320,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
 
     result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan,
                         notes=workload.notes())
+    if into is not None:
+        into.__dict__.update(result.__dict__)
+        result = into
     segments: dict[int, list[PlannedRun]] = {}
     for p in plan:
         segments.setdefault(p.segment, []).append(p)

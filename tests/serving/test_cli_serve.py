@@ -1,0 +1,92 @@
+"""`infercrane serve ab` end to end: real AIPerf against two test-server "engines", a receipt with statistics;
+and SIGINT mid-run leaves no engine process and a valid partial receipt marked incomplete."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infercrane.cli import main
+from infercrane.receipts.validate import load_receipt
+
+pytestmark = pytest.mark.slow
+
+
+def _recipe(path: Path, name: str, model: Path, itl_ms: int) -> Path:
+    path.write_text(
+        "schema_version: infercrane.serving-recipe/v1\n"
+        f"name: {name}\nengine: testserver\nmodel: {model}\n"
+        f'engine_args: ["--ttft-ms", "20", "--itl-ms", "{itl_ms}"]\nenv: {{}}\nworkarounds: []\n')
+    return path
+
+
+def _engine_processes(port: str) -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "infercrane.serving.testserver" in cmd and f"--port {port}" in cmd:
+            out.append(cmd)
+    return out
+
+
+def test_serve_ab_with_aiperf(tmp_path: Path, stand_in_dir: Path, offline_env) -> None:
+    a = _recipe(tmp_path / "a.yaml", "slow", stand_in_dir, 6)
+    b = _recipe(tmp_path / "b.yaml", "fast", stand_in_dir, 3)
+    out = tmp_path / "ab.json"
+    rc = main(["serve", "ab", str(a), str(b), "--runs", "3", "--concurrency", "2", "--request-count", "12",
+               "--order", "sequential", "--out", str(out)])
+    assert rc == 0
+    r = load_receipt(out)
+    doc = r.document
+    assert doc["complete"] is True and doc["model"]["weights"] == "dummy" and doc["model"]["tokenizer"] == "stand-in"
+    pa = doc["paired_aiperf"]
+    m = {x["recipe"]: x for x in pa["measurements"]}
+    # Programmed per-token delays 6 ms and 3 ms: measured TPOT p95 near them, B about twice A's throughput.
+    assert 5.0 < m["slow"]["tpot_p95_ms"] < 8.0 and 2.5 < m["fast"]["tpot_p95_ms"] < 4.5
+    [cmp] = pa["comparisons"]
+    assert 1.5 < cmp["throughput_speedup"] < 2.3
+    tput = next(s for s in pa["statistics"] if s["metric"] == "output_tok_s")
+    assert tput["ci_low"] > 1.0 and tput["min_achievable_p"] == pytest.approx(0.1)
+    # With 3 runs per arm the rank test cannot confirm anything: the verdict follows from the statistics.
+    assert pa["decision_code"] == "inconclusive"
+    assert len(doc["runs"]) == 6 and all(run["status"] == "ok" for run in doc["runs"])
+    assert len(doc["engines"]) == 2 and all(e["exit_status"] for e in doc["engines"])
+    assert any("AIPerf" in f["finding"] for f in doc["runtime_compatibility"])
+
+
+def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_dir: Path, offline_env) -> None:
+    a = _recipe(tmp_path / "a.yaml", "slow", stand_in_dir, 6)
+    b = _recipe(tmp_path / "b.yaml", "fast", stand_in_dir, 3)
+    out = tmp_path / "ab.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infercrane", "serve", "ab", str(a), str(b), "--runs", "3", "--concurrency", "2",
+         "--request-count", "12", "--order", "sequential", "--out", str(out)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and json.loads(out.read_text())["runs"]:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[0]
+    doc = json.loads(out.read_text())
+    port = doc["engines"][0]["command_line"][doc["engines"][0]["command_line"].index("--port") + 1]
+    assert _engine_processes(port), "the engine should be running mid-plan"
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    r = load_receipt(out)
+    assert r.document["complete"] is False
+    assert "interrupted" in r.document["incomplete_reason"]
+    assert r.document["runs"] and "paired_aiperf" not in r.document or r.document["paired_aiperf"] is None
+    assert _engine_processes(port) == []
