@@ -71,6 +71,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     from ..receipts.validate import write_receipt
 
     con = console()
+    _interpret_triton_without_gpu(config.device, con)
     policy = load_policy("kernel", config.policy)
     mc = load_model_config(config.model)
     spec = FusedAddRMSNormSpec.from_model_config(mc.config, rows=config.all_rows(), dtype=config.dtype,
@@ -115,6 +116,18 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     _print_summary(con, receipt.document)
     con.print(f"receipt: {receipt.path}  (infercrane receipt show {receipt.path})")
     return 0
+
+
+def _interpret_triton_without_gpu(device: str, con: Any) -> None:
+    """Without a GPU, Triton kernels run under Triton's interpreter (numpy on the CPU) so they are still checked
+    against the oracle; workers inherit the setting."""
+    if os.environ.get("TRITON_INTERPRET"):
+        return
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+        con.print("no CUDA GPU: Triton kernels run under Triton's interpreter (TRITON_INTERPRET=1)")
 
 
 def _print_summary(con: Any, doc: dict[str, Any]) -> None:
