@@ -81,9 +81,10 @@ def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_
     assert proc.poll() is None, proc.communicate()[0]
     doc = json.loads(out.read_text())
     port = doc["engines"][0]["command_line"][doc["engines"][0]["command_line"].index("--port") + 1]
-    assert _engine_processes(port), "the engine should be running mid-plan"
+    running = _engine_processes(port)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=120)
+    assert running, f"the engine should be running mid-plan; runs so far: {doc['runs']}\n{output}"
     assert proc.returncode == 130, output
     r = load_receipt(out)
     assert r.document["complete"] is False
