@@ -118,7 +118,12 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
             r = receipt_now(got, f"stopped part-way: {why}")
             con.print(f"[bold red]stopped part-way[/bold red]: {why}; partial receipt (complete: false): {r.path}")
             raise
-    receipt = receipt_now(result)
+    try:
+        receipt = receipt_now(result)
+    except Exception as exc:  # every run is measured and on disk: keep them in a receipt marked incomplete
+        r = receipt_now(result, f"the final analysis failed: {type(exc).__name__}: {exc}")
+        con.print(f"[bold red]analysis failed[/bold red]: {exc}; the runs are in {r.path} (complete: false)")
+        raise
     _print_summary(con, receipt.document)
     con.print(f"receipt: {receipt.path}  (infercrane receipt show {receipt.path})")
     return 0

@@ -206,7 +206,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
                                     **{k: m[k] for k in ("output_tokens_per_second", "request_throughput",
                                                          "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")},
                                     "failures": m["failures"], "runs": m["runs"]})
-        published = w.published_example
+        published = w.published_example.model_dump() if w.published_example else None
         ours = public_arms[0]["output_tokens_per_second"] if public_arms else None
         boundary = "no published number to compare with"
         if published and ours:

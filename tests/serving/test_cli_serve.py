@@ -91,3 +91,18 @@ def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_
     assert "interrupted" in r.document["incomplete_reason"]
     assert r.document["runs"] and "paired_aiperf" not in r.document or r.document["paired_aiperf"] is None
     assert _engine_processes(port) == []
+
+
+def test_serve_bench_sets_result_against_published_example(tmp_path: Path, stand_in_dir: Path, offline_env) -> None:
+    a = _recipe(tmp_path / "a.yaml", "one", stand_in_dir, 4)
+    out = tmp_path / "bench.json"
+    assert main(["serve", "bench", str(a), "--workload", "public-1000", "--concurrency", "2", "--request-count", "6",
+                 "--runs", "3", "--out", str(out)]) == 0
+    doc = load_receipt(out).document
+    pw = doc["public_workload_reproduction"]
+    [arm] = pw["arms"]
+    assert arm["driver"] == "aiperf" and arm["runs"] == 3 and arm["failures"] == 0
+    assert pw["published_example"]["output_tokens_per_second"] == 22521.42
+    pct = arm["output_tokens_per_second"] / 22521.42 * 100
+    assert f"{pct:.1f} percent of the published example" in pw["comparison_boundary"]
+    assert "not an apples-to-apples" in pw["comparison_boundary"]
