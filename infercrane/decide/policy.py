@@ -6,14 +6,13 @@ Defaults live only in ``infercrane/decide/policies/{kernel,serving}.yaml``. A us
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, overload
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from infercrane.datafiles import read_mapping, validate
 
 from infercrane.decide.metrics import SERVING_METRICS
 from infercrane.errors import InputError
@@ -105,27 +104,6 @@ _MODELS: dict[str, tuple[type[BaseModel], str]] = {
 }
 
 
-def _read_yaml_mapping(text: str, source: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InputError(f"policy file {source} is not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"policy file {source} must be a mapping of keys to values, got {type(data).__name__}")
-    return data
-
-
-def _format_validation_error(err: ValidationError, source: str) -> str:
-    lines = [f"policy {source} is invalid:"]
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "extra_forbidden":
-            lines.append(f"  {field}: unknown key")
-        else:
-            lines.append(f"  {field}: {e['msg']} (got {e.get('input')!r})")
-    return "\n".join(lines)
-
-
 @overload
 def load_policy(kind: Literal["kernel"], path: str | Path | None = None) -> KernelPolicy: ...
 @overload
@@ -140,7 +118,7 @@ def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolic
         raise InputError(f"unknown policy kind {kind!r}", hint=f"known kinds: {', '.join(_MODELS)}")
     model, schema = _MODELS[kind]
     packaged = resources.files("infercrane.decide.policies").joinpath(f"{kind}.yaml")
-    merged = _read_yaml_mapping(packaged.read_text(encoding="utf-8"), f"(packaged {kind}.yaml)")
+    merged = read_mapping(packaged.read_text(encoding="utf-8"), what="policy", source=f"(packaged {kind}.yaml)")
     source = f"(packaged {kind}.yaml)"
     if path is not None:
         p = Path(path)
@@ -148,7 +126,7 @@ def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolic
             text = p.read_text(encoding="utf-8")
         except OSError as e:
             raise InputError(f"cannot read {kind} policy file {p}: {e.strerror or e}") from None
-        user = _read_yaml_mapping(text, str(p))
+        user = read_mapping(text, what="policy", source=str(p))
         if user.get("schema_version") != schema:
             raise InputError(
                 f"policy file {p}: schema_version is {user.get('schema_version')!r}, expected {schema!r}",
@@ -156,13 +134,12 @@ def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolic
             )
         merged.update(user)
         source = f"{p} (over packaged {kind}.yaml)"
-    try:
-        return model.model_validate(merged)  # type: ignore[return-value]
-    except ValidationError as e:
-        raise InputError(_format_validation_error(e, source)) from None
+    return validate(model, merged, what="policy", source=source,  # type: ignore[return-value]
+                    hint=f"see infercrane/decide/policies/{kind}.yaml for every key and its meaning")
 
 
 def policy_sha256(policy: KernelPolicy | ServingPolicy) -> str:
     """SHA-256 of the policy's canonical JSON, for a receipt to pin the exact thresholds it was decided with."""
-    canonical = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    from infercrane.receipts.io import config_hash
+
+    return config_hash(policy.model_dump(mode="json"))

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from infercrane.errors import InputError, UnavailableError
 
@@ -152,8 +150,9 @@ class Recipe(BaseModel):
         return data
 
     def computed_sha256(self) -> str:
-        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        return hashlib.sha256(blob.encode()).hexdigest()
+        from infercrane.receipts.io import config_hash
+
+        return config_hash(self.canonical())
 
     def resolved(self) -> Recipe:
         """This recipe with the model path made absolute and ``sha256`` filled in."""
@@ -183,38 +182,21 @@ def shipped_recipes() -> list[str]:
 
 
 def _validate(data: Any, *, source: str) -> Recipe:
+    from infercrane import datafiles
+
     if not isinstance(data, dict):
         raise InputError(f"recipe {source}: expected a mapping of fields, got {type(data).__name__}",
                          hint="see infercrane/serving/recipes/eager.yaml for the shape of a recipe")
-    try:
-        return Recipe.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "(recipe)"
-            problems.append(f"field '{field}': {err['msg']}")
-        raise InputError(f"recipe {source} is invalid:\n  " + "\n  ".join(problems),
-                         hint=f"fix the named field(s); schema_version must be {RECIPE_SCHEMA_VERSION!r}") from None
+    return datafiles.validate(Recipe, data, what="recipe", source=source,
+                              hint=f"fix the named field(s); schema_version must be {RECIPE_SCHEMA_VERSION!r}")
 
 
 def load_recipe(name_or_path: str | Path) -> Recipe:
     """Load a recipe from a YAML file path, or a shipped recipe by name; returns it resolved."""
-    import yaml
+    from infercrane import datafiles
 
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    if not (path.suffix in (".yaml", ".yml") or path.exists()):
-        if not re.match(_NAME_RE, text) or not (RECIPES_DIR / f"{text}.yaml").exists():
-            raise InputError(f"no recipe named {text!r} and no such file",
-                             hint=f"shipped recipes: {', '.join(shipped_recipes())}; or give a path to a .yaml file")
-        path = RECIPES_DIR / f"{text}.yaml"
-    if not path.is_file():
-        raise InputError(f"recipe file {path} does not exist", hint="check the path")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"recipe file {path} is not valid YAML: {exc}", hint="fix the YAML syntax") from None
-    return _validate(data, source=str(path)).resolved()
+    return datafiles.load(Recipe, name_or_path, RECIPES_DIR, what="recipe",
+                          hint=f"fix the named field(s); schema_version must be {RECIPE_SCHEMA_VERSION!r}").resolved()
 
 
 # -- preflight ----------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 from collections.abc import Callable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from infercrane.errors import InfercraneError, InputError
 from infercrane.serving.engine import EngineRecord
@@ -142,35 +142,18 @@ def workload_presets() -> list[str]:
 
 
 def _validate(data: Any, *, source: str) -> Workload:
-    if not isinstance(data, dict):
-        raise InputError(f"workload {source}: expected a mapping of fields, got {type(data).__name__}",
-                         hint="see infercrane/serving/workloads/seed-paired.yaml")
-    try:
-        return Workload.model_validate(data)
-    except ValidationError as exc:
-        problems = [f"field '{'.'.join(str(p) for p in e['loc']) or '(workload)'}': {e['msg']}" for e in exc.errors()]
-        raise InputError(f"workload {source} is invalid:\n  " + "\n  ".join(problems),
-                         hint=f"fix the named field(s); schema_version must be {WORKLOAD_SCHEMA_VERSION!r}") from None
+    from infercrane import datafiles
+
+    return datafiles.validate(Workload, data, what="workload", source=source,
+                              hint=f"fix the named field(s); schema_version must be {WORKLOAD_SCHEMA_VERSION!r}")
 
 
 def load_workload(name_or_path: str | Path) -> Workload:
     """A preset by name (``workload_presets()``) or a YAML file."""
-    import yaml
+    from infercrane import datafiles
 
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    if not (path.suffix in (".yaml", ".yml") or path.exists()):
-        if not re.match(r"^[a-z0-9][a-z0-9._-]*$", text) or not (WORKLOADS_DIR / f"{text}.yaml").exists():
-            raise InputError(f"no workload preset named {text!r} and no such file",
-                             hint=f"presets: {', '.join(workload_presets())}; or give a path to a .yaml file")
-        path = WORKLOADS_DIR / f"{text}.yaml"
-    if not path.is_file():
-        raise InputError(f"workload file {path} does not exist", hint="check the path")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"workload file {path} is not valid YAML: {exc}", hint="fix the YAML syntax") from None
-    return _validate(data, source=str(path))
+    return datafiles.load(Workload, name_or_path, WORKLOADS_DIR, what="workload",
+                          hint=f"fix the named field(s); schema_version must be {WORKLOAD_SCHEMA_VERSION!r}")
 
 
 # -- the run plan -------------------------------------------------------------------------------

@@ -31,13 +31,13 @@ def test_user_file_overrides_only_its_keys(tmp_path):
 
 def test_unknown_key_is_named(tmp_path):
     p = _write(tmp_path, "schema_version: infercrane.kernel-policy/v1\nsame_margn: 0.05\n")
-    with pytest.raises(InputError, match=r"same_margn: unknown key"):
+    with pytest.raises(InputError, match=r"field 'same_margn': unknown key"):
         load_policy("kernel", p)
 
 
 def test_bad_value_is_named(tmp_path):
     p = _write(tmp_path, "schema_version: infercrane.kernel-policy/v1\ntiming_mode: wallclock\n")
-    with pytest.raises(InputError, match=r"timing_mode: .*'wallclock'"):
+    with pytest.raises(InputError, match=r"field 'timing_mode': .*'wallclock'"):
         load_policy("kernel", p)
     p = _write(tmp_path, "schema_version: infercrane.serving-policy/v1\nequivalence_margin: -0.01\n")
     with pytest.raises(InputError, match=r"equivalence_margin"):
@@ -46,7 +46,7 @@ def test_bad_value_is_named(tmp_path):
 
 def test_unknown_metric_lists_known_ones(tmp_path):
     p = _write(tmp_path, "schema_version: infercrane.serving-policy/v1\nguard_metrics: [ttft_p95]\n")
-    with pytest.raises(InputError, match=r"guard_metrics: .*known: output_tok_s"):
+    with pytest.raises(InputError, match=r"field 'guard_metrics': .*known: output_tok_s"):
         load_policy("serving", p)
 
 
@@ -64,7 +64,7 @@ def test_wrong_schema_missing_file_bad_yaml_and_kind(tmp_path):
         load_policy("kernel", tmp_path / "absent.yaml")
     with pytest.raises(InputError, match="not valid YAML"):
         load_policy("kernel", _write(tmp_path, "a: [1, 2\n"))
-    with pytest.raises(InputError, match="must be a mapping"):
+    with pytest.raises(InputError, match="expected a mapping"):
         load_policy("kernel", _write(tmp_path, "- 1\n- 2\n"))
     with pytest.raises(InputError, match="known kinds: kernel, serving"):
         load_policy("cluster")  # type: ignore[call-overload]

@@ -19,6 +19,7 @@ function whose interpreted form exists only if ``TRITON_INTERPRET=1`` was set be
 was first imported; the interpreter recognizes ``_sum_combine`` and reduces with numpy.
 """
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda  # gdc_wait / gdc_launch_dependents (Triton >= 3.4)
 
 
 def fused_add_rmsnorm_rows(
@@ -33,6 +34,8 @@ def fused_add_rmsnorm_rows(
     MASKED: tl.constexpr,
     INT64: tl.constexpr,
     ROUND_BY_BITS: tl.constexpr,
+    PDL: tl.constexpr = False,
+    EVICT: tl.constexpr = False,
 ):
     """One program owns ``ROWS`` whole rows held in registers: one global read of x and residual each.
 
@@ -40,6 +43,14 @@ def fused_add_rmsnorm_rows(
     is a compile-time constant so row offsets carry its power-of-two divisibility and loads vectorize
     to 16 bytes whenever ``HIDDEN`` is a multiple of 8. ``MASKED`` is false only when ``HIDDEN ==
     BLOCK_N`` and ``ROWS`` divides the row count: then loads and stores carry no predicate at all.
+
+    All three loads (weight first) are issued before any use, so a program waits one memory round trip.
+    ``PDL``: programmatic dependent launch (launched with ``launch_pdl=True``): wait for the previous grid
+    on the stream (``griddepcontrol.wait``: its writes are visible after it) before the first load, then let
+    the next grid launch at once, so its launch and prologue overlap this grid. Every load follows the wait,
+    so x, residual and weight may all have been written by the previous kernel.
+    ``EVICT``: x and residual stream through L2 (``evict_first``), the weight, read by every program, stays
+    (``evict_last``): for row counts whose activations do not fit in L2.
     """
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -47,18 +58,21 @@ def fused_add_rmsnorm_rows(
         rows = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     offs = rows[:, None] * HIDDEN + cols[None, :]
+    if PDL:
+        tl_cuda.gdc_wait()
+        tl_cuda.gdc_launch_dependents()
+    if HIDDEN == BLOCK_N:
+        w = tl.load(w_ptr + cols, eviction_policy="evict_last" if EVICT else "")
+    else:
+        w = tl.load(w_ptr + cols, mask=cols < HIDDEN, other=0.0, eviction_policy="evict_last" if EVICT else "")
     if MASKED:
         mask = (rows[:, None] < n_rows) & (cols[None, :] < HIDDEN)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-        r = tl.load(res_ptr + offs, mask=mask, other=0.0)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first" if EVICT else "")
+        r = tl.load(res_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first" if EVICT else "")
     else:
         mask = None
-        x = tl.load(x_ptr + offs)
-        r = tl.load(res_ptr + offs)
-    if HIDDEN == BLOCK_N:
-        w = tl.load(w_ptr + cols)
-    else:
-        w = tl.load(w_ptr + cols, mask=cols < HIDDEN, other=0.0)
+        x = tl.load(x_ptr + offs, eviction_policy="evict_first" if EVICT else "")
+        r = tl.load(res_ptr + offs, eviction_policy="evict_first" if EVICT else "")
 
     summed = x.to(tl.float32) + r.to(tl.float32)
     if ROUND_BY_BITS:

@@ -5,11 +5,10 @@
 ``rmsnorm(residual) * weight``. The source is ``fused_add_rmsnorm.cu`` next to this file.
 
 Method:
-* ``cuda_config(rows, hidden)`` chooses the compile-time shape (``-D`` defines): 16-byte accesses
-  (``vec`` = 8 elements) whenever hidden and the tensors' alignment allow; ``threads_per_row`` so each
-  thread owns one vector of a row for latency-bound launches (up to ``SMALL_ROWS`` rows: 4 warps per
-  row at hidden 1024) and about 4 beyond (one warp per row at hidden 1024, 4 rows per block); a
-  block-level reduction only when a row spans several warps.
+* ``cuda_config(rows, hidden)`` chooses the compile-time shape (``-D`` defines) from the
+  ``CUDA_DEFAULTS`` table: 16-byte accesses (``vec`` = 8 elements) whenever hidden and the tensors'
+  alignment allow; ``threads_per_row`` so each thread owns one vector of a row (4 warps per row at
+  hidden 1024); a block-level reduction only when a row spans several warps.
 * On a GPU the source is compiled through CuPy (``cupy.RawModule``; CuPy targets the device's own
   ``sm_XY``, adds ``-ftz=true`` and caches the binary on disk), once per (device, arch, config, dtype),
   and launched on torch's *current* stream with raw ``data_ptr()`` arguments, so it runs in order
@@ -36,10 +35,19 @@ BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 # Most vectors one thread may own in a row (the source's static_assert; at 16, ptxas spills at hidden 1024):
 # hidden <= 8 elements * 1024 threads * 8 vectors = 65536.
 MAX_VECTORS_PER_THREAD = 8
-# Up to this many rows the launch is latency-bound: spread each row over more threads (one 16-byte vector
-# each) so every thread's chain of dependent instructions is short; beyond it, bandwidth-bound: 4 vectors
-# per thread and 4-warp blocks of several rows.
+# Up to this many rows the launch is latency-bound (one wave of blocks); beyond it, bandwidth-bound.
 SMALL_ROWS = 2048
+# The defaults ``cuda_config`` picks, one row per regime: the first whose ``max_rows`` is >= rows (None: any).
+#   vectors_per_thread: 16-byte vectors each thread owns per row -> threads_per_row = next pow2(hidden/8/v)
+#   block_threads: threads per block the rows of a block add up to (rows_per_block = block_threads // tpr, >= 1)
+#   persistent_blocks_per_sm: None = one row-block per block; k = a grid of k blocks per SM looping over rows
+# One vector per thread is the only shape whose SASS issues the weight load with x and residual (with several
+# vectors ptxas schedules the weight loads after the first uses of x/residual); at hidden 1024 both regimes
+# are then 128 threads per row, one row per block (cuda/t128r1). Edit a row to switch a regime.
+CUDA_DEFAULTS: tuple[dict[str, Any], ...] = (
+    {"max_rows": SMALL_ROWS, "vectors_per_thread": 1, "block_threads": 32, "persistent_blocks_per_sm": None},
+    {"max_rows": None, "vectors_per_thread": 1, "block_threads": 128, "persistent_blocks_per_sm": None},
+)
 
 
 class CudaCompileError(InfercraneError):
@@ -100,14 +108,13 @@ def cuda_config(
 
     * ``vec``: elements per access, the largest of 8/4/2/1 dividing ``hidden`` and ``align_elems``
       (the pointers' alignment in elements); 8 means 16-byte ``ld/st.global.v4``.
-    * ``threads_per_row``: next power of two >= (hidden / vec) / v, so a thread owns about v vectors:
-      v = 1 for up to ``SMALL_ROWS`` rows (128 threads at hidden 1024: short per-thread chains for
-      latency-bound launches), v = 4 beyond (32 threads, one warp per row at hidden 1024); clamped to
-      [1, 1024].
-    * ``rows_per_block``: enough rows for at least one warp (up to ``SMALL_ROWS`` rows) or four warps
-      (beyond) per block.
-    * ``persistent_blocks_per_sm``: None launches ``cdiv(rows, rows_per_block)`` blocks (one pass);
-      an integer caps the grid at ``num_sms * persistent_blocks_per_sm`` and blocks loop over rows.
+    * ``threads_per_row``: next power of two >= (hidden / vec) / v, so a thread owns about v vectors,
+      v = ``vectors_per_thread`` of the ``CUDA_DEFAULTS`` row for ``rows`` (1 in both regimes: 128
+      threads at hidden 1024); clamped to [1, 1024].
+    * ``rows_per_block``: ``block_threads`` of that row / ``threads_per_row`` (at least 1).
+    * ``persistent_blocks_per_sm``: None launches ``cdiv(rows, rows_per_block)`` blocks (one pass, the
+      kernel compiled without a loop); an integer caps the grid at ``num_sms * persistent_blocks_per_sm``
+      and blocks loop over rows (``-DIC_PERSISTENT=1``).
 
     Derived fields: ``threads_per_block``, ``vectors_per_thread``, ``guarded`` (the last vector of some
     threads lies past the row), ``grid``, ``vec_bytes``, ``hidden``, ``defines``.
@@ -123,8 +130,9 @@ def cuda_config(
     if vec not in (1, 2, 4, 8) or hidden % vec:
         raise InputError(f"vec must be 1, 2, 4 or 8 and divide hidden={hidden}, got {vec}")
     nvec = hidden // vec
+    regime = next(d for d in CUDA_DEFAULTS if d["max_rows"] is None or rows <= d["max_rows"])
     tpr = overrides.get("threads_per_row")
-    target_vpt = 1 if rows <= SMALL_ROWS else 4
+    target_vpt = int(regime["vectors_per_thread"])
     tpr = int(tpr) if tpr is not None else min(1024, _next_pow2(-(-nvec // target_vpt)))
     if tpr <= 0 or tpr & (tpr - 1) or tpr > 1024:
         raise InputError(f"threads_per_row must be a power of two <= 1024, got {tpr}")
@@ -136,8 +144,7 @@ def cuda_config(
         )
     rpb = overrides.get("rows_per_block")
     if rpb is None:
-        target_threads = 32 if rows <= SMALL_ROWS else 128
-        rpb = max(1, target_threads // tpr)
+        rpb = max(1, int(regime["block_threads"]) // tpr)
     rpb = int(rpb)
     threads = tpr * rpb
     if rpb <= 0 or threads % 32 or threads > 1024:
@@ -146,7 +153,7 @@ def cuda_config(
             f"and <= 1024"
         )
     grid = -(-rows // rpb)
-    persistent = overrides.get("persistent_blocks_per_sm")
+    persistent = overrides.get("persistent_blocks_per_sm", regime["persistent_blocks_per_sm"])
     if persistent is not None:
         persistent = int(persistent)
         if persistent <= 0:
@@ -175,6 +182,7 @@ def _defines(cfg: dict[str, Any]) -> tuple[str, ...]:
         f"-DIC_VEC={cfg['vec']}",
         f"-DIC_THREADS_PER_ROW={cfg['threads_per_row']}",
         f"-DIC_ROWS_PER_BLOCK={cfg['rows_per_block']}",
+        f"-DIC_PERSISTENT={0 if cfg['persistent_blocks_per_sm'] is None else 1}",
     )
 
 

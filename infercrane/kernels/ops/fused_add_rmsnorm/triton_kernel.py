@@ -32,7 +32,17 @@ CHUNK_BLOCK_N = 4096
 _MAX_TILE = 4096
 # Beyond this many rows a launch is bandwidth-bound: fewer, fatter programs (several rows each).
 MANY_ROWS = 2048
-_CONFIG_KEYS = ("variant", "block_n", "rows_per_program", "num_warps", "round_by_bits")
+_CONFIG_KEYS = ("variant", "block_n", "rows_per_program", "num_warps", "round_by_bits", "pdl", "evict")
+
+# The defaults ``triton_config`` picks, one row per regime: the first whose ``max_rows`` is >= rows (None: any).
+#   tile_elems: rows_per_program * block_n the program aims for (1 row when a row alone is that wide or wider)
+#   elems_per_thread: elements each thread owns (8 = one 16-byte vector; 16 = two) -> num_warps
+#   pdl: programmatic dependent launch (see _triton_source); evict: L2 eviction hints (see _triton_source)
+# To switch a regime to another measured variant, edit its row (e.g. pdl=True where it wins).
+TRITON_DEFAULTS: tuple[dict[str, Any], ...] = (
+    {"max_rows": MANY_ROWS, "tile_elems": 1, "elems_per_thread": 8, "pdl": False, "evict": False},
+    {"max_rows": None, "tile_elems": _MAX_TILE // 2, "elems_per_thread": 16, "pdl": False, "evict": False},
+)
 SUPPORTED_DTYPES = ("bfloat16", "float16")
 
 
@@ -88,11 +98,11 @@ def triton_config(rows: int, hidden: int) -> dict[str, Any]:
 
     * ``block_n``: next power of two >= ``hidden`` (``variant="fused"``), or ``CHUNK_BLOCK_N`` for
       rows wider than ``MAX_FUSED_BLOCK_N`` (``variant="chunked"``).
-    * ``rows_per_program``: 1 up to ``MANY_ROWS`` rows (every row its own program spreads a decode
-      batch over the SMs); beyond, enough rows that a tile holds about ``_MAX_TILE/2`` elements
-      (fewer, fatter programs).
-    * ``num_warps``: tile elements / (32 threads * elements per thread), where a thread owns 8
-      elements (one 16-byte vector) for tiles up to 1024 and 16 beyond; clamped to [1, 16].
+    * ``rows_per_program``, ``num_warps``, ``pdl``, ``evict``: from the ``TRITON_DEFAULTS`` row for
+      ``rows``: 1 row per program up to ``MANY_ROWS`` rows (every row its own program spreads a decode
+      batch over the SMs); beyond, enough rows that a tile holds about ``_MAX_TILE/2`` elements (fewer,
+      fatter programs). ``num_warps`` = tile elements / (32 threads * elements per thread): 8 elements
+      (one 16-byte vector) up to ``MANY_ROWS`` rows, 16 beyond; clamped to [1, 16].
 
     The returned dict also records ``grid`` (programs launched), ``masked`` and ``int64_offsets``.
     """
@@ -104,15 +114,13 @@ def triton_config(rows: int, hidden: int) -> dict[str, Any]:
     if block_n > MAX_FUSED_BLOCK_N:
         return _finish({"variant": "chunked", "block_n": CHUNK_BLOCK_N, "rows_per_program": 1, "num_warps": 8},
                        rows, hidden)
-    if rows > MANY_ROWS and block_n < _MAX_TILE:
-        rows_per_program = max(1, min(8, (_MAX_TILE // 2) // block_n))
-    else:
-        rows_per_program = 1
+    regime = next(d for d in TRITON_DEFAULTS if d["max_rows"] is None or rows <= d["max_rows"])
+    rows_per_program = max(1, min(8, int(regime["tile_elems"]) // block_n))
     tile = rows_per_program * block_n
-    elems_per_thread = 8 if tile <= 1024 else 16
-    num_warps = max(1, min(16, tile // (32 * elems_per_thread)))
+    num_warps = max(1, min(16, tile // (32 * int(regime["elems_per_thread"]))))
     return _finish({"variant": "fused", "block_n": block_n, "rows_per_program": rows_per_program,
-                    "num_warps": num_warps}, rows, hidden)
+                    "num_warps": num_warps, "pdl": bool(regime["pdl"]), "evict": bool(regime["evict"])},
+                   rows, hidden)
 
 
 def _finish(cfg: dict[str, Any], rows: int, hidden: int) -> dict[str, Any]:
@@ -135,8 +143,11 @@ def _finish(cfg: dict[str, Any], rows: int, hidden: int) -> dict[str, Any]:
         raise InputError(f"fused Triton config needs block_n >= hidden ({hidden}), got {block_n}")
     if variant == "chunked" and rpp != 1:
         raise InputError("chunked Triton config handles one row per program (rows_per_program=1)")
+    if variant == "chunked" and (cfg.get("pdl") or cfg.get("evict")):
+        raise InputError("pdl and evict apply to the fused Triton variant only")
     out = {"variant": variant, "block_n": block_n, "rows_per_program": rpp, "num_warps": num_warps,
-           "round_by_bits": bool(cfg.get("round_by_bits", False))}
+           "round_by_bits": bool(cfg.get("round_by_bits", False)), "pdl": bool(cfg.get("pdl", False)),
+           "evict": bool(cfg.get("evict", False))}
     out["hidden"] = hidden
     out["grid"] = -(-rows // rpp)
     out["masked"] = bool(variant == "chunked" or block_n != hidden or rows % rpp != 0)
@@ -198,8 +209,9 @@ def compile_ptx(hidden: int, rows: int = 1, arch: int = 90, dtype: str = "bfloat
                                       "ROUND_BY_BITS": bool(cfg["round_by_bits"] and dtype == "bfloat16")}
         if cfg["variant"] == "fused":
             fn = JITFunction(src.fused_add_rmsnorm_rows, do_not_specialize=["n_rows"])
-            signature |= {"ROWS": "constexpr", "MASKED": "constexpr"}
-            constexprs |= {"ROWS": cfg["rows_per_program"], "MASKED": cfg["masked"]}
+            signature |= {"ROWS": "constexpr", "MASKED": "constexpr", "PDL": "constexpr", "EVICT": "constexpr"}
+            constexprs |= {"ROWS": cfg["rows_per_program"], "MASKED": cfg["masked"], "PDL": cfg["pdl"],
+                           "EVICT": cfg["evict"]}
         else:
             fn = JITFunction(src.fused_add_rmsnorm_chunked, do_not_specialize=["n_rows"])
         signature = {name: signature[name] for name in fn.arg_names}
@@ -248,8 +260,9 @@ def fused_add_rmsnorm_triton(
 
     ``x``, ``residual``: contiguous ``[..., hidden]`` bf16/fp16 tensors; ``weight``: ``[hidden]`` of
     the same dtype. ``config`` overrides the heuristic (keys of ``triton_config``'s result: ``variant``,
-    ``block_n``, ``rows_per_program``, ``num_warps``, ``round_by_bits``); used to tune and record
-    variants. ``round_by_bits`` rounds bf16 with integer RNE instead of ``cvt.rn`` (same result; the
+    ``block_n``, ``rows_per_program``, ``num_warps``, ``round_by_bits``, ``pdl``, ``evict``); used to tune
+    and record variants. ``pdl`` launches with programmatic dependent launch (Triton's ``launch_pdl``; Hopper
+    and newer). ``round_by_bits`` rounds bf16 with integer RNE instead of ``cvt.rn`` (same result; the
     interpreter always uses it).
     """
     rows, hidden = check_inputs(x, residual, weight)
@@ -266,10 +279,14 @@ def fused_add_rmsnorm_triton(
     # The interpreter truncates on a float32 -> bf16 cast; integer RNE gives what cvt.rn gives on a GPU.
     round_by_bits = x.dtype == _bf16() and (interpret or cfg["round_by_bits"])
     if cfg["variant"] == "fused":
+        # The interpreter has no grids to overlap: PDL and cache hints are compiled-mode features.
+        pdl = bool(cfg["pdl"]) and not interpret
+        extra = {"launch_pdl": True} if pdl else {}
         rows_kernel[grid](
             x, residual, weight, rows, float(eps),
             HIDDEN=hidden, BLOCK_N=cfg["block_n"], ROWS=cfg["rows_per_program"], MASKED=cfg["masked"],
-            INT64=cfg["int64_offsets"], ROUND_BY_BITS=round_by_bits, num_warps=cfg["num_warps"],
+            INT64=cfg["int64_offsets"], ROUND_BY_BITS=round_by_bits, PDL=pdl,
+            EVICT=bool(cfg["evict"]) and not interpret, num_warps=cfg["num_warps"], **extra,
         )
     else:
         chunked_kernel[grid](
