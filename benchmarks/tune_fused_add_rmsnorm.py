@@ -77,6 +77,14 @@ TRITON_VARIANTS: dict[str, dict[str, Any] | None] = {
     "r8w8": {"variant": "fused", "block_n": 1024, "rows_per_program": 8, "num_warps": 8},
     "r1w4-intRNE": {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4,
                     "round_by_bits": True},
+    # programmatic dependent launch: the next call's launch overlaps this one (see _triton_source)
+    "r1w4-pdl": {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4, "pdl": True},
+    "r1w8-pdl": {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 8, "pdl": True},
+    "r2w4-pdl": {"variant": "fused", "block_n": 1024, "rows_per_program": 2, "num_warps": 4, "pdl": True},
+    # L2 hints: x/residual evict_first, weight evict_last
+    "r1w4-evict": {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4, "evict": True},
+    "r1w1-evict": {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 1, "evict": True},
+    "r2w4-evict": {"variant": "fused", "block_n": 1024, "rows_per_program": 2, "num_warps": 4, "evict": True},
 }
 CUDA_VARIANTS: dict[str, dict[str, Any] | None] = {
     "auto": None,
@@ -91,6 +99,23 @@ CUDA_VARIANTS: dict[str, dict[str, Any] | None] = {
     "t16r4": {"threads_per_row": 16, "rows_per_block": 4},
     "t32r4-p8": {"threads_per_row": 32, "rows_per_block": 4, "persistent_blocks_per_sm": 8},
     "t32r8-p4": {"threads_per_row": 32, "rows_per_block": 8, "persistent_blocks_per_sm": 4},
+    "t128r1-p8": {"threads_per_row": 128, "rows_per_block": 1, "persistent_blocks_per_sm": 8},
+    # A/B of the SASS finding: the weight through __ldg, which ptxas issues after the x/residual math
+    "t128r1-ldg": {"threads_per_row": 128, "rows_per_block": 1, "weight_ldg": True},
+    # the first version's code path (weight __ldg hoisted before a grid-stride loop, unpacked before the
+    # x/residual loads: two serialized memory latencies); the cap of 1024 blocks/SM never binds, so the
+    # grid is cdiv(rows, rows_per_block) as it was: the previous defaults, old-t128r1 (<= 2048 rows) and
+    # old-t32r4 (beyond)
+    "old-t128r1": {"threads_per_row": 128, "rows_per_block": 1, "persistent_blocks_per_sm": 1024,
+                   "weight_ldg": True},
+    "old-t32r4": {"threads_per_row": 32, "rows_per_block": 4, "persistent_blocks_per_sm": 1024,
+                  "weight_ldg": True},
+}
+# Variants checked call-after-call in a CUDA graph against the same shape without PDL (bitwise): a launch
+# that overlaps its predecessor must still see every write of it.
+PDL_CHAIN_REFERENCE: dict[str, dict[str, Any]] = {
+    name: {k: v for k, v in cfg.items() if k != "pdl"} for name, cfg in TRITON_VARIANTS.items()
+    if cfg and cfg.get("pdl")
 }
 
 
@@ -171,6 +196,32 @@ def check_graph(fn: Callable[..., Any], rows: int, hidden: int) -> dict[str, Any
     return check_inputs_after(static)
 
 
+def check_chain(fn: Callable[..., Any], rows: int, hidden: int, cfg: dict[str, Any], ref_cfg: dict[str, Any],
+                calls: int = 16) -> dict[str, Any]:
+    """``calls`` in-place calls captured in one graph (each reads what the previous wrote), against the same
+    number of calls of ``ref_cfg`` run one at a time with a synchronize in between: bitwise equal."""
+    a = make_inputs(rows, hidden, seed=rows + 17)
+    b = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
+    fn(a["x"], a["r"], a["w"], EPS, config=cfg)  # compile outside the capture (changes a: refill below)
+    torch.cuda.synchronize()
+    a["x"].copy_(b["x"])
+    a["r"].copy_(b["r"])
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn(a["x"], a["r"], a["w"], EPS, config=cfg)
+    a["x"].copy_(b["x"])
+    a["r"].copy_(b["r"])
+    g.replay()
+    for _ in range(calls):
+        fn(b["x"], b["r"], b["w"], EPS, config=ref_cfg)
+        torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    same = bool(torch.equal(a["x"], b["x"]) and torch.equal(a["r"], b["r"]))
+    finite = bool(torch.isfinite(a["x"]).all() and torch.isfinite(a["r"]).all())
+    return {"pass": same and finite, "chained_calls": calls, "bitwise_equal_to": ref_cfg, "all_finite": finite}
+
+
 def run_correctness(impls: dict[str, tuple[Callable[..., Any], dict[str, dict[str, Any] | None]]],
                     hidden: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
@@ -184,6 +235,13 @@ def run_correctness(impls: dict[str, tuple[Callable[..., Any], dict[str, dict[st
                 except Exception as e:
                     r = {"pass": False, "error": short_error(e)}
                 per.append({"rows": rows, "hidden": hidden, **r})
+            if impl == "triton" and name in PDL_CHAIN_REFERENCE:
+                for rows in (1, 512):
+                    try:
+                        r = check_chain(fn, rows, hidden, cfg, PDL_CHAIN_REFERENCE[name])
+                    except Exception as e:
+                        r = {"pass": False, "error": short_error(e)}
+                    per.append({"rows": rows, "hidden": hidden, "check": "pdl-chain", **r})
             results[key] = per
         for h in CORRECTNESS_HIDDENS:
             for rows in CORRECTNESS_ROWS:

@@ -31,6 +31,7 @@ app.command(model)
 
 kernel = App(name="kernel", help="Kernel lab: screen candidate kernels against baselines and a float32 oracle.")
 kernel.command("infercrane.commands.kernel:screen", name="screen", help="Screen fused residual-add + RMSNorm candidates and decide.")
+kernel.command("infercrane.commands.kernel:decide", name="decide", help="Decide again on a finished screen (e.g. with a decode step time from a serving receipt).")
 kernel.command("infercrane.commands.kernel:list_impls", name="list", help="List the implementations and whether each is available here.")
 app.command(kernel)
 

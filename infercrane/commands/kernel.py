@@ -63,6 +63,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
 
     from ..decide.policy import load_policy
     from ..env.capture import hardware, new_run_id, provenance
+    from ..errors import InputError
     from ..kernels.harness.runner import screen as run_screen
     from ..kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
     from ..kernels.receipt import build_document
@@ -74,8 +75,11 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     _interpret_triton_without_gpu(config.device, con)
     policy = load_policy("kernel", config.policy)
     mc = load_model_config(config.model)
-    spec = FusedAddRMSNormSpec.from_model_config(mc.config, rows=config.all_rows(), dtype=config.dtype,
-                                                 model_id=mc.model_id, model_revision=mc.revision)
+    try:
+        spec = FusedAddRMSNormSpec.from_model_config(mc.config, rows=config.all_rows(), dtype=config.dtype,
+                                                     model_id=mc.model_id, model_revision=mc.revision)
+    except ValueError as e:
+        raise InputError(f"model {config.model}: {e}") from None
     step_ms, step_source = config.decode_step_ms, ("user: --decode-step-ms" if config.decode_step_ms else None)
     if config.serving_receipt is not None:
         step_ms, step_source = decode_step_from_receipt(config.serving_receipt, config.serving_recipe,
@@ -115,6 +119,73 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     (out.parent / "screen-result.json").write_text(result.model_dump_json(indent=1))
     _print_summary(con, receipt.document)
     con.print(f"receipt: {receipt.path}  (infercrane receipt show {receipt.path})")
+    return 0
+
+
+def decide(screen_result: Path, /, *, measured_receipt: Path, decode_step_ms: float | None = None,
+           serving_receipt: Path | None = None, serving_recipe: str = "compiled", serving_concurrency: int = 1,
+           policy: Path | None = None, out: Path) -> int:
+    """Decide again on a finished screen, without re-measuring: with a decode step time from a serving receipt (or
+    --decode-step-ms) and/or another policy. The new receipt keeps the measuring machine's hardware and software and
+    the original run id; its provenance records this command.
+
+    Parameters
+    ----------
+    screen_result
+        The screen-result.json a `kernel screen` wrote beside its receipt (the raw evidence).
+    measured_receipt
+        The receipt of that screen (validated; its hardware, software and run id are carried over).
+    decode_step_ms
+        Decode step wall time for the Amdahl ceiling.
+    serving_receipt
+        Read the decode step time from this serving receipt instead.
+    serving_recipe
+        Recipe whose TPOT is the decode step time.
+    serving_concurrency
+        Concurrency whose TPOT is the decode step time.
+    policy
+        A kernel policy file overriding the packaged thresholds.
+    out
+        Where to write the new receipt.
+    """
+    from ..decide.policy import load_policy
+    from ..env.capture import provenance
+    from ..errors import InputError
+    from ..kernels.harness.runner import ScreenResult
+    from ..kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
+    from ..kernels.receipt import build_document
+    from ..receipts.render import console
+    from ..receipts.validate import load_receipt, write_receipt
+
+    old = load_receipt(measured_receipt).document
+    try:
+        result = ScreenResult.model_validate_json(Path(screen_result).read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{screen_result}: not a screen result: {str(e).splitlines()[0]}") from None
+    if old["app_id"] != old["provenance"]["run_id"]:
+        raise InputError(f"{measured_receipt}: app_id and provenance.run_id differ")
+    step_ms, step_source = decode_step_ms, ("user: --decode-step-ms" if decode_step_ms else None)
+    if serving_receipt is not None:
+        step_ms, step_source = decode_step_from_receipt(serving_receipt, serving_recipe, serving_concurrency)
+    s = result.spec
+    spec = FusedAddRMSNormSpec(hidden_size=s.hidden_size, eps=s.eps, dtype=s.dtype, rows=tuple(result.rows),
+                               num_layers=s.num_layers, model_id=s.model_id, model_revision=s.model_revision,
+                               config_fields=s.config_fields)
+    if spec.model_id != old["model_shape_source"]["id"] or list(spec.rows) != sorted({m for m in result.rows}, key=result.rows.index):
+        raise InputError(f"{screen_result} does not belong to {measured_receipt} (model or rows differ)")
+    pol = load_policy("kernel", policy)
+    prov = provenance(config={"decided_from": {"screen_result": str(screen_result), "receipt": str(measured_receipt),
+                                               "receipt_sha256": old["content_sha256"]},
+                              "measured_config": old["provenance"]["config"], "decode_step_ms": step_ms,
+                              "decode_step_source": step_source, "policy": str(policy) if policy else "packaged"},
+                      hardware_info=old["hardware"], software=old["software"], run_id=old["app_id"],
+                      model=old["provenance"].get("model"))
+    doc, _ = build_document(result, spec, pol, provenance=prov, model_source=old["model_shape_source"]["source"],
+                            decode_step_ms=step_ms, decode_step_source=step_source)
+    receipt = write_receipt(doc, out)
+    con = console()
+    _print_summary(con, receipt.document)
+    con.print(f"receipt: {receipt.path}")
     return 0
 
 

@@ -151,8 +151,10 @@ def provenance(
     run_id: str | None = None,
     command_line: list[str] | None = None,
     recorded_at: datetime | None = None,
+    software: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The provenance block (``receipts.models_v2.Provenance``) for a receipt written now."""
+    """The provenance block (``receipts.models_v2.Provenance``) for a receipt written now. ``hardware_info`` and
+    ``software`` default to this machine's; pass the measuring machine's when deciding on evidence measured elsewhere."""
     from ..receipts.io import config_hash
 
     commit, dirty = git_state()
@@ -168,6 +170,6 @@ def provenance(
         "run_id": run_id,
         "run_id_kind": "remote-app" if os.environ.get("INFERCRANE_RUN_ID", "").startswith("ap-") else "local",
         "hardware": hardware_info if hardware_info is not None else hardware(),
-        "software": software_versions(),
+        "software": software if software is not None else software_versions(),
         "model": model,
     }

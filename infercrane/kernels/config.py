@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from cyclopts import Parameter
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from .ops.fused_add_rmsnorm.spec import BANDWIDTH_ROWS, DEFAULT_ROWS
 
@@ -23,7 +23,7 @@ class ScreenConfig(BaseModel):
 
     model: str = Field("Qwen/Qwen3-0.6B", description="Catalog model id, or a config.json / model folder, whose "
                                                       "hidden size, eps and layer count set the shapes.")
-    rows: Annotated[tuple[int, ...], Many] = Field(DEFAULT_ROWS, description="Row counts (tokens in flight) to screen.")
+    rows: Annotated[tuple[PositiveInt, ...], Many] = Field(DEFAULT_ROWS, description="Row counts (tokens in flight) to screen.")
     bandwidth_rows: bool = Field(False, description=f"Also screen {', '.join(map(str, BANDWIDTH_ROWS))} rows "
                                                     "(the memory-bandwidth regime).")
     impls: Annotated[tuple[str, ...] | None, Many] = Field(None, description="Implementations to screen (default: all; see "

@@ -45,18 +45,41 @@ def _entry(ptx: str, name: str) -> str:
 
 @needs_nvrtc
 def test_ptx_for_qwen3_hidden_has_entry_points_and_16_byte_accesses():
-    ptx = ck.compile_ptx(1024, "compute_90", rows=32768)  # bandwidth regime: one warp per row
+    # one warp per row, 4 rows per block: 4 vectors per thread
+    ptx = ck.compile_ptx(1024, "compute_90", rows=32768, threads_per_row=32, rows_per_block=4)
     assert ".target sm_90" in ptx
     for dtype, name in ck.ENTRY_POINTS.items():
         body = _entry(ptx, name)
-        # x and residual: 4 vectors each per thread; weight 4 more through the read-only path
+        # x and residual: 4 vectors each per thread; weight 4 more (plain loads, see the source)
         assert len(V4_LOAD.findall(body)) >= 12, f"{dtype}: expected 16-byte loads"
         assert len(V4_STORE.findall(body)) >= 8, f"{dtype}: expected 16-byte stores (out and residual)"
-        assert "ld.global.nc.v4" in body  # the weight
         assert ".local" not in body, f"{dtype}: register array spilled to local memory"
         assert "shfl.sync.bfly" in body
         assert "bar.sync" not in body, "one warp per row at hidden 1024 needs no block barrier"
         assert "cvt.rn.bf16" in body if dtype == "bfloat16" else "cvt.rn.f16" in body
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("rows", [1, 2048, 32768])
+def test_default_issues_every_load_before_any_math(rows):
+    """Weight, x and residual loads all precede the first arithmetic (one memory latency per block), the
+    weight's first and not read-only (``ld.global.nc`` is sunk by ptxas to its use, after the reduction)."""
+    cfg = ck.cuda_config(rows, 1024)
+    assert (cfg["threads_per_row"], cfg["rows_per_block"], cfg["vectors_per_thread"]) == (128, 1, 1)
+    lines = _entry(ck.compile_ptx(1024, rows=rows), ck.ENTRY_POINTS["bfloat16"]).splitlines()
+    loads = [i for i, line in enumerate(lines) if re.search(r"ld\.global", line)]
+    first_math = min(i for i, line in enumerate(lines) if re.search(r"\b(add|mul|fma)(\.rn)?(\.ftz)?\.f32", line))
+    assert len(loads) == 3 and max(loads) < first_math
+    assert "ld.global.nc" not in lines[loads[0]] and "ld.global.v4" in lines[loads[0]]
+    assert sum("bar.sync" in line for line in lines) == 1, "one barrier: a single shared-memory exchange"
+    assert any("rsqrt.approx" in line for line in lines) and not any("div." in line for line in lines)
+
+
+@needs_nvrtc
+def test_one_pass_grid_has_no_loop_and_persistent_grid_loops():
+    one = _entry(ck.compile_ptx(1024, rows=512), ck.ENTRY_POINTS["bfloat16"])
+    loop = _entry(ck.compile_ptx(1024, rows=512, persistent_blocks_per_sm=2), ck.ENTRY_POINTS["bfloat16"])
+    assert "nctaid" not in one and "nctaid" in loop  # the grid-stride step reads gridDim
 
 
 @needs_nvrtc
@@ -146,16 +169,28 @@ def test_config_heuristic_is_consistent(rows, hidden):
     assert tpr * cfg["vectors_per_thread"] * vec >= hidden
     assert cfg["grid"] * rpb >= rows > (cfg["grid"] - 1) * rpb
     assert cfg["defines"] == [f"-DIC_HIDDEN={hidden}", f"-DIC_VEC={vec}", f"-DIC_THREADS_PER_ROW={tpr}",
-                              f"-DIC_ROWS_PER_BLOCK={rpb}"]
+                              f"-DIC_ROWS_PER_BLOCK={rpb}", "-DIC_PERSISTENT=0"]
 
 
 def test_config_at_qwen3_hidden():
     # latency regime: one 16-byte vector per thread, 4 warps per row
     cfg = ck.cuda_config(1, 1024)
     assert (cfg["vec"], cfg["threads_per_row"], cfg["vectors_per_thread"], cfg["rows_per_block"]) == (8, 128, 1, 1)
-    # bandwidth regime: one warp per row, 4 rows per block
+    # bandwidth regime: the same shape (CUDA_DEFAULTS), one row-block per block
     cfg = ck.cuda_config(32768, 1024)
-    assert (cfg["threads_per_row"], cfg["vectors_per_thread"], cfg["rows_per_block"]) == (32, 4, 4)
+    assert (cfg["threads_per_row"], cfg["vectors_per_thread"], cfg["rows_per_block"]) == (128, 1, 1)
+    assert cfg["persistent_blocks_per_sm"] is None and cfg["grid"] == 32768
+
+
+def test_defaults_table_drives_the_heuristic(monkeypatch):
+    """Switching a regime is one edit of CUDA_DEFAULTS."""
+    table = [dict(d) for d in ck.CUDA_DEFAULTS]
+    table[-1] |= {"vectors_per_thread": 4, "block_threads": 128, "persistent_blocks_per_sm": 8}
+    monkeypatch.setattr(ck, "CUDA_DEFAULTS", tuple(table))
+    cfg = ck.cuda_config(32768, 1024, num_sms=132)
+    assert (cfg["threads_per_row"], cfg["rows_per_block"], cfg["grid"]) == (32, 4, 132 * 8)
+    assert "-DIC_PERSISTENT=1" in cfg["defines"]
+    assert ck.cuda_config(8, 1024)["threads_per_row"] == 128
 
 
 def test_persistent_grid_is_capped_by_the_sm_count():

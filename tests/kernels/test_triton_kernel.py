@@ -34,6 +34,9 @@ CASES = [
     (2, 1001, "bfloat16", None),  # odd hidden: rows start at unaligned addresses
     (3, 1024, "float16", None),
     (6, 1024, "bfloat16", {"variant": "fused", "block_n": 1024, "rows_per_program": 4, "num_warps": 4}),  # masked rows
+    # pdl/evict are compiled-mode features: the interpreter runs the same body without them
+    (3, 1024, "bfloat16", {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4, "pdl": True,
+                           "evict": True}),
     (8, 256, "bfloat16", {"variant": "fused", "block_n": 256, "rows_per_program": 4, "num_warps": 2}),
     (3, 1000, "bfloat16", {"variant": "chunked", "block_n": 256, "rows_per_program": 1, "num_warps": 2}),
 ]
@@ -90,7 +93,7 @@ def test_config_heuristic_is_consistent(rows, hidden):
 def test_config_at_qwen3_hidden():
     assert tk.triton_config(1, 1024) | {} == {
         "variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4, "round_by_bits": False,
-        "hidden": 1024, "grid": 1, "masked": False, "int64_offsets": False,
+        "pdl": False, "evict": False, "hidden": 1024, "grid": 1, "masked": False, "int64_offsets": False,
     }
     assert tk.triton_config(32768, 1024)["int64_offsets"] is False
     assert tk.triton_config(2**21, 1024)["int64_offsets"] is True
@@ -147,6 +150,48 @@ def test_compiled_for_sm90_with_16_byte_accesses(hidden, rows):
     ops = {m.group(1) for m in V4.finditer(ptx)}
     assert ops == {"ld", "st"}, "expected 16-byte global loads and stores"
     assert ".local" not in ptx
+
+
+def test_defaults_table_drives_the_heuristic(monkeypatch):
+    """Switching a regime is one edit of TRITON_DEFAULTS."""
+    rows = [dict(d) for d in tk.TRITON_DEFAULTS]
+    rows[0] |= {"pdl": True, "elems_per_thread": 4}
+    monkeypatch.setattr(tk, "TRITON_DEFAULTS", tuple(rows))
+    cfg = tk.triton_config(8, 1024)
+    assert cfg["pdl"] is True and cfg["num_warps"] == 8 and cfg["rows_per_program"] == 1
+    assert tk.triton_config(32768, 1024)["pdl"] is False
+
+
+@pytest.mark.parametrize("config,rows", [
+    ({"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4, "pdl": True}, 1),
+    ({"variant": "fused", "block_n": 1024, "rows_per_program": 2, "num_warps": 4, "evict": True}, 32768),
+])
+def test_compiled_pdl_and_evict_variants(config, rows):
+    ptx = _ptx_or_skip(1024, rows, arch=90, config=config)
+    assert re.search(r"ld\.global(\.L\d::\w+)*\.v4\.b32", ptx) and re.search(r"st\.global\.v4\.b32", ptx)
+    if config.get("pdl"):
+        # the wait precedes every global load: the previous grid's writes are visible to all of them
+        assert ptx.index("griddepcontrol.wait") < ptx.index("ld.global")
+        assert "griddepcontrol.launch_dependents" in ptx
+    else:
+        assert "griddepcontrol" not in ptx
+    if config.get("evict"):
+        assert "L2::evict_first" in ptx and "L2::evict_last" in ptx
+
+
+def test_weight_load_is_issued_first():
+    """All three loads precede any arithmetic; the weight's comes first in the PTX."""
+    ptx = _ptx_or_skip(1024, 1, arch=90)
+    loads = [i for i, line in enumerate(ptx.splitlines()) if "ld.global" in line]
+    first_math = min(i for i, line in enumerate(ptx.splitlines()) if re.search(r"\b(add|mul|fma)\.(rn\.)?f32", line))
+    assert len(loads) == 3 and max(loads) < first_math
+
+
+def test_pdl_and_evict_refused_for_chunked():
+    x = torch.randn(2, 1024).bfloat16()
+    with pytest.raises(InputError, match="fused Triton variant only"):
+        tk.fused_add_rmsnorm_triton(x, x.clone(), torch.ones(1024, dtype=torch.bfloat16), 1e-6,
+                                    config={"variant": "chunked", "block_n": 256, "num_warps": 2, "pdl": True})
 
 
 def test_compiled_odd_hidden_and_chunked_variants():

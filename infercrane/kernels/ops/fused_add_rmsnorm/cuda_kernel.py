@@ -29,7 +29,7 @@ from infercrane.errors import InfercraneError, InputError, UnavailableError
 
 SOURCE_PATH = Path(__file__).with_name("fused_add_rmsnorm.cu")
 ENTRY_POINTS: dict[str, str] = {"bfloat16": "fused_add_rmsnorm_bf16", "float16": "fused_add_rmsnorm_fp16"}
-CONFIG_KEYS = ("vec", "threads_per_row", "rows_per_block", "persistent_blocks_per_sm")
+CONFIG_KEYS = ("vec", "threads_per_row", "rows_per_block", "persistent_blocks_per_sm", "weight_ldg")
 # Options common to every compile (the target architecture is added per path).
 BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 # Most vectors one thread may own in a row (the source's static_assert; at 16, ptxas spills at hidden 1024):
@@ -112,6 +112,8 @@ def cuda_config(
       v = ``vectors_per_thread`` of the ``CUDA_DEFAULTS`` row for ``rows`` (1 in both regimes: 128
       threads at hidden 1024); clamped to [1, 1024].
     * ``rows_per_block``: ``block_threads`` of that row / ``threads_per_row`` (at least 1).
+    * ``weight_ldg``: False (default) reads the weight with a plain load issued with x and residual;
+      True with ``__ldg`` (kept to measure: ptxas sinks that load past the reduction).
     * ``persistent_blocks_per_sm``: None launches ``cdiv(rows, rows_per_block)`` blocks (one pass, the
       kernel compiled without a loop); an integer caps the grid at ``num_sms * persistent_blocks_per_sm``
       and blocks loop over rows (``-DIC_PERSISTENT=1``).
@@ -170,6 +172,7 @@ def cuda_config(
         "vectors_per_thread": vpt,
         "guarded": bool(nvec % tpr),
         "persistent_blocks_per_sm": persistent,
+        "weight_ldg": bool(overrides.get("weight_ldg", False)),
         "grid": grid,
     }
     cfg["defines"] = list(_defines(cfg))
@@ -183,7 +186,7 @@ def _defines(cfg: dict[str, Any]) -> tuple[str, ...]:
         f"-DIC_THREADS_PER_ROW={cfg['threads_per_row']}",
         f"-DIC_ROWS_PER_BLOCK={cfg['rows_per_block']}",
         f"-DIC_PERSISTENT={0 if cfg['persistent_blocks_per_sm'] is None else 1}",
-    )
+    ) + (("-DIC_WEIGHT_NC=1",) if cfg.get("weight_ldg") else ())
 
 
 @functools.lru_cache(maxsize=1)

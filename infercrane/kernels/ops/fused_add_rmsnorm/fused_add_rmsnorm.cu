@@ -11,6 +11,8 @@
 //   IC_ROWS_PER_BLOCK  rows a block handles at a time; threads per block = THREADS_PER_ROW * ROWS_PER_BLOCK
 //   IC_PERSISTENT      0 (default): each block handles one row-block and exits (grid = cdiv(rows, RPB));
 //                      1: blocks walk row-blocks in a grid-stride loop (a capped, persistent grid)
+//   IC_WEIGHT_NC       1: read the weight with __ldg (ld.global.nc) instead of a plain load; kept to
+//                      measure the difference (see load_plain)
 //
 // Layout: thread t of a row owns vectors t, t + TPR, t + 2*TPR, ... (coalesced 16-byte accesses across
 // the row's threads). When HIDDEN/VEC is not a multiple of TPR the last vector is guarded.
@@ -42,6 +44,9 @@
 #endif
 #ifndef IC_PERSISTENT
 #define IC_PERSISTENT 0
+#endif
+#ifndef IC_WEIGHT_NC
+#define IC_WEIGHT_NC 0
 #endif
 
 namespace ic {
@@ -171,7 +176,13 @@ struct RowBlock {
     for (int j = 0; j < VPT; ++j) {
       const int v = j * TPR + lane;
       w[j].raw = Raw();
-      if (!GUARD || v < NVEC) w[j].raw = load_plain<VEC>(reinterpret_cast<const Raw*>(weight) + v);
+      if (!GUARD || v < NVEC) {
+#if IC_WEIGHT_NC
+        w[j].raw = __ldg(reinterpret_cast<const Raw*>(weight) + v);  // A/B only: the read-only path
+#else
+        w[j].raw = load_plain<VEC>(reinterpret_cast<const Raw*>(weight) + v);
+#endif
+      }
     }
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
