@@ -25,6 +25,12 @@ the run goes on (``--skip cuda/t16r4`` leaves a variant out, ``--only triton ref
    q1, q3, min, and achieved bandwidth = spec byte model (read x, residual, weight; write out, residual)
    / median time. Clocks are not locked; the run records the GPU and versions.
 
+Variants: the defaults (``auto``: ``triton_kernel.TRITON_DEFAULTS`` / ``cuda_kernel.CUDA_DEFAULTS``), fixed shapes,
+Triton with programmatic dependent launch (``-pdl``; also checked call-after-call inside a graph, bitwise against
+the same shape without it) and with L2 eviction hints (``-evict``), and for CUDA the first version's code path
+(``old-*``) and the weight through ``__ldg`` (``-ldg``) to measure the load-order fix. About 60 s with
+``--no-compile``.
+
 Prints a compact table (median µs per call; TB/s at large rows) and writes everything to ``$OUT/tune.json``
 when ``OUT`` is set (or ``--json PATH``). Depends only on torch, triton, cupy and InferCrane's kernel modules,
 spec and oracle (and, for the reference lines, the baselines module when it imports).
@@ -425,7 +431,9 @@ def summarize_correctness(corr: dict[str, Any]) -> set[str]:
         if bad:
             failed.add(key)
             b = bad[0]
-            detail = b.get("error") or "; ".join(
+            detail = b.get("error") or (f"{b.get('check')}: differs from {b.get('bitwise_equal_to')} after "
+                                        f"{b.get('chained_calls')} chained calls (finite: {b.get('all_finite')})"
+                                        if "out" not in b else None) or "; ".join(
                 [f"{k}: max abs {b[k]['max_abs_err']:.3g} first bad {b[k].get('first_bad_index')} "
                  f"got {b[k].get('got')} ref {b[k].get('ref')}" for k in ("out", "residual") if not b[k]["pass"]]
                 + ([] if b.get("guards_untouched", True) else ["wrote outside its rows"]))
@@ -635,6 +643,19 @@ def main(argv: list[str] | None = None) -> int:
                  if r in best["cuda"] and r in best["triton"]}
         report["best_cuda_over_triton"] = {str(r): v for r, v in ratio.items()}
         log("best cuda / best triton: " + "  ".join(f"{r}:{v:.3f}" for r, v in ratio.items()))
+    # Targets: against the vLLM vendor kernel and torch.compile, the best passing variant and the defaults.
+    for ref_label in ("vllm-vendor", "torch.compile"):
+        ref = table.get(ref_label, {})
+        for impl in ("triton", "cuda"):
+            cells = []
+            for r in args.rows:
+                got = table.get(f"{impl}/auto", {}).get(r, {})
+                if "median_us" in ref.get(r, {}) and "median_us" in got:
+                    b = best.get(impl, {}).get(r)
+                    cells.append(f"{r}:{got['median_us'] / ref[r]['median_us']:.2f}"
+                                 + (f"/{b[0] / ref[r]['median_us']:.2f}" if b else ""))
+            if cells:
+                log(f"{impl} auto/best over {ref_label}: " + "  ".join(cells))
     report["failed_correctness"] = sorted(failed_variants)
     report["wall_s"] = time.time() - t0
     log(f"# wall {report['wall_s']:.0f} s")

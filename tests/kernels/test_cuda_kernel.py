@@ -289,10 +289,14 @@ def test_gpu_fp16_matches_oracle(rmsnorm_checks, impl, rows, hidden):
     ("cuda", {"threads_per_row": 32, "rows_per_block": 4, "persistent_blocks_per_sm": 1}),
     ("cuda", {"threads_per_row": 128, "rows_per_block": 2, "persistent_blocks_per_sm": 1}),  # barrier in a loop
     ("cuda", {"threads_per_row": 32, "rows_per_block": 8, "vec": 4}),
+    ("cuda", {"threads_per_row": 128, "rows_per_block": 1, "weight_ldg": True}),
+    ("cuda", {"threads_per_row": 32, "rows_per_block": 4, "persistent_blocks_per_sm": 1024, "weight_ldg": True}),
     ("triton", {"variant": "fused", "block_n": 1024, "rows_per_program": 4, "num_warps": 4}),
     ("triton", {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 1}),
     ("triton", {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4, "round_by_bits": True}),
     ("triton", {"variant": "chunked", "block_n": 256, "rows_per_program": 1, "num_warps": 2}),
+    ("triton", {"variant": "fused", "block_n": 1024, "rows_per_program": 1, "num_warps": 4, "pdl": True}),
+    ("triton", {"variant": "fused", "block_n": 1024, "rows_per_program": 2, "num_warps": 4, "evict": True}),
 ])
 def test_gpu_config_variants_match_oracle(rmsnorm_checks, impl, config):
     fn = _kernel(impl)
