@@ -121,17 +121,19 @@ def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[
 
 
 def git_state(start: Path | None = None) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout InferCrane runs from, or (None, None) outside one."""
+    """(commit, dirty) of the git checkout InferCrane runs from. A copy without ``.git`` (a tree shipped to a GPU
+    machine) may name its commit in ``INFERCRANE_GIT_COMMIT``; dirtiness is then unknown. (None, None) otherwise."""
     where = start or Path(__file__).resolve().parent
+    shipped = os.environ.get("INFERCRANE_GIT_COMMIT") or None
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
         if commit.returncode != 0:
-            return None, None
+            return shipped, None
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
                                 capture_output=True, text=True, timeout=10)
         return commit.stdout.strip(), bool(status.stdout.strip())
     except (OSError, subprocess.TimeoutExpired):
-        return None, None
+        return shipped, None
 
 
 def new_run_id() -> str:

@@ -335,6 +335,7 @@ class EngineRecord(Strict):
     version: str | None = None
     command_line: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    pid: PositiveInt | None = Field(default=None, description="the engine's process (and process-group) id")
     log_path: NonEmptyStr
     startup_s: NonNegativeFloat | None = None
     exit_status: str | None = None

@@ -50,7 +50,7 @@ def run_record(m: RunMetrics) -> dict[str, Any]:
 
 def engine_record(e: Any) -> dict[str, Any]:
     return {"recipe": e.recipe_name, "recipe_sha256": e.recipe_sha256, "engine": e.engine, "version": e.version,
-            "command_line": e.command, "env": e.env_added, "log_path": e.log_path, "startup_s": e.ready_after_s,
+            "command_line": e.command, "env": e.env_added, "pid": e.pid, "log_path": e.log_path, "startup_s": e.ready_after_s,
             "exit_status": (f"returncode {e.returncode}" if e.returncode is not None else None)
             if not e.stop_signals else f"returncode {e.returncode}; stopped with {', '.join(e.stop_signals)}"}
 

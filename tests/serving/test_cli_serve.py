@@ -26,18 +26,13 @@ def _recipe(path: Path, name: str, model: Path, itl_ms: int) -> Path:
     return path
 
 
-def _engine_processes(port: str) -> list[str]:
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "infercrane.serving.testserver" in cmd and f"--port {port}" in cmd:
-            out.append(cmd)
-    return out
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the engine's process group (the engine runs in a session of its own) still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_serve_ab_with_aiperf(tmp_path: Path, stand_in_dir: Path, offline_env) -> None:
@@ -80,8 +75,8 @@ def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()[0]
     doc = json.loads(out.read_text())
-    port = doc["engines"][0]["command_line"][doc["engines"][0]["command_line"].index("--port") + 1]
-    running = _engine_processes(port)
+    pgid = doc["engines"][0]["pid"]
+    running = _group_alive(pgid)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=120)
     assert running, f"the engine should be running mid-plan; runs so far: {doc['runs']}\n{output}"
@@ -90,7 +85,7 @@ def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_
     assert r.document["complete"] is False
     assert "interrupted" in r.document["incomplete_reason"]
     assert r.document["runs"] and "paired_aiperf" not in r.document or r.document["paired_aiperf"] is None
-    assert _engine_processes(port) == []
+    assert not _group_alive(pgid)
 
 
 def test_serve_bench_sets_result_against_published_example(tmp_path: Path, stand_in_dir: Path, offline_env) -> None:

@@ -11,7 +11,7 @@ from infercrane.serving.recipes import (ENGINE_NAMES, RECIPE_SCHEMA_VERSION, Rec
                                         parse_help_flags, shipped_recipes)
 
 DATA = Path(__file__).resolve().parent / "data"
-VLLM_HELP = (DATA / "vllm_serve_help_CONSTRUCTED_excerpt.txt").read_text()
+VLLM_HELP = (DATA / "vllm_serve_help_0.22.1_h200.txt").read_text()
 
 
 def vllm_recipe(tmp_path: Path | None = None, **kw) -> Recipe:
