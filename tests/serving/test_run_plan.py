@@ -65,9 +65,8 @@ def probe(monkeypatch):
     real = drivers_mod.get_driver
 
     def get_driver(name: str) -> Driver:
-        if name == "probe":
-            holder.setdefault("driver", ProbeDriver())
-            return holder["driver"]
+        if name in ("probe", "probe2"):
+            return holder.setdefault(name, ProbeDriver())
         return real(name)
 
     monkeypatch.setattr(drivers_mod, "get_driver", get_driver)
@@ -99,7 +98,7 @@ def test_sandwich_plan_runs_end_to_end(tmp_path, ts_recipe, probe):
         assert not group_alive(rec.pid)
         assert (tmp_path / "engines").is_dir() and rec.log_path.startswith(str(tmp_path / "engines"))
     # each run reached the right engine, after a prefix-cache reset of that engine
-    driver = probe["driver"]
+    driver = probe["probe"]
     per_engine: dict[str, list[int]] = {}
     for spec, stats in driver.seen:
         assert spec.served_model == f"model-{spec.arm}"
@@ -133,11 +132,11 @@ def test_engine_crash_stops_plan_with_partial_results(tmp_path, ts_recipe, probe
 
 
 def test_ctrl_c_mid_plan_stops_engines(tmp_path, ts_recipe, probe):
-    probe["driver"] = ProbeDriver(interrupt_at=1)
+    probe["probe"] = ProbeDriver(interrupt_at=1)
     with pytest.raises(KeyboardInterrupt):
         run_plan([ts_recipe("--ttft-ms", "0", name="a"), ts_recipe("--ttft-ms", "0", name="b")],
                  workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused")
-    assert len(probe["driver"].seen) == 1  # interrupted at the second run
+    assert len(probe["probe"].seen) == 1  # interrupted at the second run
     for log in (tmp_path / "engines").glob("*.log"):
         assert "testserver: stopped" in log.read_text()
 
@@ -172,3 +171,18 @@ def test_tokenizer_resolution(stand_in_dir, ts_recipe):
     assert resolve_tokenizer(ts_recipe(), "/some/dir") == ("/some/dir", {})
     with pytest.raises(InputError, match="has no tokenizer"):
         resolve_tokenizer(ts_recipe())
+
+
+def test_several_drivers_drive_the_same_engine_at_every_point(tmp_path, ts_recipe, probe):
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
+    result = run_plan([a], workload(concurrency=[1]), out_dir=tmp_path, drivers=["probe", "probe2"],
+                      tokenizer="unused", order="sequential")
+    assert result.complete and len(result.engines) == 1
+    assert [(m.run_index, m.concurrency) for m in result.runs] == [(0, 1), (0, 1), (1, 1), (1, 1), (2, 1), (2, 1)]
+    first, second = probe["probe"], probe["probe2"]
+    # each driver saw the same engine, and had its own artifact folder per point
+    assert {s.base_url for s, _ in first.seen} == {s.base_url for s, _ in second.seen}
+    assert {s.artifact_dir.name for s, _ in first.seen} == {"probe"}
+    assert {s.artifact_dir.name for s, _ in second.seen} == {"probe2"}
+    with pytest.raises(InputError):
+        run_plan([a], workload(), out_dir=tmp_path, drivers=["probe", "probe"], tokenizer="unused")

@@ -1,0 +1,80 @@
+"""Serving receipts from synthetic runs (test data, not measurements): medians, the seed's derived fields,
+statistics and decision agree and validate; two drivers' figures are set side by side; a partial plan gives a
+receipt marked incomplete with no decision."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infercrane.decide.policy import load_policy
+from infercrane.env.capture import provenance
+from infercrane.receipts.validate import write_receipt
+from infercrane.serving.metrics import RunMetrics
+from infercrane.serving.receipt import build_document
+from infercrane.serving.workload import PlanResult, load_workload, plan_runs
+
+
+def _run(arm: str, run: int, c: int, tok_s: float, driver: str = "aiperf", ttft: float = 50.0) -> RunMetrics:
+    return RunMetrics(arm=arm, recipe_sha256="0" * 64, run_index=run, concurrency=c, driver=driver,
+                      driver_version="1", token_count_source="server", streaming=True, expected_output_tokens=64,
+                      raw_export_path="x", requests_sent=100, requests_completed=100, failures=0,
+                      output_length_mismatches=0, output_tokens_total=6400, duration_s=6400 / tok_s,
+                      output_tok_s=tok_s, request_s=tok_s / 64, ttft_p50_ms=ttft * 0.8, ttft_p95_ms=ttft,
+                      ttft_p99_ms=ttft * 1.1, tpot_p50_ms=1000 / tok_s * c, tpot_p95_ms=1100 / tok_s * c,
+                      tpot_p99_ms=1200 / tok_s * c, e2e_p50_ms=100.0, e2e_p95_ms=64000 / tok_s * c,
+                      e2e_p99_ms=70000 / tok_s * c, started_at="2026-12-01T00:00:00+00:00")
+
+
+def _plan(stand_in_dir: Path, ts_recipe, arms: list[str], workload, drivers: list[str]) -> PlanResult:
+    recipes = {a: ts_recipe(name=a, model=str(stand_in_dir)).resolved() for a in arms}
+    return PlanResult(workload=workload, recipes=recipes, drivers=drivers, order="sequential",
+                      plan=plan_runs(arms, workload, "sequential"))
+
+
+def _prov() -> dict:
+    p = provenance(config={"test": True}, command_line=["test"])
+    p["hardware"] = p["hardware"] | {"gpu": "test-gpu"}
+    return p
+
+
+def test_ab_receipt_from_five_runs_each(tmp_path: Path, stand_in_dir: Path, ts_recipe) -> None:
+    w = load_workload("seed-paired").with_overrides(concurrency=[8], runs_per_arm=5)
+    result = _plan(stand_in_dir, ts_recipe, ["slow", "fast"], w, ["aiperf"])
+    result.runs += [_run("slow", i, 8, 400 + i, ttft=100 + i) for i in range(5)]
+    result.runs += [_run("fast", i, 8, 2400 + 10 * i, ttft=60 + i) for i in range(5)]
+    result.complete = True
+    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=_prov())
+    r = write_receipt(doc, tmp_path / "ab.json").document
+    pa = r["paired_aiperf"]
+    assert [m["output_tokens_per_second"] for m in pa["measurements"]] == [402, 2420]
+    assert pa["comparisons"][0]["throughput_speedup"] == round(2420 / 402, 4)
+    assert pa["comparisons"][0]["ttft_p95_reduction_percent"] == round((102 - 62) / 102 * 100, 2)
+    assert pa["decision_code"] == "accept" and "5 v 5 runs" in pa["reason"]
+    assert r["model"]["weights"] == "dummy" and r["complete"] is True
+
+
+def test_bench_receipt_sets_two_drivers_side_by_side(tmp_path: Path, stand_in_dir: Path, ts_recipe) -> None:
+    w = load_workload("public-1000").with_overrides(runs_per_arm=3)
+    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
+    for i in range(3):
+        result.runs += [_run("compiled", i, 100, 15000 + i), _run("compiled", i, 100, 15300 + i, "vllm-bench")]
+    result.complete = True
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov())
+    pw = write_receipt(doc, tmp_path / "bench.json").document["public_workload_reproduction"]
+    assert [(a["driver"], a["output_tokens_per_second"]) for a in pw["arms"]] == [("aiperf", 15001),
+                                                                                   ("vllm-bench", 15301)]
+    assert pw["driver_agreement"][0].startswith("output_tokens_per_second: vllm-bench 1.53e+04 vs aiperf 1.5e+04")
+    assert "(+2.00 percent)" in pw["driver_agreement"][0]
+
+
+def test_partial_plan_gives_an_incomplete_receipt_without_decision(tmp_path: Path, stand_in_dir: Path,
+                                                                     ts_recipe) -> None:
+    w = load_workload("seed-paired").with_overrides(concurrency=[8])
+    result = _plan(stand_in_dir, ts_recipe, ["slow", "fast"], w, ["aiperf"])
+    result.runs += [_run("slow", 0, 8, 400)]
+    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=_prov(),
+                         incomplete_reason="interrupted")
+    r = write_receipt(doc, tmp_path / "partial.json").document
+    assert r["complete"] is False and r["incomplete_reason"] == "interrupted"
+    assert r.get("paired_aiperf") is None and len(r["runs"]) == 1
+    assert json.loads((tmp_path / "partial.json").read_text())["content_sha256"] == r["content_sha256"]
