@@ -180,8 +180,9 @@ def decide(screen_result: Path, /, *, measured_receipt: Path, decode_step_ms: fl
                               "decode_step_source": step_source, "policy": str(policy) if policy else "packaged"},
                       hardware_info=old["hardware"], software=old["software"], run_id=old["app_id"],
                       model=old["provenance"].get("model"))
+    measured_cfg = {old["candidate"]["key"]: old["candidate"]["launch_config"]}
     doc, _ = build_document(result, spec, pol, provenance=prov, model_source=old["model_shape_source"]["source"],
-                            decode_step_ms=step_ms, decode_step_source=step_source)
+                            decode_step_ms=step_ms, decode_step_source=step_source, launch_configs=measured_cfg)
     receipt = write_receipt(doc, out)
     con = console()
     _print_summary(con, receipt.document)

@@ -193,8 +193,11 @@ def build_document(
     model_source: str,
     decode_step_ms: float | None,
     decode_step_source: str | None,
+    launch_configs: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, KernelDecision | tuple[str, str, str]]]:
-    """The receipt document and each candidate's decision."""
+    """The receipt document and each candidate's decision. ``launch_configs`` (key -> config) records the kernels'
+    launch configurations as measured; by default they are read from the kernels in this process, which is right
+    only when this process is the one that measured."""
     timed = result.run_kind == "timed"
     decisions: dict[str, tuple[str, str, str]] = {}
     full: dict[str, KernelDecision | tuple[str, str, str]] = {}
@@ -239,7 +242,8 @@ def build_document(
             "dtype": spec.dtype,
             "in_place": bool(impl.in_place) if impl and impl.in_place is not None else False,
             "threads_per_block": None,
-            "launch_config": _launch_config(primary, spec),
+            "launch_config": (launch_configs.get(primary, {"note": "not recorded with the measurement"})
+                              if launch_configs is not None else _launch_config(primary, spec)),
             "correctness": ("passed against the float32 oracle on every measured shape" if correct_all else
                             "FAILED against the float32 oracle: " + "; ".join(
                                 c.failure_summary() for c in cand_checks if not c.passed) if cand_checks else

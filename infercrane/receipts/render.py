@@ -20,14 +20,18 @@ VERDICT_KEYS = ("decision", "decision_code", "reason", "qualification_boundary",
 IDENTITY_KEYS = ("implementation", "candidate", "baseline", "recipe", "recipe_a", "recipe_b", "metric", "driver",
                  "mode", "rows", "concurrency", "run_index", "key")
 MAX_ROWS = 40
+MAX_TEXT = 240
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Any, show_all: bool = True) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
         return f"[{len(v)} values]" if len(v) > 8 else ", ".join(_fmt(x) for x in v)
-    return str(v)
+    text = str(v)
+    if not show_all and len(text) > MAX_TEXT:
+        return f"{text[:MAX_TEXT]}… ({len(text)} characters; --all shows all)"
+    return text
 
 
 def _is_table(v: Any) -> bool:
@@ -64,10 +68,10 @@ def _sections(doc: dict[str, Any], prefix: str, show_all: bool) -> Iterator[Any]
         elif _is_table(v):
             nested.append((k, v))
         elif isinstance(v, dict):
-            scalars.add_row(k, Text(", ".join(f"{a}={_fmt(b)}" for a, b in v.items()) or "{}"))
+            scalars.add_row(k, Text(", ".join(f"{a}={_fmt(b, show_all)}" for a, b in v.items()) or "{}"))
             has_scalars = True
         else:
-            scalars.add_row(k, Text(f"[{len(v)} values]" if k in RAW_KEYS and isinstance(v, list) else _fmt(v)))
+            scalars.add_row(k, Text(f"[{len(v)} values]" if k in RAW_KEYS and isinstance(v, list) else _fmt(v, show_all)))
             has_scalars = True
     if has_scalars:
         yield Panel(scalars, title=prefix or "receipt", title_align="left")
