@@ -60,7 +60,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from ..errors import InfercraneError, InputError
     from ..receipts.render import console
     from ..receipts.validate import write_receipt
-    from ..serving.receipt import build_document
+    from ..serving.receipt import build_document, model_provenance
     from ..serving.recipes import load_recipe
     from ..serving.workload import PlanResult, load_workload, plan_runs, run_plan
 
@@ -77,6 +77,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         model = _stand_in_for(recs[0].model)
     if model is not None:
         recs = [r.with_overrides(model=model) for r in recs]
+    model_prov = model_provenance(recs[0])
     run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
     out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
     art = out.parent / f"{out.stem}-artifacts"
@@ -89,7 +90,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         con.print(f"  note: {note}")
 
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
-        prov = provenance(config=_config_record(config, kind, recs, workload), run_id=run_id)
+        prov = provenance(config=_config_record(config, kind, recs, workload), run_id=run_id, model=model_prov)
         doc = build_document(result, kind=kind, policy=policy, provenance=prov, incomplete_reason=incomplete)
         return write_receipt(doc, out)
 

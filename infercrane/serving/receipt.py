@@ -98,17 +98,28 @@ def _combine(decisions: dict[int, ServingDecision], a: str, b: str, workload: st
         f"c={c}: {d.decision}" for c, d in decisions.items()), per_c
 
 
-def model_block(recipe: Any) -> dict[str, Any]:
-    """The seed's model block, from the recipe's model (a stand-in records dummy weights and its real id)."""
+def model_provenance(recipe: Any) -> dict[str, Any]:
+    """Provenance's model block for a recipe's model: the real id and revision, the config fields the serving numbers
+    depend on, and whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer)."""
     from ..models.catalog import load_model_config
     from ..models.standin import read_stand_in_marker
 
-    mc = load_model_config(recipe.resolved_model() if recipe.model_is_local() else recipe.model)
-    marker = read_stand_in_marker(recipe.resolved_model()) if recipe.model_is_local() else None
-    c = mc.config
-    return {"id": mc.model_id, "revision": mc.revision or "unknown", "hidden_size": c["hidden_size"],
-            "layers": c["num_hidden_layers"], "rms_norm_epsilon": c["rms_norm_eps"],
+    local = recipe.model_is_local()
+    mc = load_model_config(recipe.resolved_model() if local else recipe.model)
+    marker = read_stand_in_marker(recipe.resolved_model()) if local else None
+    used = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "intermediate_size", "rms_norm_eps", "vocab_size", "max_position_embeddings", "torch_dtype")
+    return {"id": mc.model_id, "revision": mc.revision, "source": mc.source,
+            "config_fields": {k: mc.config[k] for k in used if k in mc.config},
             "weights": "dummy" if marker else "real", "tokenizer": "stand-in" if marker else "real"}
+
+
+def model_block(model: dict[str, Any]) -> dict[str, Any]:
+    """The seed's model block, from the provenance model block."""
+    c = model["config_fields"]
+    return {"id": model["id"], "revision": model["revision"] or "unknown", "hidden_size": c["hidden_size"],
+            "layers": c["num_hidden_layers"], "rms_norm_epsilon": c["rms_norm_eps"],
+            "weights": model["weights"], "tokenizer": model["tokenizer"]}
 
 
 def _findings(result: PlanResult, stand_in: bool) -> list[dict[str, Any]]:
@@ -132,7 +143,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
     arms = list(result.recipes)
     w = result.workload
     primary = result.drivers[0]
-    model = model_block(result.recipes[arms[0]])
+    model = model_block(provenance["model"] or model_provenance(result.recipes[arms[0]]))
     complete = result.complete and incomplete_reason is None
     dummy = model["weights"] == "dummy"
     doc: dict[str, Any] = {

@@ -303,8 +303,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
 
     result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan,
                         notes=workload.notes())
-    if into is not None:
-        into.__dict__.update(result.__dict__)
+    if into is not None:  # the caller's object, filled field by field, so it sees every run as it lands
+        for name in PlanResult.model_fields:
+            setattr(into, name, getattr(result, name))
         result = into
     segments: dict[int, list[PlannedRun]] = {}
     for p in plan:

@@ -45,6 +45,8 @@ def test_serve_ab_with_aiperf(tmp_path: Path, stand_in_dir: Path, offline_env) -
     r = load_receipt(out)
     doc = r.document
     assert doc["complete"] is True and doc["model"]["weights"] == "dummy" and doc["model"]["tokenizer"] == "stand-in"
+    prov_model = doc["provenance"]["model"]
+    assert prov_model["id"] == "Qwen/Qwen3-0.6B" and prov_model["config_fields"]["num_key_value_heads"] == 8
     pa = doc["paired_aiperf"]
     m = {x["recipe"]: x for x in pa["measurements"]}
     # Programmed per-token delays 6 ms and 3 ms: measured TPOT p95 near them, B about twice A's throughput.

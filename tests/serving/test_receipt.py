@@ -51,6 +51,7 @@ def test_ab_receipt_from_five_runs_each(tmp_path: Path, stand_in_dir: Path, ts_r
     assert pa["comparisons"][0]["ttft_p95_reduction_percent"] == round((102 - 62) / 102 * 100, 2)
     assert pa["decision_code"] == "accept" and "5 v 5 runs" in pa["reason"]
     assert r["model"]["weights"] == "dummy" and r["complete"] is True
+    assert r["model"]["hidden_size"] == 1024 and r["model"]["layers"] == 28
 
 
 def test_bench_receipt_sets_two_drivers_side_by_side(tmp_path: Path, stand_in_dir: Path, ts_recipe) -> None:
