@@ -107,6 +107,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     if result.run_kind == "functional":
         con.print(f"[bold yellow]FUNCTIONAL RUN[/bold yellow] — {result.run_kind_reason}. Correctness only; "
                   "no timing, no speed claims.")
+        _compile_cuda_without_gpu(result, spec, con)
     prov = provenance(config=config.model_dump(mode="json") | {"rows_resolved": list(spec.rows)},
                       hardware_info=hardware(probe_gpu=result.run_kind == "timed"), run_id=run_id,
                       model={"id": spec.model_id or config.model, "revision": spec.model_revision,
@@ -188,6 +189,27 @@ def decide(screen_result: Path, /, *, measured_receipt: Path, decode_step_ms: fl
     _print_summary(con, receipt.document)
     con.print(f"receipt: {receipt.path}")
     return 0
+
+
+def _compile_cuda_without_gpu(result: Any, spec: Any, con: Any) -> None:
+    """Without a GPU the CUDA candidate cannot run, but NVRTC can still compile it to PTX for sm_90 at every screened
+    row count's configuration: a note on the implementation says whether it did (it is not a correctness check)."""
+    impl = next((i for i in result.implementations if i.key == "cuda" and i.status == "skipped"), None)
+    if impl is None:
+        return
+    from ..errors import InfercraneError
+    from ..kernels.ops.fused_add_rmsnorm.cuda_kernel import compile_ptx
+
+    try:
+        for rows in spec.rows:
+            compile_ptx(spec.hidden_size, "compute_90", rows=rows)
+    except InfercraneError as e:
+        note = f"not compiled without a GPU either: {e.message.splitlines()[0]}"
+    else:
+        note = (f"compiled to PTX for compute_90 by NVRTC at hidden {spec.hidden_size} for every screened row count "
+                "(not run: no GPU)")
+    impl.notes.append(note)
+    con.print(f"  cuda: {note}")
 
 
 def _interpret_triton_without_gpu(device: str, con: Any) -> None:

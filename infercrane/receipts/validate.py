@@ -198,8 +198,9 @@ def _rules_screening_v2(r: v2.CudaKernelScreeningReceiptV2) -> list[Problem]:
     mine_failed = [c.rows for c in r.correctness if c.implementation == cand and not c.passed]
     if mine_failed and r.decision_code in ("accept", "retain"):
         out.append(("decision_code", f"is {r.decision_code!r} but the candidate failed correctness at rows {mine_failed}"))
-    if not any(c.implementation == cand for c in r.correctness) and r.decision_code != "reject":
-        out.append(("correctness", f"holds no check of the candidate {cand!r}; only a rejection may stand without one"))
+    if not any(c.implementation == cand for c in r.correctness) and r.decision_code in ("accept", "retain"):
+        out.append(("correctness", f"holds no check of the candidate {cand!r}; only a rejection or no decision "
+                                   "(inconclusive) may stand without one"))
     for i, a in enumerate(r.amdahl):
         p = f"amdahl[{i}]"
         out += check_derived(f"{p}.op_share", a.op_share, "calls_per_step * baseline_t_us / 1000 / decode_step_ms",

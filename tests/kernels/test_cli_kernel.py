@@ -32,6 +32,15 @@ def test_functional_screen_of_a_user_candidate(tmp_path: Path, capsys) -> None:
     assert doc["model_shape_source"]["hidden_size"] == 1024
 
 
+def test_functional_screen_compiles_the_cuda_candidate_to_ptx(tmp_path: Path) -> None:
+    out = tmp_path / "k.json"
+    assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager", "cuda", "--checks", "1",
+                 "--out", str(out)]) == 0
+    cuda = next(i for i in load_receipt(out).document["implementations"] if i["key"] == "cuda")
+    assert cuda["status"] == "skipped"
+    assert any("compiled to PTX for compute_90" in n for n in cuda["details"]["notes"])
+
+
 def test_cheating_candidate_is_rejected_naming_the_bad_index(tmp_path: Path) -> None:
     doc = _screen(tmp_path, f"{FIXTURES / 'cheaters.py'}:first_row_only", "cheat")
     assert doc["decision_code"] == "reject"
