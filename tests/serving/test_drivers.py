@@ -157,3 +157,19 @@ def test_run_metrics_rejects_inconsistent_records():
                                  request_s=0.0, ttft_p50_ms=None, tpot_p50_ms=None, e2e_p50_ms=None,
                                  output_length_mismatches=0))
     assert not empty.ok
+
+
+RECORDED = DATA / "vllm_bench_serve_0.22.1_RECORDED_testserver_c4.json"
+
+
+def test_parse_recorded_vllm_bench_result(tmp_path):
+    """A result file written by the real `vllm bench serve` of vLLM 0.22.1 (16 streamed completions at concurrency 4
+    against InferCrane's test server programmed with a 20 ms first token and 6 ms per token, 500 tokens each)."""
+    raw = json.loads(RECORDED.read_text())
+    s = spec(tmp_path, concurrency=4, request_count=16, output_tokens=500)
+    m = parse_vllm_bench_result(s, RECORDED, driver_version="0.22.1")
+    assert (m.requests_sent, m.requests_completed, m.failures, m.output_length_mismatches) == (16, 16, 0, 0)
+    assert m.output_tokens_total == raw["total_output_tokens"] == 16 * 500
+    assert m.output_tok_s == pytest.approx(raw["output_throughput"])
+    assert m.tpot_p50_ms == pytest.approx(6.0, rel=0.1) and m.ttft_p50_ms == pytest.approx(22, rel=0.3)
+    assert m.ok
