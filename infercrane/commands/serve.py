@@ -116,8 +116,9 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
             got = getattr(exc, "partial", None) or partial
             why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
-            r = receipt_now(got, f"stopped part-way: {why}")
-            con.print(f"[bold red]stopped part-way[/bold red]: {why}; partial receipt (complete: false): {r.path}")
+            if got.engines or got.runs:  # something ran: keep it; a preflight failure has nothing to keep
+                r = receipt_now(got, f"stopped part-way: {why}")
+                con.print(f"[bold red]stopped part-way[/bold red]: {why}; partial receipt (complete: false): {r.path}")
             raise
     try:
         receipt = receipt_now(result)

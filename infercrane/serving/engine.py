@@ -156,7 +156,8 @@ class _TestServerKind(EngineKind):
 
 
 ENGINE_KINDS: dict[str, EngineKind] = {
-    "vllm": _VllmKind("vllm", "vllm serve", "install vllm==0.22.1 where the GPU is (see shared/gpu/stage_site.py)",
+    "vllm": _VllmKind("vllm", "vllm serve", "install vllm==0.22.1 in the Python that runs InferCrane on the GPU machine "
+                      "(pip install vllm==0.22.1), or put an installed vLLM on PYTHONPATH",
                       underscores_ok=True, needs_model_config=True,
                       short_aliases=(("-O", "--optimization-level"),)),  # vllm/utils/argparse_utils.py
     "testserver": _TestServerKind("testserver", "infercrane.serving.testserver", "pip install 'infercrane[serve]'",
