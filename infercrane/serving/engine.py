@@ -99,15 +99,14 @@ class EngineKind:
 
 class _VllmKind(EngineKind):
     def available(self) -> tuple[bool, str]:
-        import importlib.metadata
         import importlib.util
+
+        from infercrane.env.capture import ABSENT, dist_version
 
         if importlib.util.find_spec("vllm") is None:
             return False, f"the vllm package is not importable by {sys.executable}"
-        try:
-            return True, f"vllm {importlib.metadata.version('vllm')}"
-        except importlib.metadata.PackageNotFoundError:
-            return True, "vllm (version unknown: no package metadata)"
+        found = dist_version("vllm")
+        return True, f"vllm {found}" if found != ABSENT else "vllm (version unknown: no package metadata)"
 
     def base_command(self) -> list[str]:
         # `python -m` rather than the `vllm` console script: a site installed with `pip --target`

@@ -74,18 +74,6 @@ def spec_from_json(op: str, data: dict[str, Any]) -> Any:
     return cls(**data)
 
 
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0]}
-    for dist in ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "nvidia-ml-py", "vllm"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
 class WorkerSession:
     """The state of one worker: the implementation it holds and the device it runs on."""
 
@@ -150,10 +138,12 @@ class WorkerSession:
         ok, reason = impl.probe()
         if ok and self.device.type == "cpu":
             ok, reason = impl.probe_cpu()
+        from infercrane.env.capture import software_versions
+
         info: dict[str, Any] = {
             "key": impl.key, "label": impl.label, "kind": impl.kind, "in_place": impl.in_place,
             "source": impl.source, "notes": list(impl.notes), "available": ok, "reason": reason,
-            "versions": _versions(), "device": str(self.device), "provenance": {},
+            "versions": software_versions(), "device": str(self.device), "provenance": {},
         }
         if not ok:
             return info

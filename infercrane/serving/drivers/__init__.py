@@ -59,12 +59,16 @@ class Driver:
     """Base of the drivers; subclasses fill in the four driver-specific methods."""
 
     name: str = ""
+    dist: str = ""  # the installed distribution whose version the driver reports
 
     def available(self) -> tuple[bool, str]:
         raise NotImplementedError
 
     def version(self) -> str:
-        raise NotImplementedError
+        from infercrane.env.capture import ABSENT, dist_version
+
+        found = dist_version(self.dist)
+        return "unknown" if found == ABSENT else found
 
     def check(self, spec: RunSpec) -> None:
         """Raise InputError when the driver cannot honour the spec (before any request is sent)."""

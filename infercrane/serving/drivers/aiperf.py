@@ -39,6 +39,7 @@ METRIC_TAGS = {"ttft": "time_to_first_token", "tpot": "inter_token_latency", "e2
 
 class AiperfDriver(Driver):
     name = "aiperf"
+    dist = "aiperf"
 
     def available(self) -> tuple[bool, str]:
         import importlib.util
@@ -49,14 +50,6 @@ class AiperfDriver(Driver):
         if version != PINNED_VERSION:
             return True, f"aiperf {version} (InferCrane reads the export format of {PINNED_VERSION})"
         return True, f"aiperf {version}"
-
-    def version(self) -> str:
-        import importlib.metadata
-
-        try:
-            return importlib.metadata.version("aiperf")
-        except importlib.metadata.PackageNotFoundError:
-            return "unknown"
 
     def command(self, spec: RunSpec) -> list[str]:
         cmd = [sys.executable, "-m", "aiperf", "profile",

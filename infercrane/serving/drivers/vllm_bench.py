@@ -34,6 +34,7 @@ METRIC_NAMES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2el"}
 
 class VllmBenchDriver(Driver):
     name = "vllm-bench"
+    dist = "vllm"
 
     def available(self) -> tuple[bool, str]:
         import importlib.util
@@ -41,14 +42,6 @@ class VllmBenchDriver(Driver):
         if importlib.util.find_spec("vllm") is None:
             return False, f"vllm is not importable by {sys.executable}; `vllm bench serve` comes with it"
         return True, f"vllm {self.version()} (vllm bench serve)"
-
-    def version(self) -> str:
-        import importlib.metadata
-
-        try:
-            return importlib.metadata.version("vllm")
-        except importlib.metadata.PackageNotFoundError:
-            return "unknown"
 
     def check(self, spec: RunSpec) -> None:
         if not spec.streaming:
