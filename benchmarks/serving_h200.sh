@@ -2,7 +2,8 @@
 # The serving-lab receipts of docs/benchmarks/: eager vs compiled vLLM on the seed-paired workload, and the
 # public-1000 workload on compiled vLLM with both drivers, served from the offline stand-in of Qwen3-0.6B
 # (--load-format dummy). Needs vllm==0.22.1 and aiperf==0.12.0 importable by python3 and one GPU.
-#   bash benchmarks/serving_h200.sh OUTDIR [RUNS]          # STEPS="ab bench" (default) or one of them
+#   bash benchmarks/serving_h200.sh OUTDIR [RUNS]          # STEPS="ab bench" (default); also "bench-seed"
+# bench-seed: the seed-paired workload on compiled vLLM with both drivers on one engine (default request counts).
 # Each step runs even if an earlier one failed; every step leaves a receipt (complete or marked incomplete).
 # On a tree copied without .git, set INFERCRANE_GIT_COMMIT so the receipts name the commit.
 set -uo pipefail
@@ -28,6 +29,12 @@ if [[ " $steps " == *" bench "* ]]; then
   step "public-1000 on compiled, aiperf and vllm bench serve on the same engine"
   ic serve bench compiled --model "$out/stand-in" --workload public-1000 --drivers aiperf vllm-bench --runs 3 \
      --out "$out/public-1000-compiled.json"
+  echo "rc=$?"
+fi
+if [[ " $steps " == *" bench-seed "* ]]; then
+  step "seed-paired on compiled, aiperf and vllm bench serve on the same engine"
+  ic serve bench compiled --model "$out/stand-in" --workload seed-paired --drivers aiperf vllm-bench --runs 3 \
+     --out "$out/seed-paired-compiled-two-drivers.json"
   echo "rc=$?"
 fi
 step done

@@ -73,7 +73,9 @@ def test_calibration_records_floors_bandwidth_and_device():
 
     cal = calibrate("cuda", list(T.MODES), samples=5)
     assert [b.mode for b in cal.floors] == list(T.MODES)
-    assert all(t > 0 for b in cal.floors for t in b.samples_us)
+    assert [b.mode for b in cal.dispatcher_floors] == list(T.MODES)
+    assert all(t > 0 for b in cal.floors + cal.dispatcher_floors for t in b.samples_us)
+    assert cal.floor_kernel.startswith("triton:") and cal.dispatcher_floor_kernel.startswith("torch:")
     assert cal.copy_bandwidth.median_gbps > 0 and len(cal.copy_bandwidth.samples_gbps) > 1
     assert cal.device.type == "cuda" and cal.device.sm_count and cal.device.compute_capability
     assert cal.device.l2_cache_bytes and cal.device.l2_cache_bytes > 0

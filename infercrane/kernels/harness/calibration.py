@@ -1,8 +1,11 @@
 """Per-run calibration of the device the kernels are timed on.
 
-* **Empty-kernel floor per mode**: torch's ``add_(1.0)`` on a one-element float32 tensor (a single elementwise
-  kernel launched through PyTorch's dispatcher), timed in every requested mode exactly like a kernel under test.
-  No kernel launched from Python through torch is cheaper in that mode; small-row results near it are launch-bound.
+* **Empty-kernel floor per mode**: a Triton kernel with an empty body on one program (``FLOOR_KERNEL``), timed in
+  every requested mode exactly like a kernel under test: what launching a kernel that does nothing costs in that
+  mode. Small-row results near it are launch-bound. Without Triton the floor falls back to the dispatcher floor.
+* **Dispatcher floor per mode**: torch's ``add_(1.0)`` on a one-element float32 tensor (one elementwise kernel
+  launched through PyTorch's dispatcher), timed the same way and kept beside the empty-kernel floor: the cheapest a
+  kernel reached through ``torch`` ops gets, which is what eager PyTorch baselines pay per launch.
 * **Copy bandwidth**: ``dst.copy_(src)`` of a ``COPY_BYTES`` device buffer; bandwidth = bytes read + bytes written
   (2 x ``COPY_BYTES``) / time, median of ``COPY_SAMPLES`` event-timed copies after a warm-up copy.
 * **Device**: name, compute capability, L2 size, SM count, memory, SM clock before and after calibration.
@@ -21,7 +24,8 @@ from infercrane.receipts.base import Strict
 
 COPY_BYTES = 1 << 30  # 1 GiB source + 1 GiB destination: 2 GiB moved per copy
 COPY_SAMPLES = 10
-FLOOR_KERNEL = "torch: one_element_fp32_tensor.add_(1.0) (one elementwise CUDA kernel via the dispatcher)"
+FLOOR_KERNEL = "triton: @triton.jit kernel with an empty body, grid (1,), one pointer argument"
+DISPATCHER_FLOOR_KERNEL = "torch: one_element_fp32_tensor.add_(1.0) (one elementwise CUDA kernel via the dispatcher)"
 
 
 class DeviceInfo(Strict):
@@ -47,6 +51,9 @@ class Calibration(Strict):
     device: DeviceInfo
     floor_kernel: str
     floors: list[TimingBlock] = Field(description="empty-kernel floor, one block per mode")
+    dispatcher_floor_kernel: str | None = None
+    dispatcher_floors: list[TimingBlock] = Field(
+        default_factory=list, description="floor of one tiny kernel via torch's dispatcher, one block per mode")
     copy_bandwidth: CopyBandwidth
     clock_source: str
     clock_before_mhz: int | None
@@ -124,16 +131,38 @@ def calibrate(device: Any, modes: list[str] | tuple[str, ...], *, samples: int =
     info = device_info(dev)
     tiny = torch.zeros(1, dtype=torch.float32, device=dev)
 
-    def floor_call() -> None:
+    def dispatcher_call() -> None:
         tiny.add_(1.0)
 
+    empty_call = _empty_kernel_call(tiny)
     flush = torch.empty(l2_flush_bytes(dev), dtype=torch.uint8, device=dev) if "cold" in modes else None
-    floors = [time_cell(floor_call, mode=m, samples=samples, device=dev, clock=clock, flush=flush) for m in modes]
+
+    def blocks(call: Any) -> list[TimingBlock]:
+        return [time_cell(call, mode=m, samples=samples, device=dev, clock=clock, flush=flush) for m in modes]
+
+    dispatcher = blocks(dispatcher_call)
+    empty = blocks(empty_call) if empty_call is not None else None
     del flush
     torch.cuda.empty_cache()
     bw = copy_bandwidth(dev)
     after = clock.read_mhz()
     return Calibration(
-        device=info, floor_kernel=FLOOR_KERNEL, floors=floors, copy_bandwidth=bw, clock_source=clock.source,
-        clock_before_mhz=before, clock_after_mhz=after,
+        device=info, floor_kernel=FLOOR_KERNEL if empty is not None else DISPATCHER_FLOOR_KERNEL,
+        floors=empty if empty is not None else dispatcher,
+        dispatcher_floor_kernel=DISPATCHER_FLOOR_KERNEL, dispatcher_floors=dispatcher,
+        copy_bandwidth=bw, clock_source=clock.source, clock_before_mhz=before, clock_after_mhz=after,
     )
+
+
+def _empty_kernel(ptr: Any) -> None:
+    pass
+
+
+def _empty_kernel_call(buf: Any) -> Any:
+    """A thunk launching an empty Triton kernel on torch's current stream; None without Triton."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    kernel = triton.jit(_empty_kernel)
+    return lambda: kernel[(1,)](buf)
