@@ -38,6 +38,8 @@ app.command(kernel)
 serve = App(name="serve", help="Serving lab: A/B of vLLM serving recipes driven by AIPerf, decided with statistics.")
 serve.command("infercrane.commands.serve:ab", name="ab", help="Paired A/B of two recipes over a concurrency sweep.")
 serve.command("infercrane.commands.serve:bench", name="bench", help="Benchmark one recipe on a workload preset.")
+serve.command("infercrane.commands.serve:decide", name="decide",
+              help="Decide again on a finished serving receipt (another policy), without re-measuring.")
 serve.command("infercrane.commands.serve:recipes", name="recipes", help="List the shipped recipes and workload presets.")
 app.command(serve)
 

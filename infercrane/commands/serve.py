@@ -52,6 +52,54 @@ def bench(recipe: str, /, *, config: Annotated[ServeConfig, Parameter(name="*")]
     return _serve([recipe], config, kind="bench")
 
 
+def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
+    """Decide again on a finished serving receipt, without re-measuring: its statistics, decision and (for serve
+    bench) the drivers' agreement, recomputed from its raw runs under the packaged or another policy. The new receipt
+    keeps the measuring machine's hardware and software, the original run id, every run and every engine record; its
+    provenance records this command and the receipt it came from.
+
+    Parameters
+    ----------
+    receipt
+        A complete receipt written by serve ab or serve bench.
+    out
+        Where to write the new receipt.
+    policy
+        A serving policy file overriding the packaged one (e.g. another equivalence margin).
+    """
+    from ..decide.policy import load_policy
+    from ..env.capture import provenance
+    from ..receipts.render import console
+    from ..receipts.validate import load_receipt, write_receipt
+    from ..serving.receipt import build_document, plan_result_from_receipt
+
+    old = load_receipt(receipt).document
+    result, kind = plan_result_from_receipt(old)
+    pol = load_policy("serving", policy)
+    model = old["provenance"].get("model") or _model_from_block(old["model"])
+    prov = provenance(config={"decided_from": {"receipt": str(receipt), "receipt_sha256": old["content_sha256"]},
+                              "command": f"serve {kind}", "measured_config": old["provenance"]["config"],
+                              "policy": str(policy) if policy else "packaged"},
+                      hardware_info=old["provenance"]["hardware"], software=old["software"],
+                      run_id=old["provenance"]["run_id"], model=model)
+    doc = build_document(result, kind=kind, policy=pol, provenance=prov)
+    doc["engines"] = old["engines"]  # the engines' lifetimes as recorded; nothing was launched here
+    written = write_receipt(doc, out)
+    con = console()
+    _print_summary(con, written.document)
+    con.print(f"receipt: {written.path}  (decided again from {receipt})")
+    return 0
+
+
+def _model_from_block(m: dict[str, Any]) -> dict[str, Any]:
+    """Provenance's model block from a receipt's own model block (receipts written before provenance.model)."""
+    return {"id": m["id"], "revision": None if m["revision"] == "unknown" else m["revision"],
+            "source": "the receipt's model block",
+            "config_fields": {"hidden_size": m["hidden_size"], "num_hidden_layers": m["layers"],
+                              "rms_norm_eps": m["rms_norm_epsilon"]},
+            "weights": m["weights"], "tokenizer": m["tokenizer"]}
+
+
 def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -177,15 +225,21 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
                       x["verdict"])
         con.print(s)
         con.print(Text.assemble(("decision: ", "bold"), (pa["decision"], "bold green")))
+    bench = doc.get("bench")
+    if bench:
+        from ..serving.receipt import agreement_line
+
+        t = Table(title=f"{bench['recipe']}: medians over runs", title_justify="left")
+        for c in ("c", "driver", "output tok/s", "req/s", "TTFT p95 ms", "TPOT p95 ms", "latency p95 ms", "runs",
+                  "failures"):
+            t.add_column(c, justify="right")
+        for m in bench["measurements"]:
+            t.add_row(str(m["concurrency"]), m["driver"], f"{m['output_tokens_per_second']:.1f}",
+                      f"{m['request_throughput']:.2f}", f"{m['ttft_p95_ms']:.1f}", f"{m['tpot_p95_ms']:.3f}",
+                      f"{m['latency_p95_ms']:.1f}", str(m["runs"]), str(m["failures"]))
+        con.print(t)
+        for a in bench["driver_agreement"]:
+            con.print(f"  agreement: {agreement_line(a)}")
     pw = doc.get("public_workload_reproduction")
     if pw:
-        t = Table(title="public workload", title_justify="left")
-        for c in ("recipe", "driver", "output tok/s", "req/s", "TTFT p95", "TPOT p95", "latency p95", "runs"):
-            t.add_column(c, justify="right")
-        for a in pw["arms"]:
-            t.add_row(a["recipe"], a["driver"], f"{a['output_tokens_per_second']:.1f}", f"{a['request_throughput']:.2f}",
-                      f"{a['ttft_p95_ms']:.1f}", f"{a['tpot_p95_ms']:.2f}", f"{a['latency_p95_ms']:.1f}", str(a["runs"]))
-        con.print(t)
-        for line in pw["driver_agreement"]:
-            con.print(f"  agreement: {line}")
-        con.print(f"  boundary: {pw['comparison_boundary']}")
+        con.print(f"  published example: {pw['comparison_boundary']}")

@@ -61,6 +61,8 @@ class ServingPolicy(BaseModel):
     bootstrap_resamples: int = Field(ge=100, description="bootstrap resamples per B/A CI")
     bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap generator")
     min_runs_per_arm: int = Field(ge=2, description="fewer runs per arm than this give 'inconclusive'")
+    driver_agreement_percent: float = Field(
+        gt=0, description="two drivers on one engine agree when their medians differ by at most this")
 
     @field_validator("primary_metric")
     @classmethod

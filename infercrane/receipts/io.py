@@ -75,6 +75,12 @@ def dump_document(model: BaseModel, *, hashed: bool) -> dict[str, Any]:
     return doc
 
 
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: Path, document: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +91,7 @@ def write_atomic(path: Path, document: dict[str, Any]) -> Path:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _umask_mode())  # mkstemp makes 0600; a receipt is read by others like any file written here
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

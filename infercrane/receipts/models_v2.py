@@ -270,6 +270,42 @@ class ServingMeasurementV2(Strict):
     failures: NonNegativeInt = 0
 
 
+class BenchMeasurementV2(ServingMeasurementV2):
+    """Median over one driver's runs of one recipe at one concurrency."""
+
+    driver: NonEmptyStr
+
+
+class DriverAgreement(Strict):
+    """Two drivers measuring the same engine: their medians for one metric at one concurrency, set side by side."""
+
+    concurrency: PositiveInt
+    metric: NonEmptyStr
+    reference_driver: NonEmptyStr
+    driver: NonEmptyStr
+    reference_median: PositiveFloat
+    median: PositiveFloat
+    difference_percent: float = Field(description="(median / reference_median - 1) x 100")
+    reference_spread_percent: NonNegativeFloat = Field(
+        description="(max - min) / median x 100 over the reference driver's runs")
+    spread_percent: NonNegativeFloat = Field(description="(max - min) / median x 100 over this driver's runs")
+    target_percent: PositiveFloat = Field(description="the policy's driver_agreement_percent")
+    within_target: bool = Field(description="|difference_percent| <= target_percent")
+    within_run_spread: bool = Field(description="|difference_percent| <= the larger of the two run spreads")
+
+
+class BenchServingV2(Strict):
+    """``serve bench``: one recipe, every concurrency, every driver (medians over ok runs) and the drivers' agreement."""
+
+    gpu: NonEmptyStr
+    app_id: NonEmptyStr
+    recipe: NonEmptyStr
+    workload: ServingWorkload
+    failures: NonNegativeInt
+    measurements: list[BenchMeasurementV2] = Field(min_length=1)
+    driver_agreement: list[DriverAgreement] = Field(default_factory=list)
+
+
 class PairedComparisonV2(Strict):
     recipe_a: NonEmptyStr
     recipe_b: NonEmptyStr
@@ -388,6 +424,7 @@ class OptimizationPocReceiptV2(Strict):
     software: dict[str, NonEmptyStr]
     custom_kernel: CustomKernelV1 | None = None
     paired_aiperf: PairedServingV2 | None = None
+    bench: BenchServingV2 | None = None
     public_workload_reproduction: PublicWorkloadReproductionV2 | None = None
     runtime_compatibility: list[RuntimeFinding] = Field(default_factory=list)
     qualification_boundary: NonEmptyStr

@@ -231,25 +231,8 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
         total = sum(m.failures for m in pa.measurements)
         if pa.failures != total:
             out.append(("paired_aiperf.failures", f"is {pa.failures} but the measurements' failures add up to {total}"))
-        runs = [x for x in r.runs if x.status == "ok"]
         for i, m in enumerate(pa.measurements):
-            p = f"paired_aiperf.measurements[{i}]"
-            mine = [x for x in runs if x.recipe == m.recipe and x.concurrency == m.concurrency
-                    and x.driver == pa.primary_driver]
-            if not mine:
-                if r.runs:
-                    out.append((p, f"no ok run of recipe {m.recipe!r} at concurrency {m.concurrency} backs it"))
-                continue
-            if m.runs != len(mine):
-                out.append((f"{p}.runs", f"is {m.runs} but {len(mine)} ok runs of {m.recipe!r} at c={m.concurrency} exist"))
-            fails = sum(x.failures for x in mine)
-            if m.failures != fails:
-                out.append((f"{p}.failures", f"is {m.failures} but its runs' failures add up to {fails}"))
-            for field in ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms"):
-                values = [getattr(x, field) for x in mine if getattr(x, field) is not None]
-                if values:
-                    out += check_derived(f"{p}.{field}", getattr(m, field), f"median over runs of {field}",
-                                         lambda *v: _median(list(v)), *values)
+            out += _backed_by_runs(f"paired_aiperf.measurements[{i}]", m, pa.primary_driver, r.runs)
         for i, s in enumerate(pa.statistics):
             p = f"paired_aiperf.statistics[{i}]"
             out += check_derived(f"{p}.a_median", s.a_median, "median(a_values)", lambda *v: _median(list(v)), *s.a_values)
@@ -257,6 +240,69 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
             out += check_derived(f"{p}.ratio_b_over_a", s.ratio_b_over_a, "b_median / a_median", _ratio, s.b_median, s.a_median)
             if not s.ci_low <= s.ratio_b_over_a <= s.ci_high:
                 out.append((f"{p}.ratio_b_over_a", f"{s.ratio_b_over_a!r} lies outside [{s.ci_low!r}, {s.ci_high!r}]"))
+    if r.bench is not None:
+        out += _bench_rules(r.bench, r.runs)
+    return out
+
+
+def _backed_by_runs(p: str, m: Any, driver: str, all_runs: list[Any]) -> list[Problem]:
+    """A serving measurement (medians over runs) against the ok runs of its recipe, concurrency and driver."""
+    out: list[Problem] = []
+    mine = [x for x in all_runs if x.status == "ok" and x.recipe == m.recipe and x.concurrency == m.concurrency
+            and x.driver == driver]
+    if not mine:
+        if all_runs:
+            out.append((p, f"no ok {driver} run of recipe {m.recipe!r} at concurrency {m.concurrency} backs it"))
+        return out
+    if m.runs != len(mine):
+        out.append((f"{p}.runs", f"is {m.runs} but {len(mine)} ok runs of {m.recipe!r} at c={m.concurrency} exist"))
+    fails = sum(x.failures for x in mine)
+    if m.failures != fails:
+        out.append((f"{p}.failures", f"is {m.failures} but its runs' failures add up to {fails}"))
+    for field in ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms", "request_throughput"):
+        values = [getattr(x, field) for x in mine if getattr(x, field) is not None]
+        if values and getattr(m, field, None) is not None:
+            out += check_derived(f"{p}.{field}", getattr(m, field), f"median over runs of {field}",
+                                 lambda *v: _median(list(v)), *values)
+    return out
+
+
+def _bench_rules(b: Any, runs: list[Any]) -> list[Problem]:
+    out: list[Problem] = []
+    for i, m in enumerate(b.measurements):
+        out += _backed_by_runs(f"bench.measurements[{i}]", m, m.driver, runs)
+    total = sum(m.failures for m in b.measurements)
+    if b.failures != total:
+        out.append(("bench.failures", f"is {b.failures} but the measurements' failures add up to {total}"))
+    medians = {(m.concurrency, m.driver): m for m in b.measurements}
+    for i, a in enumerate(b.driver_agreement):
+        p = f"bench.driver_agreement[{i}]"
+        for side, driver, value in (("reference_median", a.reference_driver, a.reference_median),
+                                    ("median", a.driver, a.median)):
+            m = medians.get((a.concurrency, driver))
+            if m is None:
+                out.append((f"{p}.{side}", f"no {driver} measurement at concurrency {a.concurrency} backs it"))
+            elif getattr(m, a.metric, None) is not None:
+                out += check_derived(f"{p}.{side}", value, f"{driver}'s median {a.metric} at c={a.concurrency}",
+                                     lambda v: v, getattr(m, a.metric))
+        for side, driver, value in (("reference_spread_percent", a.reference_driver, a.reference_spread_percent),
+                                    ("spread_percent", a.driver, a.spread_percent)):
+            values = [getattr(x, a.metric) for x in runs if x.status == "ok" and x.driver == driver
+                      and x.concurrency == a.concurrency and getattr(x, a.metric, None) is not None
+                      and x.recipe == b.recipe]
+            if values:
+                out += check_derived(f"{p}.{side}", value, f"(max - min) / median x 100 of {driver}'s runs",
+                                     lambda *v: (max(v) - min(v)) / _median(list(v)) * 100, *values)
+        out += check_derived(f"{p}.difference_percent", a.difference_percent,
+                             "(median / reference_median - 1) x 100", lambda x, y: (x / y - 1) * 100,
+                             a.median, a.reference_median)
+        if a.within_target != (abs(a.difference_percent) <= a.target_percent):
+            out.append((f"{p}.within_target", f"is {a.within_target} but |{a.difference_percent!r}| vs target "
+                                              f"{a.target_percent!r} says otherwise"))
+        spread = max(a.spread_percent, a.reference_spread_percent)
+        if a.within_run_spread != (abs(a.difference_percent) <= spread):
+            out.append((f"{p}.within_run_spread", f"is {a.within_run_spread} but |{a.difference_percent!r}| vs the "
+                                                  f"larger run spread {spread!r} says otherwise"))
     return out
 
 

@@ -2,7 +2,8 @@
 
 ``serve ab`` fills the seed's ``paired_aiperf`` block (medians over the primary driver's runs, the seed's derived
 fields, and per concurrency and metric the B/A ratio with its CI, rank test and equivalence verdict); ``serve bench``
-fills ``public_workload_reproduction``. Both keep every run's raw numbers under ``runs`` and every engine lifetime
+fills ``bench`` (every concurrency and driver, and the drivers' agreement) and, for a one-concurrency workload, the
+seed's ``public_workload_reproduction``. Both keep every run's raw numbers under ``runs`` and every engine lifetime
 under ``engines``. A plan that stopped part-way gives a receipt with ``complete: false`` and no decision.
 """
 from __future__ import annotations
@@ -139,7 +140,7 @@ def _findings(result: PlanResult, stand_in: bool) -> list[dict[str, Any]]:
 
 def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, provenance: dict[str, Any],
                    incomplete_reason: str | None = None) -> dict[str, Any]:
-    """``kind``: ``ab`` (two arms, paired_aiperf) or ``bench`` (one arm, public_workload_reproduction)."""
+    """``kind``: ``ab`` (two arms, paired_aiperf) or ``bench`` (one arm: bench, public_workload_reproduction)."""
     arms = list(result.recipes)
     w = result.workload
     primary = result.drivers[0]
@@ -208,41 +209,140 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         }
     else:
         arm = arms[0]
-        c = w.concurrency[0]
-        public_arms = []
-        for d in result.drivers:
-            m = measurement(result, arm, c, d)
-            if m:
-                public_arms.append({"recipe": arm, "driver": d, "app_id": provenance["run_id"],
-                                    **{k: m[k] for k in ("output_tokens_per_second", "request_throughput",
-                                                         "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")},
-                                    "failures": m["failures"], "runs": m["runs"]})
-        published = w.published_example.model_dump() if w.published_example else None
-        ours = public_arms[0]["output_tokens_per_second"] if public_arms else None
-        boundary = "no published number to compare with"
-        if published and ours:
-            pct = ours / published["output_tokens_per_second"] * 100
-            boundary = (f"{arm} reached {pct:.1f} percent of the published example's output throughput; "
-                        + ("the example discloses hardware and runtime, so the ratio compares like with like only "
-                           "as far as those match" if published["hardware_and_runtime_disclosed"] else
-                           "the public example omits hardware and runtime versions, so this directional ratio is not "
-                           "an apples-to-apples product ranking"))
-        agreement = []
-        if len(public_arms) > 1:
-            base = public_arms[0]
-            for other in public_arms[1:]:
-                for f in ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms"):
-                    delta = (other[f] / base[f] - 1) * 100
-                    agreement.append(f"{f}: {other['driver']} {other[f]:.4g} vs {base['driver']} {base[f]:.4g} "
-                                     f"({delta:+.2f} percent)")
-        doc["public_workload_reproduction"] = {
-            "workload": {"requests": w.requests_at(c), "concurrency": c, "input_tokens": w.input_tokens,
-                         "output_tokens": w.output_tokens, "streaming": w.streaming},
-            "published_example": published, "arms": public_arms, "decision": None,
-            "comparison_boundary": boundary, "driver_agreement": agreement,
+        measurements = [m | {"driver": d} for c in w.concurrency for d in result.drivers
+                        if (m := measurement(result, arm, c, d))]
+        agreement = driver_agreement(result, arm, policy.driver_agreement_percent)
+        doc["bench"] = {
+            "gpu": provenance["hardware"]["gpu"], "app_id": provenance["run_id"], "recipe": arm,
+            "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
+            "measurements": measurements, "driver_agreement": agreement,
         }
+        if len(w.concurrency) == 1:
+            doc["public_workload_reproduction"] = _public_reproduction(result, arm, provenance, agreement)
     return doc
+
+
+AGREEMENT_METRICS = ("output_tokens_per_second", "request_throughput", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")
+
+
+def driver_agreement(result: PlanResult, arm: str, target_percent: float) -> list[dict[str, Any]]:
+    """Every other driver against the first, per concurrency and metric: medians over ok runs, the difference in
+    percent, each driver's run spread ((max - min) / median), and whether the difference is within the target and
+    within the larger run spread (a difference smaller than the runs' own scatter says nothing about the drivers)."""
+    reference, *others = result.drivers
+    out = []
+    for c in result.workload.concurrency:
+        ref = [run_record(m) for m in _ok_runs(result, arm, c, reference)]
+        for d in others:
+            mine = [run_record(m) for m in _ok_runs(result, arm, c, d)]
+            if not (ref and mine):
+                continue
+            for f in AGREEMENT_METRICS:
+                a, b = [r[f] for r in ref], [r[f] for r in mine]
+                ma, mb = _median(a), _median(b)
+                diff = (mb / ma - 1) * 100
+                sa, sb = (max(a) - min(a)) / ma * 100, (max(b) - min(b)) / mb * 100
+                out.append({
+                    "concurrency": c, "metric": f, "reference_driver": reference, "driver": d,
+                    "reference_median": ma, "median": mb, "difference_percent": diff,
+                    "reference_spread_percent": sa, "spread_percent": sb, "target_percent": target_percent,
+                    "within_target": abs(diff) <= target_percent, "within_run_spread": abs(diff) <= max(sa, sb),
+                })
+    return out
+
+
+def agreement_line(a: dict[str, Any]) -> str:
+    """One agreement entry as a sentence with its numbers."""
+    verdict = "within" if a["within_target"] else "beyond"
+    spread = "inside" if a["within_run_spread"] else "outside"
+    return (f"c={a['concurrency']} {a['metric']}: {a['driver']} {a['median']:.4g} vs {a['reference_driver']} "
+            f"{a['reference_median']:.4g} ({a['difference_percent']:+.2f} percent; {verdict} the "
+            f"{a['target_percent']:g} percent target; {spread} the run spread of {a['spread_percent']:.1f} / "
+            f"{a['reference_spread_percent']:.1f} percent)")
+
+
+def _public_reproduction(result: PlanResult, arm: str, provenance: dict[str, Any],
+                         agreement: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seed's ``public_workload_reproduction`` block for a one-concurrency workload: each driver's medians set
+    against the workload's published example, with its comparison boundary."""
+    w = result.workload
+    c = w.concurrency[0]
+    public_arms = []
+    for d in result.drivers:
+        m = measurement(result, arm, c, d)
+        if m:
+            public_arms.append({"recipe": arm, "driver": d, "app_id": provenance["run_id"],
+                                **{k: m[k] for k in ("output_tokens_per_second", "request_throughput",
+                                                     "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")},
+                                "failures": m["failures"], "runs": m["runs"]})
+    published = w.published_example.model_dump() if w.published_example else None
+    ours = public_arms[0]["output_tokens_per_second"] if public_arms else None
+    boundary = "no published number to compare with"
+    if published and ours:
+        pct = ours / published["output_tokens_per_second"] * 100
+        boundary = (f"{arm} reached {pct:.1f} percent of the published example's output throughput; "
+                    + ("the example discloses hardware and runtime, so the ratio compares like with like only "
+                       "as far as those match" if published["hardware_and_runtime_disclosed"] else
+                       "the public example omits hardware and runtime versions, so this directional ratio is not "
+                       "an apples-to-apples product ranking"))
+    return {
+        "workload": {"requests": w.requests_at(c), "concurrency": c, "input_tokens": w.input_tokens,
+                     "output_tokens": w.output_tokens, "streaming": w.streaming},
+        "published_example": published, "arms": public_arms, "decision": None,
+        "comparison_boundary": boundary, "driver_agreement": [agreement_line(a) for a in agreement],
+    }
 
 
 def _driver_version(result: PlanResult, driver: str) -> str:
     return next((m.driver_version for m in result.runs if m.driver == driver), "not run")
+
+
+def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
+    """The finished plan behind a complete serving receipt, rebuilt from its recorded config and raw runs, and the
+    receipt's kind (``ab`` or ``bench``): what ``serve decide`` re-analyses without re-measuring.
+
+    Raises InputError when the receipt is incomplete, was not written by ``serve ab``/``serve bench``, or when a
+    rebuilt run would not reproduce its recorded run exactly."""
+    from ..errors import InputError
+    from .recipes import Recipe
+    from .workload import Workload, plan_runs
+
+    config = doc["provenance"]["config"]
+    command = str(config.get("command", ""))
+    if command not in ("serve ab", "serve bench"):
+        raise InputError(f"not a serving receipt of serve ab / serve bench (its command is {command!r})")
+    if not doc.get("complete"):
+        raise InputError(f"the receipt is incomplete ({doc.get('incomplete_reason')}): its plan did not finish, "
+                         "so there is nothing to decide on", hint="run the plan again")
+    kind = command.split()[1]
+    workload = Workload.model_validate(config["workload"])
+    recipes = {name: Recipe.model_validate(r) for name, r in config["recipes"].items()}
+    drivers = list(doc["drivers"])
+    order = "sequential" if kind == "bench" else (config["options"].get("order") or workload.arm_order)
+    runs = []
+    for i, rec in enumerate(doc["runs"]):
+        error = rec.get("error") or ""
+        notes = error.split("; ", 1)[1].split("; ") if "; " in error else []
+        durations = rec["duration_s"] or 0.0
+        metrics = RunMetrics(
+            arm=rec["recipe"], recipe_sha256=recipes[rec["recipe"]].sha256 or "", run_index=rec["run_index"],
+            concurrency=rec["concurrency"], driver=rec["driver"], driver_version=doc["drivers"][rec["driver"]],
+            token_count_source=rec.get("token_count_source") or "server", streaming=workload.streaming,
+            expected_output_tokens=workload.output_tokens, raw_export_path=rec.get("raw_export") or "",
+            started_at=rec["started_at"], requests_sent=rec["requests_completed"] + rec["failures"],
+            requests_completed=rec["requests_completed"], failures=rec["failures"],
+            output_length_mismatches=rec["length_mismatches"] if workload.ignore_eos else None,
+            output_tokens_total=round((rec["output_tokens_per_second"] or 0.0) * durations),
+            duration_s=durations, notes=notes,
+            **{src: rec[dst] for src, dst in RUN_FIELDS.items() if src not in ("output_tok_s", "request_s")},
+            output_tok_s=rec["output_tokens_per_second"] or 0.0, request_s=rec["request_throughput"] or 0.0)
+        again = run_record(metrics)
+        if again != rec | {"started_at": again["started_at"]} or \
+                datetime.fromisoformat(again["started_at"]) != datetime.fromisoformat(rec["started_at"]):
+            diff = sorted(k for k in rec if again.get(k) != rec[k])
+            raise InputError(f"runs[{i}] cannot be rebuilt exactly from the receipt (fields {diff} differ)")
+        runs.append(metrics)
+    result = PlanResult(workload=workload, recipes=recipes, drivers=drivers, order=order,
+                        plan=plan_runs(list(recipes), workload, order), runs=runs,
+                        notes=list(doc.get("policy", {}).get("workload_notes", [])), complete=True)
+    return result, kind

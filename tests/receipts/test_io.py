@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -69,3 +70,13 @@ def test_write_receipt_refuses_inconsistent_document_but_keeps_it(tmp_path: Path
     kept = tmp_path / "bad.invalid.json"
     assert kept.exists() and json.loads(kept.read_text())["measurements"][0]["speedup_vs_eager"] == 9.0
     assert any(p == "measurements[0].speedup_vs_eager" for _, p, _ in e.value.problems)
+
+
+
+def test_a_written_receipt_has_the_usual_file_mode(tmp_path: Path) -> None:
+    mask = os.umask(0o022)
+    try:
+        path = write_atomic(tmp_path / "r.json", {"a": 1})
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's 0600

@@ -61,11 +61,60 @@ def test_bench_receipt_sets_two_drivers_side_by_side(tmp_path: Path, stand_in_di
         result.runs += [_run("compiled", i, 100, 15000 + i), _run("compiled", i, 100, 15300 + i, "vllm-bench")]
     result.complete = True
     doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov())
-    pw = write_receipt(doc, tmp_path / "bench.json").document["public_workload_reproduction"]
+    r = write_receipt(doc, tmp_path / "bench.json").document
+    pw = r["public_workload_reproduction"]
     assert [(a["driver"], a["output_tokens_per_second"]) for a in pw["arms"]] == [("aiperf", 15001),
                                                                                    ("vllm-bench", 15301)]
-    assert pw["driver_agreement"][0].startswith("output_tokens_per_second: vllm-bench 1.53e+04 vs aiperf 1.5e+04")
-    assert "(+2.00 percent)" in pw["driver_agreement"][0]
+    assert pw["driver_agreement"][0].startswith("c=100 output_tokens_per_second: vllm-bench 1.53e+04 vs aiperf 1.5e+04")
+    assert "(+2.00 percent; within the 2 percent target; outside the run spread of 0.0 / 0.0 percent)" in \
+        pw["driver_agreement"][0]
+    tput = r["bench"]["driver_agreement"][0]
+    assert tput["metric"] == "output_tokens_per_second" and tput["within_target"] is True
+    assert tput["difference_percent"] == (15301 / 15001 - 1) * 100
+    assert tput["spread_percent"] == 2 / 15301 * 100 and tput["within_run_spread"] is False
+
+
+def test_bench_over_several_concurrencies_compares_drivers_at_each(tmp_path: Path, stand_in_dir: Path,
+                                                                   ts_recipe) -> None:
+    w = load_workload("seed-paired").with_overrides(runs_per_arm=3)
+    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
+    for c, base in ((1, 400.0), (8, 3000.0), (32, 9000.0)):
+        for i in range(3):
+            # vllm-bench 10 % above AIPerf at c=8, otherwise 1 % above; AIPerf's runs scatter by 30 % at c=32
+            scale = 1.10 if c == 8 else 1.01
+            spread = 0.3 * base * (i - 1) if c == 32 else 0.0
+            result.runs += [_run("compiled", i, c, base + spread), _run("compiled", i, c, base * scale, "vllm-bench")]
+    result.complete = True
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov())
+    r = write_receipt(doc, tmp_path / "bench.json").document
+    assert r.get("public_workload_reproduction") is None  # the seed's block holds one concurrency
+    b = r["bench"]
+    assert [(m["concurrency"], m["driver"]) for m in b["measurements"]] == [
+        (c, d) for c in (1, 8, 32) for d in ("aiperf", "vllm-bench")]
+    tput = {a["concurrency"]: a for a in b["driver_agreement"] if a["metric"] == "output_tokens_per_second"}
+    assert tput[1]["within_target"] is True and tput[8]["within_target"] is False
+    assert round(tput[8]["difference_percent"], 6) == 10.0 and tput[8]["within_run_spread"] is False
+    assert round(tput[32]["reference_spread_percent"], 6) == 60.0 and tput[32]["within_run_spread"] is True
+
+
+def test_validator_catches_a_bench_agreement_that_its_runs_do_not_support(tmp_path: Path, stand_in_dir: Path,
+                                                                           ts_recipe) -> None:
+    from infercrane.receipts.validate import check_document
+
+    w = load_workload("public-1000").with_overrides(runs_per_arm=3)
+    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
+    for i in range(3):
+        result.runs += [_run("compiled", i, 100, 15000 + 100 * i), _run("compiled", i, 100, 15900 + i, "vllm-bench")]
+    result.complete = True
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov())
+    doc = json.loads(json.dumps(write_receipt(doc, tmp_path / "ok.json").document))
+    assert check_document(doc)[1] == []
+    doc["bench"]["driver_agreement"][0]["within_target"] = True  # +5.9 % is not within 2 %
+    doc["bench"]["driver_agreement"][0]["spread_percent"] = 9.0
+    doc["bench"]["measurements"][1]["output_tokens_per_second"] = 15000.0
+    paths = {p for p, _ in check_document(doc)[1]}
+    assert {"bench.driver_agreement[0].within_target", "bench.driver_agreement[0].spread_percent",
+            "bench.measurements[1].output_tokens_per_second", "bench.driver_agreement[0].median"} <= paths
 
 
 def test_partial_plan_gives_an_incomplete_receipt_without_decision(tmp_path: Path, stand_in_dir: Path,

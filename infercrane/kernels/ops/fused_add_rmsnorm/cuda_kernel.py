@@ -204,7 +204,8 @@ def describe() -> dict[str, Any]:
         "source_sha256": hashlib.sha256(read_source().encode()).hexdigest(),
         "base_options": list(BASE_OPTIONS),
         "compiled": [dict(c) for c in _COMPILED],
-        "launch": "torch.cuda.current_stream() through cupy.cuda.ExternalStream; raw data_ptr() arguments",
+        "launch": "torch.cuda.current_stream() wrapped by CuPy (Stream.from_external, else ExternalStream); raw data_ptr() "
+                  "arguments",
     }
     try:
         import cupy
@@ -387,9 +388,23 @@ def _stream(device_index: int, stream_ptr: int) -> Any:
     if s is None:
         import cupy
 
-        s = cupy.cuda.ExternalStream(stream_ptr, device_index)
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        if from_external is not None:  # CuPy >= 14: the CUDA stream protocol; ExternalStream is deprecated there
+            s = from_external(_StreamHandle(stream_ptr))
+        else:
+            s = cupy.cuda.ExternalStream(stream_ptr, device_index)
         _STREAMS[(device_index, stream_ptr)] = s
     return s
+
+
+class _StreamHandle:
+    """A raw ``cudaStream_t`` exposed through the CUDA stream protocol (``__cuda_stream__`` -> (version, handle))."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.ptr)
 
 
 def _align_elems(*ptrs: int) -> int:
