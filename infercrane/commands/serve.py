@@ -144,30 +144,35 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
 
     partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(config.drivers),
                          order="sequential" if kind == "bench" else workload.arm_order, plan=plan)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=con) as bar:
-        task = bar.add_task(_next_label(plan, 0, len(config.drivers)), total=total)
-        started = time.monotonic()
+    # The bar appears once preflight has passed, so a recipe or driver error is printed on its own.
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=con)
+    task = bar.add_task(_next_label(plan, 0, len(config.drivers)), total=total)
+    started = time.monotonic()
 
-        def on_run(m: Any) -> None:
-            done = len(partial.runs)
-            bar.update(task, completed=done, description=_next_label(plan, done, len(config.drivers)))
-            bar.console.print(f"  {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): "
-                              f"{m.output_tok_s:.1f} tok/s, TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 "
-                              f"{m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed ({time.monotonic() - started:.0f} s)")
-            receipt_now(partial, f"in progress: {done} of {total} driver runs done")
+    def on_run(m: Any) -> None:
+        done = len(partial.runs)
+        bar.update(task, completed=done, description=_next_label(plan, done, len(config.drivers)))
+        bar.console.print(f"  {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): "
+                          f"{m.output_tok_s:.1f} tok/s, TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 "
+                          f"{m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed ({time.monotonic() - started:.0f} s)")
+        receipt_now(partial, f"in progress: {done} of {total} driver runs done")
 
-        try:
-            result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
-                              order="sequential" if kind == "bench" else None,
-                              startup_timeout_s=config.startup_timeout_s, on_run=on_run, into=partial)
-        except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
-            got = getattr(exc, "partial", None) or partial
-            why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
-            if got.engines or got.runs:  # something ran: keep it; a preflight failure has nothing to keep
-                r = receipt_now(got, f"stopped part-way: {why}")
-                con.print(f"[bold red]stopped part-way[/bold red]: {why}; partial receipt (complete: false): {r.path}")
-            raise
+    try:
+        result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
+                          order="sequential" if kind == "bench" else None,
+                          startup_timeout_s=config.startup_timeout_s, on_run=on_run, into=partial,
+                          on_start=bar.start)
+    except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
+        bar.stop()
+        got = getattr(exc, "partial", None) or partial
+        why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
+        if got.engines or got.runs:  # something ran: keep it; a preflight failure has nothing to keep
+            r = receipt_now(got, f"stopped part-way: {why}")
+            con.print(f"[bold red]stopped part-way[/bold red]: {why}; partial receipt (complete: false): {r.path}")
+        raise
+    finally:
+        bar.stop()
     try:
         receipt = receipt_now(result)
     except Exception as exc:  # every run is measured and on disk: keep them in a receipt marked incomplete

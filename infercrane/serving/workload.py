@@ -252,7 +252,8 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
 def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
              drivers: Sequence[str] | str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
              startup_timeout_s: float = 900.0, preflight: bool = True,
-             on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None) -> PlanResult:
+             on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None,
+             on_start: Callable[[], None] | None = None) -> PlanResult:
     """Run every planned run: start each arm's engine per segment, drive it, stop it.
 
     ``recipes``: a sequence (arms named after the recipes) or a mapping arm -> recipe. Preflight
@@ -260,7 +261,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     Artifacts: ``out_dir/engines/<segment>-<arm>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (driver
     exports; ``.../c<C>/<driver>/`` when several drivers run). ``into``: a PlanResult to record into as the plan
     goes (engines as they start, runs as they finish), so a caller can write what was measured at any moment. With several ``drivers``, each drives the same
-    engine at every point, one after the other, the prefix cache reset before each. ``on_run`` is called with each run's metrics as soon as it is parsed. A failing run
+    engine at every point, one after the other, the prefix cache reset before each. ``on_start`` is called once preflight
+    has passed, before the first engine starts. ``on_run`` is called with each run's metrics as soon as it is parsed. A failing run
     stops the plan: engines are stopped and the error (RunFailed, mostly) propagates with ``.partial``
     holding the PlanResult measured so far; KeyboardInterrupt stops the engines and propagates.
     """
@@ -301,6 +303,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             drv.require_available()
             drv.check(spec_for(plan[0], "http://127.0.0.1:0", arms[plan[0].arm].model, name))  # options only
 
+    if on_start is not None:
+        on_start()
     result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan,
                         notes=workload.notes())
     if into is not None:  # the caller's object, filled field by field, so it sees every run as it lands

@@ -103,3 +103,16 @@ def test_serve_bench_sets_result_against_published_example(tmp_path: Path, stand
     pct = arm["output_tokens_per_second"] / 22521.42 * 100
     assert f"{pct:.1f} percent of the published example" in pw["comparison_boundary"]
     assert "not an apples-to-apples" in pw["comparison_boundary"]
+
+
+def test_a_recipe_error_is_printed_before_any_progress(tmp_path: Path, stand_in_dir: Path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: infercrane.serving-recipe/v1\nname: bad\nengine: testserver\n"
+                   f'model: {stand_in_dir}\nengine_args: ["--no-such-flag"]\n')
+    good = _recipe(tmp_path / "good.yaml", "good", stand_in_dir, 3)
+    code = main(["serve", "ab", str(bad), str(good), "--runs", "3", "--out", str(tmp_path / "r.json")])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code != 0 and "--no-such-flag" in text
+    assert "run 1 c=" not in text  # the progress bar's label never appeared
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "r-artifacts").exists()

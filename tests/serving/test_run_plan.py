@@ -152,6 +152,21 @@ def test_preflight_fails_before_any_engine_starts(tmp_path, ts_recipe):
         run_plan([ts_recipe(), ts_recipe()], workload(), out_dir=tmp_path, tokenizer="unused")
 
 
+def test_on_start_is_called_once_preflight_passed_and_before_any_engine(tmp_path, ts_recipe, probe):
+    calls: list[bool] = []
+
+    def on_start() -> None:
+        calls.append((tmp_path / "ok" / "engines").exists())
+
+    with pytest.raises(InputError):
+        run_plan([ts_recipe("--no-such-flag")], workload(), out_dir=tmp_path / "bad", drivers="probe",
+                 tokenizer="unused", order="sequential", on_start=on_start)
+    assert calls == []
+    run_plan([ts_recipe("--ttft-ms", "0", "--itl-ms", "0")], workload(concurrency=[1]),
+             out_dir=tmp_path / "ok", drivers="probe", tokenizer="unused", order="sequential", on_start=on_start)
+    assert calls == [False]  # once, and no engine had started yet
+
+
 def test_vllm_bench_unavailable_without_vllm(tmp_path, ts_recipe):
     import importlib.util
 
