@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from cyclopts import Parameter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Many = Parameter(consume_multiple=True)
 
@@ -34,6 +34,17 @@ class ServeConfig(BaseModel):
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
     startup_timeout_s: float = Field(900.0, gt=0, description="Engine start-up limit (health + first completion).")
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
+
+    @field_validator("drivers", "concurrency", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        """``--drivers aiperf,vllm-bench`` and ``--concurrency 1,8,32`` mean the same as the space-separated forms."""
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, (list, tuple)):
+            parts = [p for v in value for p in (v.split(",") if isinstance(v, str) else [v])]
+            return tuple(p.strip() if isinstance(p, str) else p for p in parts if not isinstance(p, str) or p.strip())
+        return value
 
     def workload_overrides(self) -> dict:
         pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,

@@ -108,3 +108,15 @@ def test_unknown_preset_lists_presets():
     with pytest.raises(InputError) as err:
         load_workload("seed")
     assert "seed-paired" in str(err.value)
+
+
+def test_comma_separated_drivers_and_concurrency_read_like_space_separated() -> None:
+    from pydantic import ValidationError
+
+    from infercrane.serving.config import ServeConfig
+
+    assert ServeConfig(drivers=["aiperf,vllm-bench"]).drivers == ("aiperf", "vllm-bench")
+    assert ServeConfig(drivers=["aiperf", "vllm-bench"]).drivers == ("aiperf", "vllm-bench")
+    assert ServeConfig(concurrency=["1,8", "32"]).concurrency == (1, 8, 32)
+    with pytest.raises(ValidationError):
+        ServeConfig(drivers=["aiperf,locust"])
