@@ -71,12 +71,12 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
     from ..env.capture import provenance
     from ..receipts.render import console
     from ..receipts.validate import load_receipt, write_receipt
-    from ..serving.receipt import build_document, plan_result_from_receipt
+    from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block
 
     old = load_receipt(receipt).document
     result, kind = plan_result_from_receipt(old)
     pol = load_policy("serving", policy)
-    model = old["provenance"].get("model") or _model_from_block(old["model"])
+    model = old["provenance"].get("model") or provenance_model_from_block(old["model"])
     prov = provenance(config={"decided_from": {"receipt": str(receipt), "receipt_sha256": old["content_sha256"]},
                               "command": f"serve {kind}", "measured_config": old["provenance"]["config"],
                               "policy": str(policy) if policy else "packaged"},
@@ -89,15 +89,6 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
     _print_summary(con, written.document)
     con.print(f"receipt: {written.path}  (decided again from {receipt})")
     return 0
-
-
-def _model_from_block(m: dict[str, Any]) -> dict[str, Any]:
-    """Provenance's model block from a receipt's own model block (receipts written before provenance.model)."""
-    return {"id": m["id"], "revision": None if m["revision"] == "unknown" else m["revision"],
-            "source": "the receipt's model block",
-            "config_fields": {"hidden_size": m["hidden_size"], "num_hidden_layers": m["layers"],
-                              "rms_norm_eps": m["rms_norm_epsilon"]},
-            "weights": m["weights"], "tokenizer": m["tokenizer"]}
 
 
 def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:

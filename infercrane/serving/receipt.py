@@ -123,6 +123,15 @@ def model_block(model: dict[str, Any]) -> dict[str, Any]:
             "weights": model["weights"], "tokenizer": model["tokenizer"]}
 
 
+def provenance_model_from_block(m: dict[str, Any]) -> dict[str, Any]:
+    """Provenance's model block from a receipt's own model block (receipts written before provenance.model)."""
+    return {"id": m["id"], "revision": None if m["revision"] == "unknown" else m["revision"],
+            "source": "the receipt's model block",
+            "config_fields": {"hidden_size": m["hidden_size"], "num_hidden_layers": m["layers"],
+                              "rms_norm_eps": m["rms_norm_epsilon"]},
+            "weights": m["weights"], "tokenizer": m["tokenizer"]}
+
+
 def _findings(result: PlanResult, stand_in: bool) -> list[dict[str, Any]]:
     seen, out = set(), []
     for r in result.recipes.values():
