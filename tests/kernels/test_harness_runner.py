@@ -122,7 +122,7 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
     """Stand in for a GPU: correctness on CPU tensors, synthetic timing blocks and calibration (no clocks read)."""
     import torch
 
-    from infercrane.kernels.harness import isolation, runner
+    from infercrane.kernels.harness import runner, session as isolation
     from infercrane.kernels.harness.calibration import Calibration, CopyBandwidth, DeviceInfo
     from infercrane.kernels.harness.timing import TimingBlock
 

@@ -79,6 +79,22 @@ class TimingCell(Strict):
     pct_of_copy_bandwidth: float | None
     bandwidth_note: str
 
+    def kept_by_trial(self) -> list[list[float]]:
+        """Kept samples grouped by trial (the independent replicate), in trial order; a trial whose every sample
+        was rejected is left out."""
+        out = []
+        for b in sorted(self.blocks, key=lambda b: b.trial):
+            rejected = set(b.rejected)
+            kept = [t for i, t in enumerate(b.samples_us) if i not in rejected]
+            if kept:
+                out.append(kept)
+        return out
+
+    def trial_ids(self) -> list[int]:
+        """Trial index of each list ``kept_by_trial`` returns, so two cells can be paired trial by trial."""
+        return [b.trial for b in sorted(self.blocks, key=lambda b: b.trial)
+                if len(set(b.rejected)) < len(b.samples_us)]
+
 
 class ImplementationResult(Strict):
     key: str

@@ -1,0 +1,186 @@
+"""The worker side of a kernel-lab worker process: the jobs one implementation answers.
+
+A ``WorkerSession`` holds one implementation of one op for the whole screen (loaded once, compiled once) and answers
+the jobs the parent sends (``isolation.py`` runs the process and carries the jobs): ``load`` (probe availability,
+load the implementation), ``correctness`` (one row count), ``time`` (one row count x mode x trial), ``describe``
+(provenance at the end of the run), ``calibrate`` (device calibration; no implementation), ``ping``.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any
+
+from infercrane.errors import InputError
+
+SPEC_CLASSES = {"fused_add_rmsnorm": ("infercrane.kernels.ops.fused_add_rmsnorm.spec", "FusedAddRMSNormSpec")}
+
+
+def spec_to_json(spec: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(spec)
+
+
+def spec_from_json(op: str, data: dict[str, Any]) -> Any:
+    import importlib
+
+    module, name = SPEC_CLASSES[op]
+    cls = getattr(importlib.import_module(module), name)
+    data = dict(data)
+    data["rows"] = tuple(data["rows"])
+    return cls(**data)
+
+
+class WorkerSession:
+    """The state of one worker: the implementation it holds and the device it runs on."""
+
+    def __init__(self) -> None:
+        self.op: str | None = None
+        self.spec: Any = None
+        self.impl: Any = None
+        self.fn: Any = None
+        self.in_place: bool | None = None
+        self.device: Any = None
+        self._clock: Any = None
+        self._flush: Any = None
+
+    # Each handler returns JSON-able data; exceptions are turned into error replies by ``handle``.
+    def handle(self, job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            op = job.get("op")
+            handler = getattr(self, f"_do_{op}", None)
+            if handler is None:
+                raise ValueError(f"unknown job {op!r}")
+            return {"ok": True, "result": handler(job)}
+        except InputError as e:
+            if job.get("op") == "load":  # bad input (e.g. the user's file) is the caller's to fix: fail the screen
+                return {"ok": False, "error_type": "InputError", "error": e.message, "hint": e.hint,
+                        "traceback": traceback.format_exc()}
+            # raised by a kernel while running: that implementation failed, the screen goes on
+            return {"ok": False, "error_type": "InputError", "error": f"InputError: {e}", "in_kernel": True,
+                    "traceback": traceback.format_exc()}
+        except (Exception, SystemExit) as e:  # a kernel may raise anything (even exit); the parent decides
+            return {"ok": False, "error_type": type(e).__name__, "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()}
+        finally:
+            self._release_cached_memory()
+
+    def _release_cached_memory(self) -> None:
+        """Give cached device memory back between jobs, so idle workers do not hold GPU memory others need."""
+        if self.device is not None and getattr(self.device, "type", None) == "cuda":
+            try:
+                import torch
+
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()
+            except Exception:
+                pass
+
+    def _device(self, name: str) -> Any:
+        import torch
+
+        if name == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device(name)
+
+    def _do_load(self, job: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels import registry
+        from infercrane.kernels.user_candidate import CandidateRef
+
+        self.op = job["op_name"]
+        self.spec = spec_from_json(self.op, job["spec"])
+        self.device = self._device(job["device"])
+        candidate = CandidateRef.from_json(job["candidate"]) if job.get("candidate") else None
+        impl = registry.get(self.op, job["impl"], candidate=candidate)
+        ok, reason = impl.probe()
+        if ok and self.device.type == "cpu":
+            ok, reason = impl.probe_cpu()
+        from infercrane.env.capture import software_versions
+
+        info: dict[str, Any] = {
+            "key": impl.key, "label": impl.label, "kind": impl.kind, "in_place": impl.in_place,
+            "source": impl.source, "notes": list(impl.notes), "available": ok, "reason": reason,
+            "versions": software_versions(), "device": str(self.device), "provenance": {},
+        }
+        if not ok:
+            return info
+        self.impl = impl
+        self.fn = impl.load(self.spec)
+        self.in_place = impl.in_place
+        info["provenance"] = self._describe()
+        return info
+
+    def _require_loaded(self) -> None:
+        if self.fn is None:
+            raise RuntimeError("no implementation loaded in this worker (send a 'load' job first)")
+
+    def _do_correctness(self, job: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels.harness.correctness import check_implementation
+
+        self._require_loaded()
+        res = check_implementation(
+            self.fn, in_place=bool(self.in_place), rows=int(job["rows"]), hidden=self.spec.hidden_size,
+            eps=self.spec.eps, dtype=self.spec.dtype, device=self.device, checks=int(job["checks"]),
+            base_seed=int(job["base_seed"]),
+        )
+        return res.model_dump(mode="json")
+
+    def _do_time(self, job: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from infercrane.kernels.harness.correctness import make_inputs
+        from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes, time_cell
+
+        self._require_loaded()
+        if self.device.type != "cuda":
+            raise RuntimeError("timing needs a CUDA device; a CPU run is functional only")
+        rows, mode = int(job["rows"]), str(job["mode"])
+        spec = self.spec
+        x, residual, weight = make_inputs(rows, spec.hidden_size, spec.dtype, self.device, int(job["seed"]), 1.0)
+        fn, eps = self.fn, spec.eps
+
+        def call() -> Any:
+            return fn(x, residual, weight, eps)
+
+        restore = finite = None
+        if self.in_place:
+            x0, r0 = x.clone(), residual.clone()
+
+            def restore() -> None:
+                x.copy_(x0)
+                residual.copy_(r0)
+
+            def finite() -> bool:
+                return bool(torch.isfinite(x).all().item() and torch.isfinite(residual).all().item())
+
+        if self._clock is None:
+            self._clock = ClockReader(self.device)
+        if mode == "cold" and self._flush is None:
+            self._flush = torch.empty(l2_flush_bytes(self.device), dtype=torch.uint8, device=self.device)
+        block = time_cell(
+            call, mode=mode, samples=int(job["samples"]), device=self.device, restore=restore, finite_check=finite,
+            calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)), clock=self._clock,
+            flush=self._flush,
+        )
+        return block.model_dump(mode="json")
+
+    def _do_calibrate(self, job: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels.harness.calibration import calibrate
+
+        device = self._device(job["device"])
+        return calibrate(device, list(job["modes"]), samples=int(job["samples"])).model_dump(mode="json")
+
+    def _describe(self) -> dict[str, str]:
+        try:
+            return {str(k): str(v) for k, v in self.impl.describe().items()}
+        except Exception as e:
+            return {"describe_error": f"{type(e).__name__}: {e}"}
+
+    def _do_describe(self, job: dict[str, Any]) -> dict[str, Any]:
+        """What the implementation reports about itself now (e.g. the configurations it compiled during the run)."""
+        self._require_loaded()
+        return {"provenance": self._describe()}
+
+    def _do_ping(self, job: dict[str, Any]) -> dict[str, Any]:
+        return {"pid": os.getpid()}
