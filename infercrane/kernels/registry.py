@@ -70,6 +70,29 @@ def known_ops() -> list[str]:
     return list(OPS)
 
 
+def op_module(op: str) -> Any:
+    """The op's folder package (``infercrane.kernels.ops.<op>``): its ``spec`` module says what the op is."""
+    if op not in OPS:
+        raise InputError(f"unknown operator {op!r}; known operators: {', '.join(OPS)}")
+    return importlib.import_module(OPS[op].rsplit(".", 1)[0] + ".spec")
+
+
+def default_rows(op: str) -> tuple[int, ...]:
+    """Row counts screened by default (decode-sized batches)."""
+    return tuple(op_module(op).DEFAULT_ROWS)
+
+
+def bandwidth_rows(op: str) -> tuple[int, ...]:
+    """Row counts added by ``--bandwidth-rows`` (the memory-bandwidth regime)."""
+    return tuple(op_module(op).BANDWIDTH_ROWS)
+
+
+def make_spec(op: str, config: dict[str, Any], **kw: Any) -> Any:
+    """The op's resolved problem from a Hugging Face style ``config.json`` dict (``rows``, ``dtype``, ``model_id``,
+    ``model_revision`` as keywords); raises ValueError when the config lacks a field the op needs."""
+    return op_module(op).SPEC.from_model_config(config, **kw)
+
+
 def _op_module(op: str) -> Any:
     if op not in OPS:
         raise InputError(f"unknown operator {op!r}; known operators: {', '.join(OPS)}")

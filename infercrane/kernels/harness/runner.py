@@ -78,6 +78,8 @@ class TimingCell(Strict):
     achieved_gbps: float | None = Field(description="bytes_moved / median time")
     pct_of_copy_bandwidth: float | None
     bandwidth_note: str
+    flags: list[str] = Field(default_factory=list, description="reasons this cell cannot carry a verdict (e.g. the "
+                             "second timer disagrees, a time below the physical floor); empty when sound")
 
     def kept_by_trial(self) -> list[list[float]]:
         """Kept samples grouped by trial (the independent replicate), in trial order; a trial whose every sample

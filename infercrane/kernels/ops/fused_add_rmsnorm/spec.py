@@ -89,3 +89,6 @@ class FusedAddRMSNormSpec:
             model_revision=model_revision,
             config_fields=used,
         )
+
+
+SPEC = FusedAddRMSNormSpec
