@@ -1,20 +1,43 @@
-"""Kernel decision: correctness and timed comparisons at every shape -> accept / retain / reject.
+"""Kernel decision: correctness and trial-level timed comparisons -> accept / retain / reject / inconclusive.
 
-Rule (policy thresholds in ``policies/kernel.yaml``), applied to the comparisons in the policy's timing mode and to
-the policy's counted baselines; each verdict comes from ``stats.timing_verdict`` on the speedup's CI:
+Inputs: per shape (row count), whether the candidate is correct, and its speedup over each other implementation
+from paired trials (``infercrane.stats.trials``: per trial the median of its kept samples, Student t on the log
+ratios). The policy (``policies/kernel.yaml``) names the timing mode, the counted baselines and the decision rows:
+rows ``<= decision_max_rows`` (decode batches); larger, bandwidth-bound rows are measured and reported but enter the
+decision only with ``decide_on_bandwidth_rows``. The candidate's comparisons against the counted baselines at the
+decision rows in that mode are the decision's **family**; every decision names it (``DecisionFamily``: size,
+baselines, rows, mode, adjustment, alpha).
 
-1. **reject** when the candidate is incorrect at any shape (speed of a wrong kernel does not count);
-2. **reject** when it is SLOWER than any measured counted baseline at any shape (a user already has something
-   faster there);
-3. **reject** when it is FASTER than every measured counted baseline (i.e. than the best one) at no shape:
-   no measurable gain;
-4. **retain** ("correct kernel candidate, do not integrate yet") when it is faster than the best baseline at some
-   shapes only (SAME or AMBIGUOUS elsewhere), when a counted baseline was skipped, when no end-to-end ceiling was
-   given, or when the largest expected end-to-end decode gain is below ``min_expected_e2e_gain_percent``;
+Each comparison carries its own verdict and, inside the family, a family verdict:
+
+* own verdict: FASTER / SLOWER / SAME / AMBIGUOUS from its one-sided p-values at ``alpha / 2`` (``alpha = 1 -
+  confidence``; the same as its interval lying above, below or inside the SAME band); INSUFFICIENT below 3 paired
+  trials; FLAGGED when either timing cell carries a flag (timer disagreement, a time below the floor): no verdict;
+* family verdict: SLOWER only when the Holm-adjusted ``p_slower`` over the family's comparisons that have a verdict
+  is below ``alpha / 2``; an own SLOWER that does not survive the adjustment reads AMBIGUOUS; otherwise the own one.
+
+Rule:
+
+1. **reject** when the candidate is incorrect at any shape, decision row or not (speed of a wrong kernel does not
+   count);
+2. **reject** when it is SLOWER than a counted baseline at some decision row by the family verdict. "Slower
+   somewhere" is a union claim over the family; unadjusted, one of ~24 comparisons would read SLOWER by chance far
+   more often than alpha, hence Holm;
+3. the **faster rows** are the decision rows where it is FASTER than every counted baseline measured there. "Faster
+   than every baseline" (at a row, or at every row) is an intersection-union claim: it holds only if every
+   comparison holds, so each comparison at its own level bounds its error and no adjustment is applied.
+   No faster row: **reject** (no measurable gain) when every decision row has a comparison that was read and is
+   not FASTER; **inconclusive** when some decision row is blocked only by FLAGGED or INSUFFICIENT comparisons, or
+   when no screened row is a decision row;
+4. **retain** ("correct kernel candidate, do not integrate yet") when it is faster at some decision rows only (a
+   FLAGGED or INSUFFICIENT comparison is never FASTER, so one in the family always blocks accept), when a counted
+   baseline was skipped, when no end-to-end ceiling was given, or when the largest expected end-to-end decode gain
+   is below ``min_expected_e2e_gain_percent``;
 5. **accept** for serving integration otherwise.
 
 Percent slower/faster are relative to the baseline's time: ``(candidate_t / baseline_t - 1) * 100`` from the
-speedup ``s = baseline_t / candidate_t`` as ``(1 / s - 1) * 100``; 0.88082 reads "13.5 percent slower".
+speedup ``s = baseline_t / candidate_t`` as ``(1 / s - 1) * 100``; 0.88082 reads "13.5 percent slower". Times are
+geometric means over the paired trials of each trial's median, so ``s`` is their ratio.
 """
 from __future__ import annotations
 
@@ -22,15 +45,18 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infercrane.decide.amdahl import AmdahlCeiling
 from infercrane.decide.policy import KernelPolicy, load_policy
 from infercrane.errors import InputError
-from infercrane.stats.compare import Verdict, speedup_ci, timing_verdict
+from infercrane.stats.compare import Verdict
+from infercrane.stats.family import HOLM, holm_adjust
+from infercrane.stats.trials import TrialSpeedup, trial_speedup
 
 TimingMode = Literal["launch", "graph", "cold"]
+DecisionCode = Literal["accept", "retain", "reject", "inconclusive"]
+NO_VERDICT = (Verdict.FLAGGED, Verdict.INSUFFICIENT)
 
 # How a reason sentence names a baseline; any other name is used as written.
 BASELINE_PHRASES = {
@@ -45,61 +71,77 @@ def baseline_phrase(name: str) -> str:
     return BASELINE_PHRASES.get(name, name)
 
 
+# --------------------------------------------------------------------------------------------- verdicts
+
+
+def own_verdict(speedup: TrialSpeedup, flags: Sequence[str]) -> Verdict:
+    """A comparison's own verdict: FLAGGED when either cell carries a flag, else the trial-level verdict."""
+    return Verdict.FLAGGED if flags else speedup.verdict
+
+
+def family_verdicts(members: Sequence[tuple[Verdict, float | None]], *, alpha: float) -> list[tuple[float | None, Verdict]]:
+    """Holm over one decision family. ``members``: each comparison's (own verdict, p_slower).
+
+    Returns, per member, its Holm-adjusted ``p_slower`` (None for a member without a verdict: FLAGGED or
+    INSUFFICIENT, which is not tested) and its family verdict (module docstring). The one-sided level is
+    ``alpha / 2``, the tail of the two-sided interval, so a family of one gives back the own verdicts.
+    """
+    tested = [i for i, (v, p) in enumerate(members) if v not in NO_VERDICT]
+    if any(members[i][1] is None for i in tested):
+        raise ValueError("a comparison with a verdict must carry its p_slower")
+    adjusted = dict(zip(tested, holm_adjust([members[i][1] for i in tested])))  # type: ignore[misc]
+    out: list[tuple[float | None, Verdict]] = []
+    for i, (v, _) in enumerate(members):
+        p_holm = adjusted.get(i)
+        if v is Verdict.SLOWER:
+            out.append((p_holm, Verdict.SLOWER if p_holm is not None and p_holm < alpha / 2.0 else Verdict.AMBIGUOUS))
+        else:
+            out.append((p_holm, v))
+    return out
+
+
 # --------------------------------------------------------------------------------------------- inputs
 
 
 class BaselineTiming(BaseModel):
-    """The candidate against one baseline at one shape, in one timing mode (medians of per-call times)."""
+    """The candidate against one baseline at one shape, in one timing mode: the trial-level speedup and the flags of
+    either timing cell (quoted with the implementation they belong to)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     baseline: str = Field(min_length=1)
     timing_mode: TimingMode
-    candidate_t_us: float = Field(gt=0, description="median candidate time per call")
-    baseline_t_us: float = Field(gt=0, description="median baseline time per call")
-    speedup: float = Field(gt=0, description="baseline_t_us / candidate_t_us")
-    speedup_ci_lo: float = Field(gt=0)
-    speedup_ci_hi: float = Field(gt=0)
-    confidence: float = Field(gt=0, lt=1)
+    speedup: TrialSpeedup
+    flags: list[str] = Field(default_factory=list, description="reasons either cell cannot carry a verdict")
 
-    @model_validator(mode="after")
-    def _consistent(self) -> "BaselineTiming":
-        if self.speedup_ci_lo > self.speedup_ci_hi:
-            raise ValueError(f"speedup_ci_lo {self.speedup_ci_lo} > speedup_ci_hi {self.speedup_ci_hi}")
-        implied = self.baseline_t_us / self.candidate_t_us
-        if not math.isclose(self.speedup, implied, rel_tol=1e-6):
-            raise ValueError(
-                f"speedup {self.speedup} is not baseline_t_us / candidate_t_us = {implied} "
-                "(both times must be the medians the speedup was computed from)"
-            )
-        return self
+    @property
+    def candidate_t_us(self) -> float | None:
+        return self.speedup.candidate_t_us
+
+    @property
+    def baseline_t_us(self) -> float | None:
+        return self.speedup.baseline_t_us
 
 
 def compare_timings(
     baseline: str,
     timing_mode: TimingMode,
-    baseline_samples_us: Sequence[float] | np.ndarray,
-    candidate_samples_us: Sequence[float] | np.ndarray,
+    baseline_trials: Sequence[Sequence[float]],
+    candidate_trials: Sequence[Sequence[float]],
+    baseline_trial_ids: Sequence[int],
+    candidate_trial_ids: Sequence[int],
     *,
     policy: KernelPolicy,
+    flags: Sequence[str] = (),
 ) -> BaselineTiming:
-    """Speedup of the candidate over ``baseline`` from per-call time samples, with the policy's CI settings."""
-    ci = speedup_ci(
-        baseline_samples_us,
-        candidate_samples_us,
-        confidence=policy.confidence,
-        n_resamples=policy.bootstrap_resamples,
-        seed=policy.bootstrap_seed,
-    )
+    """Trial-level speedup of the candidate over ``baseline`` from per-trial kept samples (``TimingCell.kept_by_trial``
+    and ``trial_ids``), at the policy's confidence and SAME band."""
     return BaselineTiming(
         baseline=baseline,
         timing_mode=timing_mode,
-        candidate_t_us=float(np.median(candidate_samples_us)),
-        baseline_t_us=float(np.median(baseline_samples_us)),
-        speedup=ci.ratio,
-        speedup_ci_lo=ci.ci_lo,
-        speedup_ci_hi=ci.ci_hi,
-        confidence=ci.confidence,
+        speedup=trial_speedup(baseline_trials, candidate_trials, baseline_trial_ids, candidate_trial_ids,
+                              confidence=policy.confidence, same_margin=policy.same_margin),
+        flags=list(flags),
     )
 
 
@@ -149,40 +191,80 @@ class ComparisonEvidence(BaseModel):
 
     baseline: str
     counted: bool = Field(description="whether the policy counts this baseline")
-    candidate_t_us: float
-    baseline_t_us: float
-    speedup: float
-    speedup_ci_lo: float
-    speedup_ci_hi: float
-    verdict: Verdict
-    time_change_percent: float = Field(description="(candidate_t / baseline_t - 1) * 100; negative = faster")
+    in_family: bool = Field(description="counted, at a decision row, in the policy's mode")
+    speedup: TrialSpeedup
+    flags: list[str] = Field(default_factory=list)
+    verdict: Verdict = Field(description="the comparison's own verdict")
+    p_slower_holm: float | None = Field(description="Holm-adjusted p_slower over the family; None if not tested")
+    family_verdict: Verdict | None = Field(description="verdict after the family adjustment; None outside the family")
+    time_change_percent: float | None = Field(description="(candidate_t / baseline_t - 1) * 100; negative = faster")
+
+    @property
+    def candidate_t_us(self) -> float | None:
+        return self.speedup.candidate_t_us
+
+    @property
+    def baseline_t_us(self) -> float | None:
+        return self.speedup.baseline_t_us
 
 
 class ShapeEvidence(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rows: int
+    in_decision: bool = Field(description="whether the decision reads this row count")
     correct: bool
     correctness_detail: str | None = None
     best_baseline: str | None = Field(description="fastest measured counted baseline at this shape")
     comparisons: list[ComparisonEvidence]
 
 
+class DecisionFamily(BaseModel):
+    """The comparisons one decision reads together, and how their error is controlled."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timing_mode: TimingMode
+    rows: list[int] = Field(description="decision rows")
+    baselines: list[str] = Field(description="counted baselines measured at a decision row")
+    size: int = Field(ge=0, description="comparisons in the family")
+    tested: int = Field(ge=0, description="of them, those with a verdict (not FLAGGED or INSUFFICIENT)")
+    adjustment: Literal["holm"] = HOLM
+    alpha: float = Field(gt=0, lt=1, description="family-wise level, 1 - confidence")
+    tail_alpha: float = Field(gt=0, lt=1, description="level of each one-sided claim, alpha / 2")
+    reported_rows: list[int] = Field(description="rows measured and reported but not decided on")
+    decision_max_rows: int
+
+    def sentence(self) -> str:
+        names = ", ".join(baseline_phrase(b) for b in self.baselines)
+        tested = f", {self.tested} with a verdict" if self.tested != self.size else ""
+        plural = "" if self.size == 1 else "s"
+        text = (f"family: {self.size} comparison{plural}{tested} ({names} at rows {_rows(self.rows)}, {self.timing_mode} "
+                f"timing); 'slower than a baseline somewhere' is Holm-adjusted over them at alpha {self.alpha:g} "
+                f"({self.tail_alpha:g} per one-sided claim); 'faster than every baseline' is an intersection-union "
+                "claim, each comparison at its own level")
+        if self.reported_rows:
+            text += (f"; rows {_rows(self.reported_rows)} are measured but not decided on (above "
+                     f"{self.decision_max_rows} rows)")
+        return text
+
+
 class KernelDecision(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    decision: Literal["accept", "retain", "reject"]
+    decision: DecisionCode
     decision_text: str
     reason: str
     timing_mode: TimingMode
     policy: KernelPolicy
+    family: DecisionFamily
     shapes: list[ShapeEvidence]
     skipped_baselines: list[SkippedBaseline]
     ceilings: list[AmdahlCeiling]
 
 
-def _time_change_percent(speedup: float) -> float:
-    return (1.0 / speedup - 1.0) * 100.0
+def _time_change_percent(speedup: float | None) -> float | None:
+    return None if speedup is None else (1.0 / speedup - 1.0) * 100.0
 
 
 def _range(values: Sequence[float], decimals: int = 1) -> str:
@@ -194,27 +276,27 @@ def _rows(rows: Sequence[int]) -> str:
     return ", ".join(str(r) for r in rows)
 
 
-def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy) -> list[ShapeEvidence]:
+def _check_inputs(inputs: KernelDecisionInputs, policy: KernelPolicy) -> None:
+    """Bad or incomplete inputs fail here, naming the shape and baseline; nothing is decided on them."""
     skipped = {s.baseline for s in inputs.skipped_baselines}
     mode = policy.timing_mode
-    # Timings only matter where the candidate is correct; an incorrect shape may carry none.
-    correct = [s for s in inputs.shapes if s.correct]
-    if correct and not any(t.timing_mode == mode for s in correct for t in s.timings):
-        modes = sorted({t.timing_mode for s in correct for t in s.timings})
+    # Timings only matter where the candidate is correct and the decision reads the row.
+    read = [s for s in inputs.shapes if s.correct and policy.decides_on(s.rows)]
+    if read and not any(t.timing_mode == mode for s in read for t in s.timings):
+        modes = sorted({t.timing_mode for s in read for t in s.timings})
         raise InputError(
             f"the kernel policy decides on {mode!r} timings, but the inputs hold none (modes present: {modes or 'none'})",
             hint=f"time in {mode!r} mode, or set timing_mode in a policy file",
         )
     seen_baselines = {t.baseline for s in inputs.shapes for t in s.timings} | skipped
     missing = [b for b in policy.counted_baselines if b not in seen_baselines]
-    if correct and missing:
+    if read and missing:
         raise InputError(
             f"the policy counts baseline(s) {missing}, but the inputs neither measured nor skipped them "
             f"(present: {sorted(seen_baselines)})",
             hint="record an unavailable baseline as skipped with its reason, or fix counted_baselines",
         )
-    out: list[ShapeEvidence] = []
-    for shape in sorted(inputs.shapes, key=lambda s: s.rows):
+    for shape in inputs.shapes:
         in_mode = [t for t in shape.timings if t.timing_mode == mode]
         names = [t.baseline for t in in_mode]
         if len(set(names)) != len(names):
@@ -222,88 +304,137 @@ def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy) -> list[ShapeEvi
         both = sorted(set(names) & skipped)
         if both:
             raise InputError(f"rows={shape.rows}: baseline(s) {both} are both measured and listed as skipped")
-        for b in policy.counted_baselines if shape.correct else ():
+        for t in in_mode:
+            if not (math.isclose(t.speedup.confidence, policy.confidence)
+                    and math.isclose(t.speedup.same_margin, policy.same_margin)):
+                raise InputError(
+                    f"rows={shape.rows}, baseline {t.baseline!r}: interval at confidence {t.speedup.confidence} and "
+                    f"SAME band ±{t.speedup.same_margin}, but the policy decides at {policy.confidence} and "
+                    f"±{policy.same_margin}",
+                    hint="compute the comparisons with the policy the decision uses",
+                )
+        if not (shape.correct and policy.decides_on(shape.rows)):
+            continue
+        for b in policy.counted_baselines:
             if b not in names and b not in skipped:
                 raise InputError(
                     f"rows={shape.rows}: counted baseline {b!r} has no {mode!r} timing and is not listed as skipped"
                 )
-        comparisons = []
-        for t in in_mode:
-            if not math.isclose(t.confidence, policy.confidence):
-                raise InputError(
-                    f"rows={shape.rows}, baseline {t.baseline!r}: CI at confidence {t.confidence}, "
-                    f"but the policy decides at {policy.confidence}"
-                )
-            comparisons.append(
-                ComparisonEvidence(
-                    baseline=t.baseline,
-                    counted=t.baseline in policy.counted_baselines,
-                    candidate_t_us=t.candidate_t_us,
-                    baseline_t_us=t.baseline_t_us,
-                    speedup=t.speedup,
-                    speedup_ci_lo=t.speedup_ci_lo,
-                    speedup_ci_hi=t.speedup_ci_hi,
-                    verdict=timing_verdict(t.speedup_ci_lo, t.speedup_ci_hi, same_margin=policy.same_margin),
-                    time_change_percent=_time_change_percent(t.speedup),
-                )
-            )
-        counted = [c for c in comparisons if c.counted]
-        if not counted and shape.correct:
+        if not any(n in policy.counted_baselines for n in names):
             raise InputError(
                 f"rows={shape.rows}: no counted baseline was measured in {mode!r} mode, so there is nothing to beat",
                 hint=f"counted baselines: {policy.counted_baselines}",
             )
-        best = min(counted, key=lambda c: c.baseline_t_us).baseline if counted else None
-        out.append(
-            ShapeEvidence(
-                rows=shape.rows,
-                correct=shape.correct,
-                correctness_detail=shape.correctness_detail,
-                best_baseline=best,
-                comparisons=comparisons,
-            )
-        )
-    return out
+
+
+def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy) -> tuple[list[ShapeEvidence], DecisionFamily]:
+    _check_inputs(inputs, policy)
+    mode = policy.timing_mode
+    shapes = sorted(inputs.shapes, key=lambda s: s.rows)
+    # The family: counted comparisons in the policy's mode at the decision rows where the candidate is correct.
+    in_mode = {s.rows: [t for t in s.timings if t.timing_mode == mode] for s in shapes}
+    members = [(s.rows, t) for s in shapes if s.correct and policy.decides_on(s.rows)
+               for t in in_mode[s.rows] if t.baseline in policy.counted_baselines]
+    marks = family_verdicts([(own_verdict(t.speedup, t.flags), t.speedup.p_slower) for _, t in members],
+                            alpha=policy.alpha)
+    mark_of = {(rows, t.baseline): m for (rows, t), m in zip(members, marks)}
+    out: list[ShapeEvidence] = []
+    for shape in shapes:
+        comparisons = []
+        for t in in_mode[shape.rows]:
+            p_holm, family = mark_of.get((shape.rows, t.baseline), (None, None))
+            comparisons.append(ComparisonEvidence(
+                baseline=t.baseline,
+                counted=t.baseline in policy.counted_baselines,
+                in_family=(shape.rows, t.baseline) in mark_of,
+                speedup=t.speedup,
+                flags=t.flags,
+                verdict=own_verdict(t.speedup, t.flags),
+                p_slower_holm=p_holm,
+                family_verdict=family,
+                time_change_percent=_time_change_percent(t.speedup.ratio),
+            ))
+        timed = [c for c in comparisons if c.counted and c.baseline_t_us is not None]
+        best = min(timed, key=lambda c: c.baseline_t_us).baseline if timed else None  # type: ignore[arg-type, return-value]
+        out.append(ShapeEvidence(rows=shape.rows, in_decision=policy.decides_on(shape.rows), correct=shape.correct,
+                                 correctness_detail=shape.correctness_detail, best_baseline=best,
+                                 comparisons=comparisons))
+    family = DecisionFamily(
+        timing_mode=mode,
+        rows=sorted({rows for rows, _ in members}),
+        baselines=[b for b in policy.counted_baselines if any(t.baseline == b for _, t in members)],
+        size=len(members),
+        tested=sum(own_verdict(t.speedup, t.flags) not in NO_VERDICT for _, t in members),
+        alpha=policy.alpha,
+        tail_alpha=policy.alpha / 2.0,
+        reported_rows=[s.rows for s in shapes if not policy.decides_on(s.rows)],
+        decision_max_rows=policy.decision_max_rows,
+    )
+    return out, family
+
+
+def _blocker_label(c: ComparisonEvidence, margin_pct: str) -> tuple[str, str | None]:
+    """How a reason names a family comparison that is not FASTER, and a detail to quote (flags, the shortfall)."""
+    if c.family_verdict is Verdict.SAME:
+        return f"same within {margin_pct} as {baseline_phrase(c.baseline)}", None
+    if c.family_verdict is Verdict.FLAGGED:
+        return f"no verdict against {baseline_phrase(c.baseline)}", "flagged: " + "; ".join(c.flags)
+    if c.family_verdict is Verdict.INSUFFICIENT:
+        return f"no verdict against {baseline_phrase(c.baseline)}", c.speedup.reason
+    if c.verdict is Verdict.SLOWER:
+        return (f"slower than {baseline_phrase(c.baseline)} by its own interval but not after the Holm adjustment",
+                None)
+    return f"ambiguous against {baseline_phrase(c.baseline)}", None
 
 
 def decide_kernel(inputs: KernelDecisionInputs, policy: KernelPolicy | None = None) -> KernelDecision:
-    """Apply the kernel rule (module docstring) and write the decision with its reason and evidence."""
+    """Apply the kernel rule (module docstring) and write the decision with its reason, family and evidence."""
     policy = policy or load_policy("kernel")
-    shapes = _gather(inputs, policy)
+    shapes, family = _gather(inputs, policy)
     margin_pct = f"±{policy.same_margin * 100:g} percent"
     reject_text = f"reject {inputs.candidate} for serving integration"
     retain_text = "retain as a correct kernel candidate, but do not integrate into serving yet"
     accept_text = f"accept {inputs.candidate} for serving integration"
+    inconclusive_text = f"no decision on {inputs.candidate} for serving integration"
 
-    def done(decision: Literal["accept", "retain", "reject"], text: str, reason: str) -> KernelDecision:
+    def done(decision: DecisionCode, text: str, reason: str, *, name_family: bool = True) -> KernelDecision:
         return KernelDecision(
             decision=decision,
             decision_text=text,
-            reason=reason,
+            reason=f"{reason}; {family.sentence()}" if name_family else reason,
             timing_mode=policy.timing_mode,
             policy=policy,
+            family=family,
             shapes=shapes,
             skipped_baselines=list(inputs.skipped_baselines),
             ceilings=list(inputs.ceilings),
         )
 
-    # 1. correctness
+    # 1. correctness, at every shape
     wrong = [s for s in shapes if not s.correct]
     if wrong:
         details = "; ".join(f"rows {s.rows}: {s.correctness_detail}" for s in wrong if s.correctness_detail)
         reason = f"incorrect on {len(wrong)} of {len(shapes)} shapes (rows {_rows([s.rows for s in wrong])})"
         reason += f": {details}" if details else ""
-        return done("reject", reject_text, reason + "; timings of an incorrect kernel do not count")
+        return done("reject", reject_text, reason + "; timings of an incorrect kernel do not count", name_family=False)
 
-    counted = {s.rows: [c for c in s.comparisons if c.counted] for s in shapes}
+    decision_shapes = [s for s in shapes if s.in_decision]
+    if not decision_shapes:
+        return done(
+            "inconclusive", inconclusive_text,
+            f"correct on every shape, but none of rows {_rows([s.rows for s in shapes])} is a decision row (the "
+            f"policy decides on rows up to {policy.decision_max_rows}; decide_on_bandwidth_rows: true in a policy "
+            "file decides on larger rows too)",
+        )
+    family_of = {s.rows: [c for c in s.comparisons if c.in_family] for s in decision_shapes}
 
-    # 2. slower than a counted baseline anywhere
+    # 2. slower than a counted baseline at some decision row, after the Holm adjustment over the family
     slower_parts = []
     for b in policy.counted_baselines:
-        hits = [(s.rows, c) for s in shapes for c in counted[s.rows] if c.baseline == b and c.verdict is Verdict.SLOWER]
+        hits = [(r, c) for r, cs in family_of.items() for c in cs if c.baseline == b and c.family_verdict is Verdict.SLOWER]
         if not hits:
             continue
-        measured_rows = [s.rows for s in shapes if any(c.baseline == b for c in counted[s.rows])]
+        measured_rows = [r for r, cs in family_of.items() if any(c.baseline == b for c in cs)]
         part = f"{_range([c.time_change_percent for _, c in hits])} percent slower than {baseline_phrase(b)}"
         if len(hits) < len(measured_rows):
             part += f" at rows {_rows([r for r, _ in hits])}"
@@ -312,33 +443,46 @@ def decide_kernel(inputs: KernelDecisionInputs, policy: KernelPolicy | None = No
         reason = (
             "correct on every shape, but "
             + " and ".join(slower_parts)
-            + f" ({policy.timing_mode} timing; each {policy.confidence * 100:g} percent CI beyond the {margin_pct} same band)"
+            + f" ({policy.timing_mode} timing; each beyond the {margin_pct} same band at "
+            f"{policy.confidence * 100:g} percent confidence after the Holm adjustment)"
         )
         return done("reject", reject_text, reason)
 
-    # 3./4. faster than the best counted baseline where?
-    def faster_everywhere(rows: int) -> bool:
-        return all(c.verdict is Verdict.FASTER for c in counted[rows])
-
-    fast_rows = [s.rows for s in shapes if faster_everywhere(s.rows)]
-    blockers: dict[tuple[str, Verdict], list[int]] = {}
-    for s in shapes:
-        for c in counted[s.rows]:
-            if c.verdict is not Verdict.FASTER:
-                blockers.setdefault((c.baseline, c.verdict), []).append(s.rows)
+    # 3./4. faster than every counted baseline (intersection-union: no adjustment) where?
+    fast_rows = [r for r, cs in family_of.items() if all(c.family_verdict is Verdict.FASTER for c in cs)]
+    blockers: dict[str, tuple[list[int], list[str]]] = {}
+    read_blocked: set[int] = set()  # decision rows where a comparison with a verdict is not FASTER
+    not_beaten: list[str] = []
+    for r, cs in family_of.items():
+        for c in cs:
+            if c.family_verdict is Verdict.FASTER:
+                continue
+            label, detail = _blocker_label(c, margin_pct)
+            rows, details = blockers.setdefault(label, ([], []))
+            rows.append(r)
+            if detail and detail not in details:
+                details.append(detail)
+            if c.family_verdict not in NO_VERDICT:
+                read_blocked.add(r)
+                if c.baseline not in not_beaten:
+                    not_beaten.append(c.baseline)
 
     def blocker_text() -> str:
-        parts = []
-        for (b, v), rows in blockers.items():
-            what = f"same within {margin_pct} as" if v is Verdict.SAME else "ambiguous against"
-            parts.append(f"{what} {baseline_phrase(b)} at rows {_rows(rows)}")
-        return "; ".join(parts)
+        return "; ".join(f"{label} at rows {_rows(rows)}" + (f" ({'; '.join(details)})" if details else "")
+                         for label, (rows, details) in blockers.items())
 
     if not fast_rows:
+        unread = [r for r in family_of if r not in read_blocked]
+        if unread:
+            return done(
+                "inconclusive", inconclusive_text,
+                f"correct on every shape, but the timings support no speed claim at rows {_rows(unread)} and the "
+                f"candidate is not faster than the best baseline at any other decision row ({blocker_text()})",
+            )
         return done(
             "reject",
             reject_text,
-            f"correct on every shape, but no measurable gain: not faster than the best baseline at any shape "
+            f"correct on every shape, but no measurable gain: not faster than the best baseline at any decision row "
             f"({blocker_text()})",
         )
 
@@ -347,28 +491,30 @@ def decide_kernel(inputs: KernelDecisionInputs, policy: KernelPolicy | None = No
         return next(c for c in s.comparisons if c.baseline == s.best_baseline)
 
     best_cmp = [vs_best(r) for r in fast_rows]
-    faster_pct = _range([-c.time_change_percent for c in best_cmp])
-    win_ns = _range([(c.baseline_t_us - c.candidate_t_us) * 1000.0 for c in best_cmp], decimals=0)
+    faster_pct = _range([-c.time_change_percent for c in best_cmp])  # type: ignore[operator]
+    win_ns = _range([(c.baseline_t_us - c.candidate_t_us) * 1000.0 for c in best_cmp], decimals=0)  # type: ignore[operator]
+    every = "every shape" if len(decision_shapes) == len(shapes) else "every decision row"
 
-    if len(fast_rows) < len(shapes):
-        not_beaten = sorted({b for (b, _) in blockers})
+    if len(fast_rows) < len(decision_shapes):
+        if len(read_blocked) == len(decision_shapes) - len(fast_rows):
+            but = f"the candidate does not consistently beat {' or '.join(baseline_phrase(b) for b in not_beaten)}"
+        else:
+            but = "it is not shown to beat every counted baseline at every decision row"
         return done(
             "retain",
             retain_text,
             f"correct on every shape and {faster_pct} percent faster than the best baseline at rows "
-            f"{_rows(fast_rows)}, but the candidate does not consistently beat "
-            f"{' or '.join(baseline_phrase(b) for b in not_beaten)} ({blocker_text()})",
+            f"{_rows(fast_rows)}, but {but} ({blocker_text()})",
         )
 
-    win = f"the isolated win is {win_ns} ns per call ({faster_pct} percent faster than the best baseline at every shape)"
+    win = f"the isolated win is {win_ns} ns per call ({faster_pct} percent faster than the best baseline at {every})"
     holds: list[str] = []
-    if inputs.skipped_baselines:
-        skipped_counted = [s for s in inputs.skipped_baselines if s.baseline in policy.counted_baselines]
-        if skipped_counted:
-            holds.append(
-                "the comparison is incomplete: "
-                + "; ".join(f"{baseline_phrase(s.baseline)} skipped ({s.reason})" for s in skipped_counted)
-            )
+    skipped_counted = [s for s in inputs.skipped_baselines if s.baseline in policy.counted_baselines]
+    if skipped_counted:
+        holds.append(
+            "the comparison is incomplete: "
+            + "; ".join(f"{baseline_phrase(s.baseline)} skipped ({s.reason})" for s in skipped_counted)
+        )
     if not inputs.ceilings:
         holds.append("no decode step time was given, so the end-to-end Amdahl ceiling is unknown")
         return done("retain", retain_text, f"{win}; " + "; ".join(holds))

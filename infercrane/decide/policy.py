@@ -32,10 +32,12 @@ class KernelPolicy(BaseModel):
     schema_version: Literal["infercrane.kernel-policy/v1"]
     timing_mode: Literal["launch", "graph", "cold"] = Field(description="timing mode the decision reads")
     same_margin: float = Field(ge=0, lt=0.5, description="half-width of the SAME band around a speedup of 1")
-    confidence: float = Field(gt=0.5, lt=1, description="confidence level of each speedup CI")
-    bootstrap_resamples: int = Field(ge=100, description="bootstrap resamples per speedup CI")
-    bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap generator")
+    confidence: float = Field(gt=0.5, lt=1, description="confidence level of each trial-level speedup interval")
     counted_baselines: list[str] = Field(min_length=1, description="baselines the candidate must beat")
+    decision_max_rows: int = Field(ge=1, description="largest row count the decision reads (decode batches)")
+    decide_on_bandwidth_rows: bool = Field(
+        description="also decide on rows above decision_max_rows (prefill-sized, bandwidth-bound); otherwise they "
+                    "are measured and reported only")
     min_expected_e2e_gain_percent: float = Field(
         ge=0, description="expected end-to-end decode gain (percent) needed to integrate"
     )
@@ -46,6 +48,26 @@ class KernelPolicy(BaseModel):
         if len(set(v)) != len(v) or any(not name for name in v):
             raise ValueError(f"must be distinct non-empty names, got {v}")
         return v
+
+    @property
+    def alpha(self) -> float:
+        """Family-wise level of the decision: ``1 - confidence``; each one-sided claim is read at ``alpha / 2``."""
+        return 1.0 - self.confidence
+
+    def decides_on(self, rows: int) -> bool:
+        """Whether the decision reads this row count (see ``decision_max_rows``, ``decide_on_bandwidth_rows``)."""
+        return rows <= self.decision_max_rows or self.decide_on_bandwidth_rows
+
+    # The kernel lab's intervals are trial-level t intervals (``infercrane.stats.trials``): nothing is bootstrapped.
+    # These two read as None so that a screen result's ``comparison_policy`` says so; they are not policy keys (a
+    # policy file naming them fails as an unknown key).
+    @property
+    def bootstrap_resamples(self) -> None:
+        return None
+
+    @property
+    def bootstrap_seed(self) -> None:
+        return None
 
 
 class ServingPolicy(BaseModel):

@@ -161,13 +161,38 @@ def _measurements(result: ScreenResult, key: str, mode: str) -> list[dict[str, A
 
 
 def _comparison_records(result: ScreenResult) -> list[dict[str, Any]]:
-    return [{
-        "candidate": c.candidate, "baseline": c.reference, "rows": c.rows, "mode": c.mode, "speedup": c.speedup.ratio,
-        "ci_low": c.speedup.ci_lo, "ci_high": c.speedup.ci_hi, "confidence": c.speedup.confidence,
-        "verdict": c.verdict.value if hasattr(c.verdict, "value") else str(c.verdict),
-        "method": f"{c.speedup.definition}; {c.speedup.ci_method} bootstrap, {c.speedup.n_resamples} resamples, "
-                  f"seed {c.speedup.seed}; verdict band ±{c.same_margin:g}",
-    } for c in result.comparisons]
+    """One record per comparison that has an interval. The record's verdict can only be FASTER / SLOWER / SAME /
+    AMBIGUOUS: a FLAGGED comparison is recorded as AMBIGUOUS (not called) and its ``method`` starts with "FLAGGED, no
+    verdict" and quotes the flags; an INSUFFICIENT one (fewer than 3 paired trials) has no interval and no record,
+    and the decision's reason names it. ``method`` also carries the trial count, the p-values and, inside the
+    decision family, the Holm-adjusted p_slower and family verdict."""
+    out = []
+    for c in result.comparisons:
+        s = c.speedup
+        if s.ci_lo is None or s.ci_hi is None or s.ratio is None:
+            continue
+        parts = [f"{s.definition}; {s.method}",
+                 f"{s.n_trials} paired trials (ids {', '.join(map(str, s.trial_ids))})"
+                 + (f", unpaired {', '.join(map(str, s.unpaired_trial_ids))} left out" if s.unpaired_trial_ids else ""),
+                 f"p_faster {s.p_faster:.3g}, p_slower {s.p_slower:.3g}, p_same {s.p_same:.3g} against the band "
+                 f"±{s.same_margin:g}"]
+        if c.family is not None:
+            holm = "not tested" if c.family.p_slower_holm is None else f"{c.family.p_slower_holm:.3g}"
+            parts.append(f"decision family of {c.family.size} ({c.family.tested} tested): Holm-adjusted p_slower "
+                         f"{holm}, family verdict {c.family.verdict.value}")
+        else:
+            parts.append("outside the decision family")
+        verdict = c.verdict.value
+        if c.verdict.value not in ("FASTER", "SLOWER", "SAME", "AMBIGUOUS"):
+            parts.insert(0, f"{verdict}, no verdict ({'; '.join(c.flags)}); the interval would read "
+                            f"{s.verdict.value}")
+            verdict = "AMBIGUOUS"
+        out.append({
+            "candidate": c.candidate, "baseline": c.reference, "rows": c.rows, "mode": c.mode, "speedup": s.ratio,
+            "ci_low": s.ci_lo, "ci_high": s.ci_hi, "confidence": s.confidence, "verdict": verdict,
+            "method": "; ".join(parts),
+        })
+    return out
 
 
 def _launch_config(key: str, spec: FusedAddRMSNormSpec) -> dict[str, Any]:

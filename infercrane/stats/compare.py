@@ -7,7 +7,9 @@ One ratio API serves both labs; the direction is in the function name and in ``R
 * ``b_over_a_ci(a, b)`` -> ``median(b) / median(a)``: the B/A ratio of a metric over runs (output_tok_s, ttft_p95_ms);
   whether > 1 is good depends on the metric, and ``equivalence_verdict`` takes that direction explicitly.
 
-Both call ``ratio_ci(numerator, denominator)``.
+Both call ``ratio_ci(numerator, denominator)``. It resamples every sample as independent, which is right when each
+sample is a replicate (one serving run) and wrong for the samples inside one kernel-timing trial, which share that
+trial's state: the kernel lab uses ``infercrane.stats.trials.trial_speedup``, whose replicate is the trial.
 
 Confidence interval method: a **percentile** bootstrap with **independent** resampling of each group
 (``scipy.stats.bootstrap(..., paired=False, method="percentile")``). Percentile, not BCa, by default because the
@@ -153,7 +155,11 @@ def speedup_ci(
     statistic: Statistic = "median",
     ci_method: CIMethod = "percentile",
 ) -> RatioCI:
-    """Speedup of the candidate: ``median(baseline_t) / median(candidate_t)``; > 1 means the candidate is faster."""
+    """Speedup of the candidate: ``median(baseline_t) / median(candidate_t)``; > 1 means the candidate is faster.
+
+    Every sample counts as an independent replicate. For samples grouped in trials (the kernel lab) the interval is
+    far too narrow; use ``infercrane.stats.trials.trial_speedup`` there.
+    """
     return ratio_ci(
         baseline_times,
         candidate_times,
@@ -276,12 +282,19 @@ def classify_band(ci_lo: float, ci_hi: float, *, margin: float) -> Band:
 
 
 class Verdict(str, Enum):
-    """Kernel timing verdict of a candidate against one baseline, from the speedup's CI."""
+    """Kernel timing verdict of a candidate against one baseline, from the speedup's CI.
+
+    ``timing_verdict`` returns one of the first four. The last two are no verdict at all: INSUFFICIENT when the
+    sample cannot support a claim (``stats.trials``: too few paired trials), FLAGGED when a timing cell carries a
+    flag (a timer disagreement, a time below the physical floor) and so cannot carry a verdict whatever its numbers.
+    """
 
     FASTER = "FASTER"
     SLOWER = "SLOWER"
     SAME = "SAME"
     AMBIGUOUS = "AMBIGUOUS"
+    INSUFFICIENT = "INSUFFICIENT"
+    FLAGGED = "FLAGGED"
 
 
 def timing_verdict(ci_lo: float, ci_hi: float, *, same_margin: float) -> Verdict:

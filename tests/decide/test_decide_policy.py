@@ -15,6 +15,8 @@ def test_packaged_defaults():
     assert isinstance(k, KernelPolicy)
     assert (k.timing_mode, k.same_margin, k.confidence) == ("graph", 0.02, 0.95)
     assert k.counted_baselines == ["eager", "torch_compile", "vllm_vendor"]
+    assert (k.decision_max_rows, k.decide_on_bandwidth_rows) == (512, False)
+    assert k.alpha == pytest.approx(0.05) and k.decides_on(512) and not k.decides_on(2048)
     s = load_policy("serving")
     assert isinstance(s, ServingPolicy)
     assert (s.primary_metric, s.equivalence_margin, s.min_runs_per_arm) == ("output_tok_s", 0.01, 5)
@@ -27,6 +29,20 @@ def test_user_file_overrides_only_its_keys(tmp_path):
     k = load_policy("kernel", p)
     assert k.same_margin == 0.05 and k.timing_mode == "graph"
     assert policy_sha256(k) != policy_sha256(load_policy("kernel"))
+
+
+def test_bandwidth_rows_enter_the_decision_only_when_a_policy_says_so(tmp_path):
+    p = _write(tmp_path, "schema_version: infercrane.kernel-policy/v1\ndecide_on_bandwidth_rows: true\n")
+    k = load_policy("kernel", p)
+    assert k.decides_on(8192) and k.decision_max_rows == 512
+
+
+def test_the_kernel_policy_has_no_bootstrap_settings(tmp_path):
+    # Kernel intervals are trial-level t intervals; an old policy file naming bootstrap keys fails loudly.
+    assert load_policy("kernel").bootstrap_resamples is None
+    p = _write(tmp_path, "schema_version: infercrane.kernel-policy/v1\nbootstrap_resamples: 2000\n")
+    with pytest.raises(InputError, match=r"field 'bootstrap_resamples': unknown key"):
+        load_policy("kernel", p)
 
 
 def test_unknown_key_is_named(tmp_path):

@@ -1,25 +1,40 @@
-"""Speedups of each candidate over every other implementation, from raw per-call samples.
+"""Speedups of each candidate over every other implementation, from the per-trial samples of each timing cell.
 
-No statistics are computed here: ``infercrane.stats.speedup_ci`` gives ``median(reference_t) / median(candidate_t)``
-with a bootstrap CI (> 1: the candidate is faster) and ``infercrane.stats.timing_verdict`` reads the CI against the
-kernel policy's SAME band. The CI settings (confidence, resamples, seed) and the band come from the kernel policy
-(``infercrane/decide/policies/kernel.yaml``), the same ones the decision uses.
+No statistics are computed here: ``infercrane.stats.trial_speedup`` pairs the two cells' trials by trial id and
+gives ``exp(mean ln(median_baseline_t / median_candidate_t))`` over the paired trials with a Student t interval
+(> 1: the candidate is faster), its one-sided p-values and verdict against the kernel policy's SAME band; the trial,
+not the sample, is the replicate. A cell with flags (``TimingCell.flags``: a timer disagreement, a time below the
+floor) gets no verdict: the comparison is FLAGGED and quotes them. The confidence and the band come from the kernel
+policy (``infercrane/decide/policies/kernel.yaml``), the same ones the decision uses.
 
-``decision_inputs`` turns a screen result into what ``infercrane.decide.kernel.decide_kernel`` reads.
+Each comparison is computed once, by ``compare_all``; ``decision_inputs`` turns a screen result and those
+comparisons into what ``infercrane.decide.kernel.decide_kernel`` reads. ``compare_all`` also marks each comparison
+that belongs to its candidate's decision family with the family verdict (Holm over the family, the function the
+decision itself uses), so that a receipt can show both.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from infercrane.receipts.base import Strict
-from infercrane.stats.compare import RatioCI, Verdict
+from infercrane.stats.compare import Verdict
+from infercrane.stats.trials import TrialSpeedup
 
 if TYPE_CHECKING:
     from infercrane.decide.kernel import KernelDecisionInputs
     from infercrane.decide.policy import KernelPolicy
-    from infercrane.kernels.harness.runner import ScreenResult
+    from infercrane.kernels.harness.runner import ScreenResult, TimingCell
+
+
+class FamilyMark(Strict):
+    """A comparison's place in its candidate's decision family (policy mode, counted baseline, decision row)."""
+
+    size: int = Field(ge=1, description="comparisons in the family")
+    tested: int = Field(ge=0, description="of them, those with a verdict")
+    p_slower_holm: float | None = Field(description="Holm-adjusted p_slower; None when not tested")
+    verdict: Verdict = Field(description="family verdict")
 
 
 class Comparison(Strict):
@@ -30,29 +45,57 @@ class Comparison(Strict):
     reference_kind: Literal["baseline", "candidate"]
     rows: int
     mode: Literal["launch", "graph", "cold"]
-    candidate_t_us: float = Field(gt=0, description="median of the candidate's kept samples")
-    reference_t_us: float = Field(gt=0, description="median of the reference's kept samples")
-    speedup: RatioCI = Field(description="median(reference_t) / median(candidate_t) with its bootstrap CI")
-    verdict: Verdict
-    same_margin: float
+    speedup: TrialSpeedup = Field(description="trial-level speedup of the candidate over the reference")
+    flags: list[str] = Field(default_factory=list, description="flags of either cell, naming the implementation")
+    verdict: Verdict = Field(description="own verdict: FLAGGED when there are flags, else the speedup's")
+    family: FamilyMark | None = Field(default=None, description="None outside the candidate's decision family")
+
+    @model_validator(mode="after")
+    def _verdict_follows_flags(self) -> "Comparison":
+        expected = Verdict.FLAGGED if self.flags else self.speedup.verdict
+        if self.verdict is not expected:
+            raise ValueError(f"verdict {self.verdict.value} but the speedup says {self.speedup.verdict.value} and "
+                             f"flags are {self.flags or 'empty'}: expected {expected.value}")
+        return self
+
+    @property
+    def same_margin(self) -> float:
+        return self.speedup.same_margin
+
+    @property
+    def candidate_t_us(self) -> float | None:
+        """Geometric mean over the paired trials of the candidate's per-trial medians."""
+        return self.speedup.candidate_t_us
+
+    @property
+    def reference_t_us(self) -> float | None:
+        return self.speedup.baseline_t_us
+
+
+def _flags(candidate: str, mine: "TimingCell", reference: str, theirs: "TimingCell") -> list[str]:
+    return [f"{candidate}: {f}" for f in mine.flags] + [f"{reference}: {f}" for f in theirs.flags]
 
 
 def compare_all(
     result: "ScreenResult", policy: "KernelPolicy | None" = None, notes: list[str] | None = None,
+    *, candidate: str | None = None,
 ) -> list[Comparison]:
-    """Every ok candidate against every other ok implementation, at every (rows, mode) both have samples for.
+    """Every ok candidate (or only ``candidate``) against every other ok implementation, at every (rows, mode) both
+    have timings for; each comparison in a candidate's decision family carries its family mark.
 
-    A pair whose samples cannot give an interval (fewer than 2 kept samples, a non-positive time) is left out, with
-    a line saying why appended to ``notes``.
+    A pair whose samples are unusable (a non-finite or non-positive time) is left out, with a line saying why
+    appended to ``notes``; too few paired trials is kept, as an INSUFFICIENT comparison.
     """
+    from infercrane.decide.kernel import family_verdicts
     from infercrane.decide.policy import load_policy
-    from infercrane.stats import speedup_ci, timing_verdict
+    from infercrane.stats import trial_speedup
 
     policy = policy or load_policy("kernel")
     ok = [i for i in result.implementations if i.status == "ok"]
     out: list[Comparison] = []
-    for cand in (i for i in ok if i.kind == "candidate"):
+    for cand in (i for i in ok if i.kind == "candidate" and (candidate is None or i.key == candidate)):
         cand_cells = {(c.rows, c.mode): c for c in cand.timings}
+        mine_out: list[Comparison] = []
         for ref in ok:
             if ref.key == cand.key:
                 continue
@@ -60,35 +103,51 @@ def compare_all(
                 mine = cand_cells.get((cell.rows, cell.mode))
                 if mine is None:
                     continue
-                where = f"{cand.key} vs {ref.key} at rows={cell.rows} {cell.mode}"
                 try:
-                    ci = speedup_ci(
-                        cell.kept_samples_us, mine.kept_samples_us, confidence=policy.confidence,
-                        n_resamples=policy.bootstrap_resamples, seed=policy.bootstrap_seed,
-                    )
+                    speedup = trial_speedup(cell.kept_by_trial(), mine.kept_by_trial(), cell.trial_ids(),
+                                            mine.trial_ids(), confidence=policy.confidence,
+                                            same_margin=policy.same_margin)
                 except ValueError as e:
                     if notes is not None:
-                        notes.append(f"{where}: no comparison ({e})")
+                        notes.append(f"{cand.key} vs {ref.key} at rows={cell.rows} {cell.mode}: no comparison ({e})")
                     continue
-                out.append(Comparison(
+                flags = _flags(cand.key, mine, ref.key, cell)
+                mine_out.append(Comparison(
                     candidate=cand.key, reference=ref.key, reference_kind=ref.kind, rows=cell.rows, mode=cell.mode,
-                    candidate_t_us=mine.summary.median, reference_t_us=cell.summary.median, speedup=ci,
-                    verdict=timing_verdict(ci.ci_lo, ci.ci_hi, same_margin=policy.same_margin),
-                    same_margin=policy.same_margin,
+                    speedup=speedup, flags=flags, verdict=Verdict.FLAGGED if flags else speedup.verdict,
                 ))
+        members = [i for i, c in enumerate(mine_out) if c.mode == policy.timing_mode
+                   and c.reference in policy.counted_baselines and policy.decides_on(c.rows)]
+        marks = family_verdicts([(mine_out[i].verdict, mine_out[i].speedup.p_slower) for i in members],
+                                alpha=policy.alpha)
+        tested = sum(mine_out[i].verdict not in (Verdict.FLAGGED, Verdict.INSUFFICIENT) for i in members)
+        for i, (p_holm, verdict) in zip(members, marks):
+            mine_out[i] = mine_out[i].model_copy(update={"family": FamilyMark(
+                size=len(members), tested=tested, p_slower_holm=p_holm, verdict=verdict)})
+        out += mine_out
     return out
+
+
+def _computed_with(comparisons: list[Comparison], policy: "KernelPolicy") -> bool:
+    return all(c.speedup.confidence == policy.confidence and c.speedup.same_margin == policy.same_margin
+               for c in comparisons)
 
 
 def decision_inputs(
     result: "ScreenResult", candidate: str, *, policy: "KernelPolicy | None" = None, phrase: str | None = None,
     ceilings: list | None = None,
 ) -> "KernelDecisionInputs":
-    """The decision inputs for ``candidate``: correctness per rows, its timings against every other measured
-    implementation in every mode (``decide_kernel`` counts the policy's baselines in the policy's mode; the other
-    candidates are context), and the baselines that were skipped, failed, or not selected (a counted baseline left
-    out of the screen is listed as skipped, so the decision sees the gap). A candidate that crashed or timed out is
-    incorrect at every row it did not pass."""
-    from infercrane.decide.kernel import KernelDecisionInputs, ShapeResult, SkippedBaseline, compare_timings
+    """The decision inputs for ``candidate``: correctness per rows, its comparisons against every other measured
+    implementation in every mode (``decide_kernel`` counts the policy's baselines in the policy's mode at its decision
+    rows; the other candidates are context), and the baselines that were skipped, failed, or not selected (a counted
+    baseline left out of the screen is listed as skipped, so the decision sees the gap). A candidate that crashed or
+    timed out is incorrect at every row it did not pass.
+
+    The comparisons are the screen's own (``result.comparisons``), computed once; only when they were computed at
+    another confidence or SAME band than ``policy`` (a decision made again under another policy) are the candidate's
+    computed again, once, under ``policy``.
+    """
+    from infercrane.decide.kernel import BaselineTiming, KernelDecisionInputs, ShapeResult, SkippedBaseline
     from infercrane.decide.policy import load_policy
     from infercrane.errors import InputError
 
@@ -100,7 +159,6 @@ def decision_inputs(
     if cand.status == "skipped":
         raise InputError(f"{candidate!r} was not screened (skipped: {cand.skip_reason})")
     baselines = [i for i in result.implementations if i.kind == "baseline"]
-    references = [i for i in result.implementations if i.key != candidate and i.status == "ok"]
     skipped = [
         SkippedBaseline(baseline=b.key, reason=(b.skip_reason if b.status == "skipped" else f"failed: {b.error}")
                         or b.status)
@@ -108,7 +166,9 @@ def decision_inputs(
     ]
     skipped += [SkippedBaseline(baseline=b, reason="not selected for this screen")
                 for b in policy.counted_baselines if b not in by_key]
-    cand_cells = {(c.rows, c.mode): c for c in cand.timings}
+    mine = [c for c in result.comparisons if c.candidate == candidate]
+    if not mine or not _computed_with(mine, policy):
+        mine = compare_all(result, policy, candidate=candidate)
     checked = {c.rows: c for c in cand.correctness}
     shapes = []
     for rows in result.rows:
@@ -117,15 +177,8 @@ def decision_inputs(
             why = f"{cand.failure or cand.status}: {cand.error or cand.exit_signal or 'not checked'}"
             shapes.append(ShapeResult(rows=rows, correct=False, correctness_detail=why))
             continue
-        timings = []
-        if corr.passed:
-            for b in references:
-                for cell in b.timings:
-                    mine = cand_cells.get((cell.rows, cell.mode))
-                    if cell.rows != corr.rows or mine is None:
-                        continue
-                    timings.append(compare_timings(b.key, cell.mode, cell.kept_samples_us, mine.kept_samples_us,
-                                                   policy=policy))
+        timings = [BaselineTiming(baseline=c.reference, timing_mode=c.mode, speedup=c.speedup, flags=c.flags)
+                   for c in mine if c.rows == corr.rows] if corr.passed else []
         shapes.append(ShapeResult(rows=corr.rows, correct=corr.passed,
                                   correctness_detail=None if corr.passed else corr.failure_summary(), timings=timings))
     return KernelDecisionInputs(candidate=phrase or cand.label, shapes=shapes, skipped_baselines=skipped,
