@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch")
 
 
 def test_eager_is_out_of_place_and_keeps_dtype():
-    from infercrane.kernels.harness.correctness import make_inputs
+    from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
 
-    x, r, w = make_inputs(4, 64, "bfloat16", "cpu", seed=3, scale=1.0)
+    x, r, w = FusedAddRMSNormSpec(hidden_size=64, eps=1e-6).make_inputs(4, "cpu", seed=3, scale=1.0).values()
     x0, r0 = x.clone(), r.clone()
     out, res = baselines.fused_add_rmsnorm_eager(x, r, w, 1e-6)
     assert out.dtype == res.dtype == torch.bfloat16 and out.shape == x.shape
@@ -35,9 +35,10 @@ def test_torch_compile_compiles_once_per_shape_on_cpu():
     if not ok:
         pytest.skip(reason)
     from infercrane.kernels.harness.correctness import check_implementation
+    from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
 
     fn = baselines.load_torch_compile(None)
-    res = check_implementation(fn, in_place=False, rows=2, hidden=64, eps=1e-6, checks=2)
+    res = check_implementation(fn, FusedAddRMSNormSpec(hidden_size=64, eps=1e-6), in_place=False, rows=2, checks=2)
     assert res.passed, res.failure_summary()
     assert fn.compiled_shapes == [((2, 64), "torch.bfloat16", "cpu")]
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 import pytest
 
 from infercrane.kernels.harness import correctness as C
+from infercrane.kernels.ops.fused_add_rmsnorm.spec import TOLERANCES, FusedAddRMSNormSpec
 
 torch = pytest.importorskip("torch")
 
 
 def test_tolerances_are_data_with_derivations():
-    for dtype, tol in C.TOLERANCES.items():
+    for dtype, tol in TOLERANCES.items():
         assert tol.dtype == dtype and tol.rtol > 0 and tol.atol_scale > 0
         assert tol.derivation and "atol" in tol.rule and "rtol" in tol.rule
-    assert C.TOLERANCES["bfloat16"].rtol == pytest.approx(1.6e-2)
+    assert TOLERANCES["bfloat16"].rtol == pytest.approx(1.6e-2)
 
 
 def test_compare_reports_first_bad_index_and_errors():
@@ -20,7 +21,7 @@ def test_compare_reports_first_bad_index_and_errors():
     got = ref.clone()
     got[2, 5] = 1.5
     got[3, 1] = float("inf")
-    t = C.compare("out", got, ref, C.TOLERANCES["bfloat16"])
+    t = C.compare("out", got, ref, TOLERANCES["bfloat16"])
     assert not t.passed and t.mismatched == 2 and t.nonfinite == 1
     assert t.first_bad_index == (2, 5)
     assert t.max_abs_err == pytest.approx(0.5) and t.max_rel_err == pytest.approx(0.5)
@@ -28,7 +29,7 @@ def test_compare_reports_first_bad_index_and_errors():
 
 
 def test_tolerance_scales_with_the_reference():
-    tol = C.TOLERANCES["bfloat16"]
+    tol = TOLERANCES["bfloat16"]
     ref = torch.full((2, 4), 1000.0)
     assert C.compare("out", ref * (1 + 1e-2), ref, tol).passed  # 1 % off at any scale passes
     assert not C.compare("out", ref * (1 + 5e-2), ref, tol).passed
@@ -37,7 +38,7 @@ def test_tolerance_scales_with_the_reference():
 
 def test_all_nan_output_has_no_max_error():
     ref = torch.ones(2, 3)
-    t = C.compare("residual_out", torch.full_like(ref, float("nan")), ref, C.TOLERANCES["bfloat16"])
+    t = C.compare("residual_out", torch.full_like(ref, float("nan")), ref, TOLERANCES["bfloat16"])
     assert not t.passed and t.nonfinite == 6 and t.max_abs_err is None
 
 
@@ -48,8 +49,9 @@ def test_seeds_differ_per_check_and_rows_but_not_per_implementation():
 
 
 def test_inputs_are_fresh_scaled_and_never_zero():
-    a = C.make_inputs(8, 64, "bfloat16", "cpu", seed=1, scale=16.0)
-    b = C.make_inputs(8, 64, "bfloat16", "cpu", seed=2, scale=16.0)
+    spec = FusedAddRMSNormSpec(hidden_size=64, eps=1e-6)
+    a = list(spec.make_inputs(8, "cpu", seed=1, scale=16.0).values())
+    b = list(spec.make_inputs(8, "cpu", seed=2, scale=16.0).values())
     assert not torch.equal(a[0], b[0])
     for t in a:
         assert t.dtype == torch.bfloat16 and bool(torch.isfinite(t).all())
@@ -61,8 +63,10 @@ def test_inputs_are_fresh_scaled_and_never_zero():
 def test_result_records_tolerance_and_stream():
     from infercrane.kernels.ops.fused_add_rmsnorm.baselines import fused_add_rmsnorm_eager
 
-    res = C.check_implementation(fused_add_rmsnorm_eager, in_place=False, rows=2, hidden=32, eps=1e-6, checks=2)
-    assert res.tolerance == C.TOLERANCES["bfloat16"] and res.stream.startswith("cpu")
+    res = C.check_implementation(fused_add_rmsnorm_eager, FusedAddRMSNormSpec(hidden_size=32, eps=1e-6), in_place=False,
+                                 rows=2, checks=2)
+    assert res.tolerance == TOLERANCES["bfloat16"] and res.stream.startswith("cpu")
     assert [c.input_scale for c in res.checks] == list(C.CHECK_SCALES[:2])
     with pytest.raises(ValueError):
-        C.check_implementation(fused_add_rmsnorm_eager, in_place=False, rows=2, hidden=32, eps=1e-6, checks=0)
+        C.check_implementation(fused_add_rmsnorm_eager, FusedAddRMSNormSpec(hidden_size=32, eps=1e-6), in_place=False,
+                               rows=2, checks=0)

@@ -126,7 +126,10 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
     from infercrane.kernels.harness.calibration import Calibration, CopyBandwidth, DeviceInfo
     from infercrane.kernels.harness.timing import TimingBlock
 
+    from infercrane.kernels.harness import correctness
+
     monkeypatch.setattr(runner, "_resolve_device", lambda device: ("cuda", "synthetic device for the test"))
+    monkeypatch.setattr(correctness, "phases_for", lambda device_type: ["eager"])  # no graph replay on CPU tensors
     monkeypatch.setattr(isolation.WorkerSession, "_device", lambda self, name: torch.device("cpu"))
     base_us = {"eager": 10.0, "torch_compile": 10.0, "user": 5.0}
 
@@ -134,7 +137,8 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
         return TimingBlock(mode=mode, trial=trial, calls_per_sample=calls, warmup_calls=10,
                            samples_us=[t_us * (1 + 0.01 * (i % 3)) for i in range(samples)],
                            sample_clock_mhz=[1980] * samples, clock_before_mhz=1980, clock_after_mhz=1980,
-                           clock_source="synthetic", throttled=False, outputs_finite=None)
+                           clock_source="synthetic", throttled=False, outputs_finite=None,
+                           second_timer_us=t_us * 1.01, second_timer_method="synthetic second timer")
 
     def fake_time(self, job):
         key = self.impl.key

@@ -37,11 +37,11 @@ def test_method_sentences_come_from_the_docstrings(mode):
 def test_each_mode_gives_positive_samples_for_eager_and_in_place(mode):
     import torch
 
-    from infercrane.kernels.harness.correctness import make_inputs
+    from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
     from infercrane.kernels.ops.fused_add_rmsnorm.baselines import fused_add_rmsnorm_eager
 
     dev = torch.device("cuda")
-    x, r, w = make_inputs(8, 1024, "bfloat16", dev, seed=0, scale=1.0)
+    x, r, w = FusedAddRMSNormSpec(hidden_size=1024, eps=1e-6).make_inputs(8, dev, seed=0, scale=1.0).values()
     block = T.time_cell(lambda: fused_add_rmsnorm_eager(x, r, w, 1e-6), mode=mode, samples=5, device=dev)
     assert len(block.samples_us) == 5 and all(t > 0 for t in block.samples_us)
     assert block.mode == mode and block.calls_per_sample >= 1 and block.warmup_calls >= T.WARMUP_MIN_CALLS

@@ -41,6 +41,12 @@ DEFAULT_TIMEOUT_S = 600.0
 # Report % of copy bandwidth only where the byte floor (bytes / copy bandwidth) is at least this many times the
 # empty-kernel floor of the mode: below that the time is launch-bound and a bandwidth figure would mislead.
 BANDWIDTH_MIN_FLOOR_RATIO = 5.0
+# A cell whose median and the second timer's figure differ by more than this (relative to the second timer) is
+# flagged and carries no verdict.
+TIMER_AGREEMENT_MAX = 0.05
+# A median below a physical floor measured in the same run (the mode's empty-kernel floor, the byte floor at copy
+# bandwidth) by more than this fraction is impossible: flagged, never a speedup.
+FLOOR_SLACK = 0.02
 TIMING_SEED_OFFSET = 7_777_777
 INTERLEAVING = (
     "trials outer; in each trial every rows x mode cell visits every implementation once, the order rotated by one "
@@ -49,8 +55,11 @@ INTERLEAVING = (
 
 
 class SpecRecord(Strict):
+    """What the op is and the problem screened (``OpSpec.record``)."""
+
     op: str
     operator: str
+    semantics: str
     hidden_size: int
     eps: float
     dtype: str
@@ -59,6 +68,9 @@ class SpecRecord(Strict):
     model_revision: str | None = None
     config_fields: dict[str, Any] = Field(default_factory=dict)
     byte_model: str
+    contracts: dict[str, str]
+    calls_per_decode_step: int | None = None
+    calls_per_decode_step_note: str
 
 
 class TimingCell(Strict):
@@ -78,6 +90,11 @@ class TimingCell(Strict):
     achieved_gbps: float | None = Field(description="bytes_moved / median time")
     pct_of_copy_bandwidth: float | None
     bandwidth_note: str
+    second_timer_us: float | None = Field(description="per-call time by the independent second timer")
+    second_timer_method: str | None
+    timer_disagreement: float | None = Field(description="median / second_timer_us - 1")
+    floor_us: float | None = Field(description="the physical floor of this cell: max(empty-kernel floor of the mode, "
+                                   "byte floor at copy bandwidth)")
     flags: list[str] = Field(default_factory=list, description="reasons this cell cannot carry a verdict (e.g. the "
                              "second timer disagrees, a time below the physical floor); empty when sound")
 
@@ -241,6 +258,8 @@ def _resolve_device(device: str) -> tuple[str, str]:
 
 def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
                     copy_gbps: float | None, floor_us: float | None) -> TimingCell:
+    """One implementation's cell: pooled summary, bandwidth where meaningful, the second timer's agreement and the
+    physical floors; a disagreement beyond ``TIMER_AGREEMENT_MAX`` or a time under a floor flags the cell."""
     from infercrane.stats import summarize
 
     kept: list[float] = []
@@ -269,11 +288,34 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
             note = (f"byte floor {byte_floor_us:.3g} us < {BANDWIDTH_MIN_FLOOR_RATIO:g} x empty-kernel floor "
                     f"{floor_us:.3g} us: launch-bound, % of copy bandwidth not reported")
     finite = [b.outputs_finite for b in blocks if b.outputs_finite is not None]
+    flags: list[str] = []
+    seconds = [b for b in blocks if b.second_timer_us is not None]
+    second = seconds[-1].second_timer_us if seconds else None
+    method = seconds[-1].second_timer_method if seconds else None
+    disagreement = summary.median / second - 1.0 if second else None
+    if second is None:
+        why = "; ".join(sorted({b.second_timer_error for b in blocks if b.second_timer_error})) or "not run"
+        flags.append(f"no_second_timer: {why}")
+    elif abs(disagreement) > TIMER_AGREEMENT_MAX:
+        flags.append(f"timer_disagreement: median {summary.median:.4g} us vs second timer {second:.4g} us "
+                     f"({disagreement:+.1%}, limit ±{TIMER_AGREEMENT_MAX:.0%}; {method})")
+    byte_floor_us = bytes_moved / (copy_gbps * 1e3) if bytes_moved and copy_gbps else None
+    # The empty-kernel floor is a device floor in graph and cold mode; in launch mode it is the host cost of
+    # Triton's launcher, which other launch paths undercut, so only the byte floor applies there.
+    floors = [f for f in ((floor_us if mode != "launch" else None), byte_floor_us) if f is not None]
+    floor = max(floors) if floors else None
+    if floor is not None and summary.median < (1.0 - FLOOR_SLACK) * floor:
+        which = "byte floor at copy bandwidth" if floor == byte_floor_us else f"empty-kernel floor in {mode} mode"
+        flags.append(f"below_floor: median {summary.median:.4g} us < {which} {floor:.4g} us: impossible, a fault of "
+                     "the measurement or the kernel, never a speedup")
+    if any(b.outputs_finite is False for b in blocks):
+        flags.append("outputs_not_finite: the in-place buffers held NaN/inf after timing")
     return TimingCell(
         rows=rows, mode=mode, calls_per_sample=blocks[0].calls_per_sample, blocks=blocks, kept_samples_us=kept,
         summary_over=over, summary=summary, n_rejected=n_rejected, throttled=any(b.throttled for b in blocks),
         outputs_finite=all(finite) if finite else None, bytes_moved=bytes_moved, achieved_gbps=achieved,
-        pct_of_copy_bandwidth=pct, bandwidth_note=note,
+        pct_of_copy_bandwidth=pct, bandwidth_note=note, second_timer_us=second, second_timer_method=method,
+        timer_disagreement=disagreement, floor_us=floor, flags=flags,
     )
 
 
@@ -347,7 +389,7 @@ def screen(
 ) -> ScreenResult:
     """Screen ``impl_keys`` (default: every built-in implementation, plus ``user`` when ``candidate`` is given).
 
-    ``spec``: a ``FusedAddRMSNormSpec``; ``rows`` defaults to ``spec.rows``. ``candidate``: ``"path.py:fn"`` or a
+    ``spec``: an ``OpSpec`` of a registered op (it names the op); ``rows`` defaults to ``spec.rows``. ``candidate``: ``"path.py:fn"`` or a
     ``CandidateRef``. ``progress(done, total, description)`` is called after every step. ``isolate=False`` runs
     every implementation in this process (no protection from crashes; for quick functional runs).
     ``policy``: the kernel policy whose CI settings the comparisons use (default: the packaged one).
@@ -356,20 +398,21 @@ def screen(
     from infercrane.kernels.harness import correctness as corr_mod
     from infercrane.kernels.harness.calibration import device_info
     from infercrane.kernels.harness.compare import compare_all
-    from infercrane.kernels.harness.correctness import TOLERANCES
+    from infercrane.kernels.harness.correctness import check_in_worker
     from infercrane.kernels.harness.isolation import InProcessWorker, SubprocessWorker, WorkerFailure, spec_to_json
     from infercrane.kernels.harness.timing import method_sentence
-    from infercrane.kernels.ops.fused_add_rmsnorm.spec import OP_NAME, OPERATOR
 
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    op = OP_NAME
+    op = getattr(spec, "OP_NAME", None)
+    if op is None:
+        raise InputError(f"spec must be an OpSpec of a registered op, got {type(spec).__name__}")
     keys, modes, rows, candidate = _validate(
         op, impl_keys, modes, rows if rows is not None else list(spec.rows), trials, samples_per_trial, checks,
         candidate, timeout_s,
     )
-    if spec.dtype not in TOLERANCES:
-        raise InputError(f"no correctness tolerance for dtype {spec.dtype!r}; known: {', '.join(TOLERANCES)}")
+    if spec.dtype not in spec.TOLERANCES:
+        raise InputError(f"no correctness tolerance for dtype {spec.dtype!r}; known: {', '.join(spec.TOLERANCES)}")
     if policy is None:
         from infercrane.decide.policy import load_policy
 
@@ -450,9 +493,9 @@ def screen(
                 continue
             for r in rows:
                 try:
-                    res = CorrectnessResult.model_validate(im.worker.request(
-                        {"op": "correctness", "rows": r, "checks": checks, "base_seed": seed},
-                        timeout_s, f"correctness of {im.key} at rows={r}"))
+                    res = check_in_worker(
+                        lambda job, im=im, r=r: im.worker.request(job, timeout_s, f"correctness of {im.key} at rows={r}"),
+                        spec, in_place=bool(im.info["in_place"]), rows=r, device=dev, checks=checks, base_seed=seed)
                 except WorkerFailure as e:
                     im.fail(e.kind, e.message, e.exit_signal)
                     drop(im, f"{im.key}: {e.kind} in correctness")
@@ -476,7 +519,8 @@ def screen(
                     for im in active[k:] + active[:k]:
                         cell = (r, m)
                         job = {"op": "time", "rows": r, "mode": m, "samples": samples_per_trial, "trial": t,
-                               "seed": timing_seed, "calls_per_sample": im.calls.get(cell)}
+                               "seed": timing_seed, "calls_per_sample": im.calls.get(cell),
+                               "second_timer": t == trials - 1}
                         try:
                             block = TimingBlock.model_validate(
                                 im.worker.request(job, timeout_s, f"timing of {im.key} rows={r} mode={m} trial={t}"))
@@ -522,17 +566,11 @@ def screen(
     device_record = calibration.device if calibration else device_info("cpu")
     base = dict(
         schema_version=SCREEN_RESULT_SCHEMA,
-        spec=SpecRecord(
-            op=op, operator=OPERATOR, hidden_size=spec.hidden_size, eps=spec.eps, dtype=spec.dtype,
-            num_layers=spec.num_layers, model_id=spec.model_id, model_revision=spec.model_revision,
-            config_fields=dict(spec.config_fields),
-            byte_model="rows * hidden * dtype_bytes * 4 + hidden * dtype_bytes (read x, residual; write out, "
-                       "new residual; read weight)",
-        ),
+        spec=SpecRecord(**spec.record()),
         run_kind="timed" if timed else "functional", run_kind_reason=dev_reason, device=device_record,
         software=software, isolation="subprocess" if isolate else "in_process", rows=rows,
         modes_requested=modes, modes=timed_modes, methods={m: method_sentence(m) for m in timed_modes},
-        correctness_method=" ".join((corr_mod.__doc__ or "").split()), tolerance=TOLERANCES[spec.dtype],
+        correctness_method=" ".join((corr_mod.__doc__ or "").split()), tolerance=spec.tolerance,
         checks_per_rows=checks, base_seed=seed, timing_input_seed=timing_seed, trials=trials,
         samples_per_trial=samples_per_trial, interleaving=INTERLEAVING, timeout_s=float(timeout_s),
         calibration=calibration, calibration_note=calibration_note if timed else

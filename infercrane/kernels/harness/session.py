@@ -13,23 +13,14 @@ from typing import Any
 
 from infercrane.errors import InputError
 
-SPEC_CLASSES = {"fused_add_rmsnorm": ("infercrane.kernels.ops.fused_add_rmsnorm.spec", "FusedAddRMSNormSpec")}
-
-
 def spec_to_json(spec: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(spec)
+    return spec.to_json()
 
 
 def spec_from_json(op: str, data: dict[str, Any]) -> Any:
-    import importlib
+    from infercrane.kernels import registry
 
-    module, name = SPEC_CLASSES[op]
-    cls = getattr(importlib.import_module(module), name)
-    data = dict(data)
-    data["rows"] = tuple(data["rows"])
-    return cls(**data)
+    return registry.op_module(op).SPEC.from_json(data)
 
 
 class WorkerSession:
@@ -115,44 +106,52 @@ class WorkerSession:
         if self.fn is None:
             raise RuntimeError("no implementation loaded in this worker (send a 'load' job first)")
 
-    def _do_correctness(self, job: dict[str, Any]) -> dict[str, Any]:
-        from infercrane.kernels.harness.correctness import check_implementation
+    def _do_check(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Run the call on the inputs in the job's pack and hand back what it touched; the parent decides."""
+        from infercrane.kernels.harness.execute import run_check
+        from infercrane.kernels.harness.tensor_pack import TensorPack
 
         self._require_loaded()
-        res = check_implementation(
-            self.fn, in_place=bool(self.in_place), rows=int(job["rows"]), hidden=self.spec.hidden_size,
-            eps=self.spec.eps, dtype=self.spec.dtype, device=self.device, checks=int(job["checks"]),
-            base_seed=int(job["base_seed"]),
-        )
-        return res.model_dump(mode="json")
+        pack = TensorPack.open(job["pack"])
+        try:
+            errors = run_check(self.fn, self.spec, bool(self.in_place), int(job["rows"]), self.device, pack,
+                               list(job["phases"]))
+        finally:
+            pack.close()
+        return {"errors": errors}
 
     def _do_time(self, job: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        from infercrane.kernels.harness.correctness import make_inputs
         from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes, time_cell
 
         self._require_loaded()
         if self.device.type != "cuda":
             raise RuntimeError("timing needs a CUDA device; a CPU run is functional only")
         rows, mode = int(job["rows"]), str(job["mode"])
-        spec = self.spec
-        x, residual, weight = make_inputs(rows, spec.hidden_size, spec.dtype, self.device, int(job["seed"]), 1.0)
-        fn, eps = self.fn, spec.eps
+        spec, fn, in_place = self.spec, self.fn, bool(self.in_place)
+        tensors = spec.make_inputs(rows, self.device, int(job["seed"]), 1.0)
+        for name in spec.buffers(in_place):
+            tensors[name] = torch.empty((rows, spec.hidden_size), dtype=tensors[spec.ROW_TENSORS[0]].dtype,
+                                        device=self.device)
+        args = spec.arguments(tensors, in_place)
 
         def call() -> Any:
-            return fn(x, residual, weight, eps)
+            return fn(*args)
 
         restore = finite = None
-        if self.in_place:
-            x0, r0 = x.clone(), residual.clone()
+        written = [tensors[b] for b in spec.IN_PLACE.writes.values()] if in_place else []
+        mutated = [t for b, t in zip(spec.IN_PLACE.writes.values(), written) if b in spec.INPUTS]
+        if mutated:
+            pristine = [t.clone() for t in mutated]
 
             def restore() -> None:
-                x.copy_(x0)
-                residual.copy_(r0)
+                for t, t0 in zip(mutated, pristine):
+                    t.copy_(t0)
 
+        if written:
             def finite() -> bool:
-                return bool(torch.isfinite(x).all().item() and torch.isfinite(residual).all().item())
+                return all(bool(torch.isfinite(t).all().item()) for t in written)
 
         if self._clock is None:
             self._clock = ClockReader(self.device)
@@ -161,7 +160,7 @@ class WorkerSession:
         block = time_cell(
             call, mode=mode, samples=int(job["samples"]), device=self.device, restore=restore, finite_check=finite,
             calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)), clock=self._clock,
-            flush=self._flush,
+            flush=self._flush, second_timer=bool(job.get("second_timer", True)),
         )
         return block.model_dump(mode="json")
 

@@ -38,6 +38,22 @@ MAX_CALLS_PER_SAMPLE = 200
 THROTTLE_FRACTION = 0.9
 L2_FLUSH_MULTIPLE = 2  # cold mode writes a buffer of this many times the L2 size before each sample
 COLD_SPIN_CYCLES = 200_000  # ~100 us at 2 GHz: GPU busy while the CPU enqueues the timed call (see time_cold)
+# Graph mode: calls per graph are sized from a graph-mode estimate (``estimate_graph``), so that a sample lasts about
+# TARGET_SAMPLE_US of device time and the replay's fixed cost stays under GRAPH_FIXED_COST_MAX_FRACTION of a sample.
+GRAPH_PROBE_CALLS = 16
+MAX_GRAPH_CALLS = 8192
+GRAPH_FIXED_COST_MAX_FRACTION = 0.01
+# The second, independent timer of a cell (``second_timer``): milliseconds of repetition it may spend.
+SECOND_TIMER_REP_MS = 20
+SECOND_TIMER_SAMPLES = 5
+SECOND_TIMER_METHODS = {
+    "launch": "host wall clock (time.perf_counter) around the same back-to-back burst, closed by a device "
+              "synchronize; median over bursts",
+    "graph": "triton.testing.do_bench_cudagraph(fn, rep=20 ms, return_mode='median'): its own graph, sized by "
+             "Triton, on its own stream",
+    "cold": "CUPTI kernel time (torch.profiler): span from the call's first GPU activity to its last, after the same "
+            "L2 flush and spin; median over samples",
+}
 
 
 class TimingBlock(Strict):
@@ -56,6 +72,13 @@ class TimingBlock(Strict):
     throttled: bool
     outputs_finite: bool | None = Field(description="in-place buffers all finite after the cell; None if out of place")
     l2_flush_bytes: int | None = None
+    sizing: str | None = Field(None, description="how calls_per_sample was chosen")
+    graph_fixed_cost_us: float | None = Field(None, description="graph mode: the replay's fixed cost, the intercept "
+                                              "of replay time over calls per graph (graphs of 16 and 32 calls)")
+    graph_fixed_cost_fraction: float | None = Field(None, description="graph_fixed_cost_us / the sample's duration")
+    second_timer_us: float | None = Field(None, description="per-call time by the independent second timer")
+    second_timer_method: str | None = None
+    second_timer_error: str | None = Field(None, description="why the second timer gave no figure")
 
 
 class ClockReader:
@@ -159,6 +182,49 @@ def estimate_call_us(call: Callable[[], Any], calls: int = 10) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e3 / calls
+
+
+def _replay_us(graph: Any, restore: Callable[[], None] | None, replays: int = 3) -> float:
+    import statistics
+
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        if restore is not None:
+            restore()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def estimate_graph(call: Callable[[], Any], restore: Callable[[], None] | None) -> tuple[float, float]:
+    """Graph-mode estimate of ``(per_call_us, fixed_us)``: replay graphs of ``GRAPH_PROBE_CALLS`` and twice as many
+    calls; the slope is the time per call, the intercept the replay's fixed cost. Unlike a launch-mode estimate it
+    does not depend on the host's launch rate, which differs ~10x between implementations."""
+    small = capture_graph(call, GRAPH_PROBE_CALLS)
+    large = capture_graph(call, 2 * GRAPH_PROBE_CALLS)
+    try:
+        small.replay()
+        large.replay()
+        _sync()
+        t1, t2 = _replay_us(small, restore), _replay_us(large, restore)
+    finally:
+        del small, large
+    per_call = max((t2 - t1) / GRAPH_PROBE_CALLS, t2 / (2 * GRAPH_PROBE_CALLS) * 1e-3, 1e-3)
+    fixed = max(t1 - GRAPH_PROBE_CALLS * per_call, 0.0)
+    return per_call, fixed
+
+
+def graph_calls(per_call_us: float, fixed_us: float) -> int:
+    """Calls per graph: a sample of about ``TARGET_SAMPLE_US`` and a fixed cost under the allowed fraction of it."""
+    need_target = math.ceil(TARGET_SAMPLE_US / per_call_us)
+    need_fixed = math.ceil(fixed_us / (GRAPH_FIXED_COST_MAX_FRACTION * per_call_us)) if fixed_us > 0 else 1
+    return int(max(1, min(MAX_GRAPH_CALLS, max(need_target, need_fixed))))
 
 
 def time_launch(
@@ -276,6 +342,75 @@ def time_cold(
     return times, clocks
 
 
+def _second_launch(call: Callable[[], Any], calls: int, restore: Callable[[], None] | None) -> float:
+    import statistics
+
+    times = []
+    for _ in range(SECOND_TIMER_SAMPLES):
+        if restore is not None:
+            restore()
+        _sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        _sync()
+        times.append((time.perf_counter() - t0) * 1e6 / calls)
+    return statistics.median(times)
+
+
+def _second_graph(call: Callable[[], Any]) -> float:
+    from triton.testing import do_bench_cudagraph
+
+    return float(do_bench_cudagraph(call, rep=SECOND_TIMER_REP_MS, return_mode="median")) * 1e3
+
+
+def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, flush: Any) -> float:
+    import statistics
+
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    spans = []
+    for _ in range(SECOND_TIMER_SAMPLES):
+        if restore is not None:
+            restore()
+        flush.zero_()
+        _sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            torch.cuda._sleep(COLD_SPIN_CYCLES)
+            call()
+            _sync()
+        gpu = sorted(((e.start_ns(), e.start_ns() + e.duration_ns()) for e in prof.profiler.kineto_results.events()
+                      if e.device_type() == DeviceType.CUDA), key=lambda t: t[0])
+        if len(gpu) < 2:
+            raise RuntimeError(f"CUPTI recorded {len(gpu)} GPU activities; expected the spin and the call")
+        call_part = gpu[1:]  # the first activity is the spin
+        spans.append((max(e for _, e in call_part) - min(b for b, _ in call_part)) / 1e3)
+    return statistics.median(spans)
+
+
+def time_second(mode: str, call: Callable[[], Any], *, calls: int, restore: Callable[[], None] | None,
+                 flush: Any) -> tuple[float | None, str | None]:
+    """The cell's per-call time by an independent timer (``SECOND_TIMER_METHODS``), or ``(None, why)``."""
+    try:
+        if mode == "launch":
+            value = _second_launch(call, calls, restore)
+        elif mode == "graph":
+            value = _second_graph(call)
+        else:
+            value = _second_cold(call, restore, flush)
+    except Exception as e:  # a missing profiler or Triton must read as "no second figure: why", never as a crash
+        return None, f"{type(e).__name__}: {e}"[:500]
+    finally:
+        if restore is not None:
+            restore()
+        _sync()
+    if not (value > 0 and math.isfinite(value)):
+        return None, f"the second timer returned {value!r}"
+    return value, None
+
+
 _MODE_FUNCTIONS: dict[str, Callable[..., Any]] = {"launch": time_launch, "graph": time_graph, "cold": time_cold}
 
 
@@ -299,12 +434,15 @@ def time_cell(
     trial: int = 0,
     clock: ClockReader | None = None,
     flush: Any = None,
+    second_timer: bool = True,
 ) -> TimingBlock:
     """Warm up, then take ``samples`` samples of ``call`` in ``mode``; clocks read around and between samples.
 
-    ``calls_per_sample`` (launch/graph) is picked from a rough estimate when not given; pass the value of the first
-    trial to later trials so every trial of a cell does the same work. ``flush`` (cold) is a preallocated buffer of
-    ``l2_flush_bytes`` bytes; one is allocated when not given.
+    ``calls_per_sample`` is picked when not given — launch: from a launch-mode burst (what launch mode measures);
+    graph: from a graph-mode estimate (``estimate_graph``, ``graph_calls``) — pass the value of the first trial to
+    later trials so every trial of a cell does the same work. ``flush`` (cold) is a preallocated buffer of
+    ``l2_flush_bytes`` bytes; one is allocated when not given. With ``second_timer`` the cell is also timed by an
+    independent timer (``SECOND_TIMER_METHODS``) after the samples.
     """
     import torch
 
@@ -314,14 +452,27 @@ def time_cell(
         raise ValueError(f"samples must be >= 1, got {samples}")
     clock = clock or ClockReader(device)
     warm = warm_up(call, restore)
+    fixed_us = None
     if mode == "cold":
-        n_calls = 1
-    elif calls_per_sample is None:
-        n_calls = calls_for_target(estimate_call_us(call))
+        n_calls, sizing = 1, "cold: one call per sample"
+    elif calls_per_sample is not None:
+        n_calls, sizing = int(calls_per_sample), "given (the cell's first trial)"
+    elif mode == "graph":
+        per_call, fixed_us = estimate_graph(call, restore)
+        n_calls = graph_calls(per_call, fixed_us)
+        sizing = (f"graph-mode estimate: {per_call:.4g} us per call, {fixed_us:.4g} us fixed replay cost -> "
+                  f"{n_calls} calls (target {TARGET_SAMPLE_US:g} us a sample, fixed cost < "
+                  f"{GRAPH_FIXED_COST_MAX_FRACTION:.0%}, at most {MAX_GRAPH_CALLS})")
+    else:
+        est = estimate_call_us(call)
+        n_calls = calls_for_target(est)
+        sizing = f"launch-mode burst of 10 calls: {est:.4g} us per call -> {n_calls} calls"
+    if restore is not None:
+        restore()
+    if mode == "graph" and fixed_us is None:
+        _, fixed_us = estimate_graph(call, restore)
         if restore is not None:
             restore()
-    else:
-        n_calls = int(calls_per_sample)
     flush_bytes = None
     before = clock.read_mhz()
     if mode == "launch":
@@ -336,9 +487,20 @@ def time_cell(
     after = clock.read_mhz()
     _sync()
     rejected = reject_throttled(clocks, before)
+    finite = None if finite_check is None else bool(finite_check())
+    second, second_error = (time_second(mode, call, calls=n_calls, restore=restore, flush=flush)
+                            if second_timer else (None, "not asked for in this trial"))
+    fraction = None
+    if fixed_us is not None and times:
+        import statistics
+
+        fraction = fixed_us / (statistics.median(times) * n_calls)
     return TimingBlock(
         mode=mode, trial=trial, calls_per_sample=n_calls, warmup_calls=warm, samples_us=times,
         sample_clock_mhz=clocks, rejected=rejected, clock_before_mhz=before, clock_after_mhz=after,
         clock_source=clock.source, throttled=is_throttled(rejected, before, after),
-        outputs_finite=None if finite_check is None else bool(finite_check()), l2_flush_bytes=flush_bytes,
+        outputs_finite=finite, l2_flush_bytes=flush_bytes, sizing=sizing,
+        graph_fixed_cost_us=fixed_us, graph_fixed_cost_fraction=fraction,
+        second_timer_us=second, second_timer_method=SECOND_TIMER_METHODS[mode] if second_timer else None,
+        second_timer_error=second_error,
     )

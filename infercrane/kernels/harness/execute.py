@@ -1,0 +1,176 @@
+"""The worker's half of a correctness check: run the call on inputs it is handed and hand back every byte it touched.
+
+Runs in the implementation's own process and decides nothing: the checker (``correctness.py``, in InferCrane's
+process) generated the inputs, keeps its own copy of them and of the oracle's answer, and reads what this code writes
+into the shared ``TensorPack``. A candidate that patches this module, the checker's functions in its own process, or
+the reply it sends, can change only what it hands back — never the verdict.
+
+Per phase (``eager``; ``graph`` on CUDA):
+
+* every ``[rows, hidden]`` argument sits between NaN guard rows; extra output buffers start as NaN;
+* out of place: blocks of the outputs' size are filled with NaN and freed first, so a kernel that leaves part of
+  its output unwritten hands back NaN (reliably on CUDA, whose caching allocator hands the blocks back; on the CPU
+  glibc reuses freed memory unpredictably, and unwritten rows fail the comparison with whatever they held);
+* on CUDA the call runs on a fresh non-default stream and its results are copied out on that stream after
+  synchronizing only it (a kernel that works on another stream is read before it finishes);
+* ``graph``: the call is captured into a CUDA graph on other inputs (after a warm-up call on scratch copies), the
+  buffers are reset to those inputs, out-of-place outputs are set to NaN, and the graph is replayed once: a kernel
+  that behaves differently while captured hands back a wrong answer;
+* handed back: the argument buffers after the call (inputs must be untouched unless the contract writes them), the
+  returned outputs (out of place), and the guard rows.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+GUARD_ROWS = 1
+
+
+def _storage_ptr(t: Any) -> int:
+    return int(t.untyped_storage().data_ptr())
+
+
+def _poison_allocator(shape: tuple[int, ...], dt: Any, device: Any, blocks: int = 2) -> None:
+    """Fill freshly allocated output-sized blocks with NaN and free them, so the next allocations get NaN memory."""
+    import torch
+
+    held = [torch.full(shape, float("nan"), dtype=dt, device=device) for _ in range(blocks)]
+    del held
+
+
+def _guarded(spec: Any, pack: Any, phase: str, in_place: bool, rows: int, device: Any) -> tuple[dict, dict]:
+    """Argument tensors for ``phase`` (row tensors framed by NaN guard rows) and their backing buffers."""
+    import torch
+
+    tensors: dict[str, Any] = {}
+    frames: dict[str, Any] = {}
+    row_args = [*spec.ROW_TENSORS, *spec.buffers(in_place)]
+    for name in spec.INPUTS:
+        src = pack.tensor(f"in.{phase}.{name}")
+        if name in row_args:
+            continue
+        tensors[name] = src.to(device).clone()
+    for name in row_args:
+        dt = pack.tensor(f"after.{phase}.{name}").dtype
+        frame = torch.full((rows + 2 * GUARD_ROWS, spec.hidden_size), float("nan"), dtype=dt, device=device)
+        view = frame[GUARD_ROWS:GUARD_ROWS + rows]
+        if name in spec.INPUTS:
+            view.copy_(pack.tensor(f"in.{phase}.{name}").to(device))
+        frames[name], tensors[name] = frame, view
+    return tensors, frames
+
+
+def _reset(spec: Any, pack: Any, phase: str, tensors: dict, frames: dict, device: Any) -> None:
+    for name, t in tensors.items():
+        if name in spec.INPUTS:
+            t.copy_(pack.tensor(f"in.{phase}.{name}").to(device))
+        else:
+            t.fill_(float("nan"))
+    for frame in frames.values():
+        frame[:GUARD_ROWS].fill_(float("nan"))
+        frame[-GUARD_ROWS:].fill_(float("nan"))
+
+
+def _returned(spec: Any, value: Any, tensors: dict, rows: int) -> tuple[list[Any] | None, str | None]:
+    """The out-of-place outputs in ``OUTPUTS`` order, or the contract error."""
+    import torch
+
+    names = spec.RETURNS.returns
+    got = [value] if len(names) == 1 and isinstance(value, torch.Tensor) else value
+    if not isinstance(got, (tuple, list)) or len(got) != len(names):
+        want = names[0] if len(names) == 1 else f"({', '.join(names)})"
+        return None, f"out-of-place contract: expected {want}, got {type(value).__name__}"
+    ref = tensors[spec.ROW_TENSORS[0]]
+    inputs = {_storage_ptr(t) for n, t in tensors.items() if n in spec.INPUTS}
+    for name, t in zip(names, got):
+        if not isinstance(t, torch.Tensor):
+            return None, f"out-of-place contract: {name} is a {type(t).__name__}, not a tensor"
+        if tuple(t.shape) != (rows, spec.hidden_size) or t.dtype != ref.dtype or t.device != ref.device:
+            return None, (f"out-of-place contract: {name} is {tuple(t.shape)} {t.dtype} on {t.device}, expected "
+                          f"{(rows, spec.hidden_size)} {ref.dtype} on {ref.device}")
+        if _storage_ptr(t) in inputs:
+            return None, f"out-of-place contract: {name} shares memory with an input (must be a new tensor)"
+    return list(got), None
+
+
+def _hand_back(spec: Any, pack: Any, phase: str, in_place: bool, tensors: dict, frames: dict,
+               outputs: list[Any] | None) -> None:
+    """Copy everything the call touched into the pack, on the current stream (then the caller synchronizes)."""
+    for name, t in tensors.items():
+        pack.tensor(f"after.{phase}.{name}").copy_(t, non_blocking=False)
+    for name, frame in frames.items():
+        guard = pack.tensor(f"guard.{phase}.{name}")
+        guard[:GUARD_ROWS].copy_(frame[:GUARD_ROWS])
+        guard[GUARD_ROWS:].copy_(frame[-GUARD_ROWS:])
+    if outputs is not None:
+        for name, t in zip(spec.RETURNS.returns, outputs):
+            pack.tensor(f"ret.{phase}.{name}").copy_(t)
+
+
+def _eager(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: int, device: Any) -> str | None:
+    tensors, frames = _guarded(spec, pack, "eager", in_place, rows, device)
+    if not in_place:
+        ref = tensors[spec.ROW_TENSORS[0]]
+        _poison_allocator((rows, spec.hidden_size), ref.dtype, device)
+    value = fn(*spec.arguments(tensors, in_place))
+    outputs = None
+    if not in_place:
+        outputs, error = _returned(spec, value, tensors, rows)
+        if error:
+            return error
+    _hand_back(spec, pack, "eager", in_place, tensors, frames, outputs)
+    return None
+
+
+def _graph(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: int, device: Any) -> str | None:
+    import torch
+
+    scratch, _ = _guarded(spec, pack, "graph", in_place, rows, device)
+    side = torch.cuda.Stream(device=device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn(*spec.arguments(scratch, in_place))  # warm-up outside the capture (compiles, workspaces)
+    torch.cuda.current_stream(device).wait_stream(side)
+    side.synchronize()
+    del scratch
+    tensors, frames = _guarded(spec, pack, "graph", in_place, rows, device)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            value = fn(*spec.arguments(tensors, in_place))
+    except Exception as e:
+        return f"graph contract: the call cannot be captured in a CUDA graph: {type(e).__name__}: {e}"
+    outputs = None
+    if not in_place:
+        outputs, error = _returned(spec, value, tensors, rows)
+        if error:
+            return error
+        for t in outputs:
+            t.fill_(float("nan"))
+    _reset(spec, pack, "graph", tensors, frames, device)
+    graph.replay()
+    _hand_back(spec, pack, "graph", in_place, tensors, frames, outputs)
+    return None
+
+
+def run_check(fn: Callable[..., Any], spec: Any, in_place: bool, rows: int, device: Any, pack: Any,
+              phases: list[str]) -> dict[str, str | None]:
+    """Run each phase on the pack's inputs and write back what the call touched; return each phase's contract error
+    (``None`` when the call kept to its contract as far as this process can tell). Exceptions from ``fn`` propagate."""
+    import torch
+
+    dev = torch.device(device)
+    errors: dict[str, str | None] = {}
+    run = {"eager": _eager, "graph": _graph}
+    for phase in phases:
+        if dev.type == "cuda":
+            stream = torch.cuda.Stream(device=dev)
+            with torch.cuda.stream(stream):
+                errors[phase] = run[phase](fn, spec, pack, in_place, rows, dev)
+            stream.synchronize()
+            # The results are in the pack. Now wait for stray work a kernel left on other streams, so that it cannot
+            # write into memory the next phase reuses.
+            torch.cuda.synchronize(dev)
+        else:
+            errors[phase] = run[phase](fn, spec, pack, in_place, rows, dev)
+    return errors

@@ -1,0 +1,216 @@
+"""What an op folder declares, so that the harness, isolation, correctness, decision and receipts know no op.
+
+An op is one folder ``infercrane/kernels/ops/<op>/`` with:
+
+* ``spec.py``: a frozen dataclass subclassing ``OpSpec`` (shapes from the model config, byte model, calling
+  contracts, input generator, tolerances) bound to the module name ``SPEC``, plus ``DEFAULT_ROWS`` and
+  ``BANDWIDTH_ROWS``;
+* ``oracle.py``: the float32 reference, which ``OpSpec.oracle`` calls;
+* ``candidates.py``: ``KEYS``, ``implementations()`` and ``user_implementation(ref)`` (``infercrane.kernels.registry``);
+* the candidates and baselines themselves.
+
+Adding an op is one such folder plus one line in ``infercrane.kernels.registry.OPS``.
+
+**Calling contracts.** Every implementation is called with the op's named arguments in a fixed order and follows one
+of two contracts, both declared here as data:
+
+* out of place (``RETURNS``): ``fn(*args)`` returns the outputs (one tensor, or a tuple in ``OUTPUTS`` order) and
+  leaves every input untouched;
+* in place (``IN_PLACE``, vLLM's style): ``fn(*args)`` returns ``None`` and afterwards the buffer named by
+  ``writes[output]`` holds each output. A buffer that is not an input (e.g. rms_norm's ``out``) is allocated by the
+  harness, filled with NaN.
+
+Scalars (``eps``) are passed by name from the spec. Tensors in ``ROW_TENSORS`` (and every extra buffer) are
+``[rows, hidden]``; the others (``weight``) are ``[hidden]``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from infercrane.receipts.base import Strict
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+COMPARISON_RULE = "|got - ref| <= atol + rtol * |ref| elementwise, atol = atol_scale * rms(ref); NaN/inf never pass"
+
+
+class Tolerance(Strict):
+    """``|got - ref| <= atol + rtol * |ref|`` with ``atol = atol_scale * rms(ref)`` of the tensor compared."""
+
+    dtype: str
+    rtol: float = Field(gt=0)
+    atol_scale: float = Field(gt=0)
+    rule: str = COMPARISON_RULE
+    derivation: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    """How an implementation is called: argument names in order, and where its outputs end up."""
+
+    args: tuple[str, ...]
+    returns: tuple[str, ...] = ()  # out of place: the outputs returned, in order
+    writes: dict[str, str] = field(default_factory=dict)  # in place: output name -> the argument buffer holding it
+
+    @property
+    def in_place(self) -> bool:
+        return bool(self.writes)
+
+    def text(self) -> str:
+        call = f"fn({', '.join(self.args)})"
+        if self.in_place:
+            held = ", ".join(f"{buf} holds {out}" for out, buf in self.writes.items())
+            return f"{call} -> None; afterwards {held}"
+        ret = self.returns[0] if len(self.returns) == 1 else f"({', '.join(self.returns)})"
+        return f"{call} -> {ret}; inputs untouched"
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One resolved problem of an op: a hidden size, an epsilon, a dtype and the rows to screen.
+
+    Subclasses set the class constants and implement ``make_inputs`` and ``oracle``.
+    """
+
+    hidden_size: int
+    eps: float
+    dtype: str = "bfloat16"
+    rows: tuple[int, ...] = (1,)
+    num_layers: int | None = None
+    model_id: str | None = None
+    model_revision: str | None = None
+    config_fields: dict[str, Any] = field(default_factory=dict)
+
+    OP_NAME: ClassVar[str]
+    OPERATOR: ClassVar[str]
+    SEMANTICS: ClassVar[str]
+    INPUTS: ClassVar[tuple[str, ...]]
+    ROW_TENSORS: ClassVar[tuple[str, ...]]
+    OUTPUTS: ClassVar[tuple[str, ...]]
+    RETURNS: ClassVar[Contract]
+    IN_PLACE: ClassVar[Contract]
+    BYTE_MODEL: ClassVar[str]
+    CALLS_PER_LAYER: ClassVar[float]
+    CALLS_NOTE: ClassVar[str]
+    TOLERANCES: ClassVar[dict[str, Tolerance]]
+
+    def __post_init__(self) -> None:
+        if self.hidden_size <= 0:
+            raise ValueError(f"hidden_size must be positive, got {self.hidden_size}")
+        if not self.eps > 0:
+            raise ValueError(f"eps must be positive, got {self.eps}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
+        if not self.rows or any(r <= 0 for r in self.rows):
+            raise ValueError(f"rows must be positive integers, got {self.rows}")
+
+    # ----------------------------------------------------------------------------------------- what the op is
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def bytes_moved(self, rows: int) -> int:
+        """Fewest bytes one call must move (``BYTE_MODEL``)."""
+        raise NotImplementedError
+
+    @property
+    def calls_per_decode_step(self) -> int | None:
+        return None if self.num_layers is None else int(round(self.CALLS_PER_LAYER * self.num_layers))
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return self.TOLERANCES[self.dtype]
+
+    def contract(self, in_place: bool) -> Contract:
+        return self.IN_PLACE if in_place else self.RETURNS
+
+    def buffers(self, in_place: bool) -> tuple[str, ...]:
+        """Extra ``[rows, hidden]`` argument buffers (not inputs) the harness allocates for a contract."""
+        return tuple(a for a in self.contract(in_place).args if a not in self.INPUTS and a not in self.scalars())
+
+    def scalars(self) -> dict[str, float]:
+        return {"eps": self.eps}
+
+    def make_inputs(self, rows: int, device: Any, seed: int, scale: float) -> dict[str, Any]:
+        """Fresh named inputs from ``seed`` on ``device`` (never zeros)."""
+        raise NotImplementedError
+
+    def oracle(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The float32 reference outputs, by name, for ``inputs`` (any float dtype)."""
+        raise NotImplementedError
+
+    def arguments(self, tensors: dict[str, Any], in_place: bool) -> list[Any]:
+        """The positional arguments of a call under a contract, from named tensors and the spec's scalars."""
+        scalars = self.scalars()
+        return [scalars[a] if a in scalars else tensors[a] for a in self.contract(in_place).args]
+
+    # ----------------------------------------------------------------------------------------- records
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["rows"] = list(self.rows)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "OpSpec":
+        data = dict(data)
+        data["rows"] = tuple(data["rows"])
+        return cls(**data)
+
+    def record(self) -> dict[str, Any]:
+        """What a result records about the op and its problem."""
+        return {
+            "op": self.OP_NAME, "operator": self.OPERATOR, "semantics": self.SEMANTICS,
+            "hidden_size": self.hidden_size, "eps": self.eps, "dtype": self.dtype, "num_layers": self.num_layers,
+            "model_id": self.model_id, "model_revision": self.model_revision,
+            "config_fields": dict(self.config_fields), "byte_model": self.BYTE_MODEL,
+            "contracts": {"out_of_place": self.RETURNS.text(), "in_place": self.IN_PLACE.text()},
+            "calls_per_decode_step": self.calls_per_decode_step, "calls_per_decode_step_note": self.CALLS_NOTE,
+        }
+
+    @classmethod
+    def from_model_config(
+        cls, config: dict[str, Any], *, rows: tuple[int, ...] | None = None, dtype: str = "bfloat16",
+        model_id: str | None = None, model_revision: str | None = None,
+    ) -> "OpSpec":
+        """Resolve the op's shapes from a Hugging Face style ``config.json`` dict (hidden size, eps, layers)."""
+        import sys
+
+        try:
+            hidden = int(config["hidden_size"])
+        except KeyError as e:
+            raise ValueError("model config has no 'hidden_size'") from e
+        eps = config.get("rms_norm_eps", config.get("layer_norm_epsilon", config.get("layer_norm_eps")))
+        if eps is None:
+            raise ValueError("model config has no 'rms_norm_eps' (nor layer_norm_epsilon/layer_norm_eps)")
+        layers = config.get("num_hidden_layers")
+        used = {k: config[k] for k in ("hidden_size", "rms_norm_eps", "num_hidden_layers", "torch_dtype") if k in config}
+        default_rows = getattr(sys.modules[cls.__module__], "DEFAULT_ROWS")
+        return cls(hidden_size=hidden, eps=float(eps), dtype=dtype, rows=tuple(rows or default_rows),
+                   num_layers=int(layers) if layers is not None else None, model_id=model_id,
+                   model_revision=model_revision, config_fields=used)
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def normal(shape: tuple[int, ...], gen: Any, device: Any, dtype: str, mean: float, std: float) -> Any:
+    """``N(mean, std^2)`` drawn in float32 from ``gen`` on ``device``, rounded to ``dtype``."""
+    import torch
+
+    return (mean + std * torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)).to(torch_dtype(dtype))
+
+
+def generator(device: Any, seed: int) -> Any:
+    import torch
+
+    gen = torch.Generator(device=torch.device(device))
+    gen.manual_seed(int(seed))
+    return gen

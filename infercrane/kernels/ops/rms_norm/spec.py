@@ -1,0 +1,80 @@
+"""RMSNorm (vLLM's ``rms_norm``): shapes, byte model, calling contracts, inputs, tolerances.
+
+Calling contract for every implementation (ours, the baselines', a user's):
+
+* out-of-place: ``fn(x, weight, eps) -> out``; inputs untouched.
+* in-place (vLLM's contract, ``torch.ops._C.rms_norm(out, input, weight, epsilon)``): ``fn(out, x, weight, eps) ->
+  None``; afterwards ``out`` holds the result (the harness hands it a NaN-filled buffer); ``x`` is untouched.
+
+``x`` is a ``[rows, hidden]`` contiguous tensor of ``dtype``; ``weight`` is ``[hidden]``. The screened width is the
+model's ``hidden_size`` (Qwen3's final norm); the q/k norms run the same op at ``head_dim`` over rows x heads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infercrane.kernels.op import Contract, OpSpec, Tolerance, generator, normal
+
+OPERATOR = "RMSNorm"
+OP_NAME = "rms_norm"
+DEFAULT_ROWS: tuple[int, ...] = (1, 8, 32, 128, 512)
+BANDWIDTH_ROWS: tuple[int, ...] = (2048, 8192, 32768)
+
+# Tolerances are data (u = unit roundoff of the storage dtype). A float32 kernel rounds the stored output once
+# (<= u relative); vLLM's kernel and the native path round the normalized value to the storage dtype before the
+# weight multiply and round the product again (<= ~2u + products of u). The same rtol as fused add+RMSNorm
+# (two ulps) keeps headroom without admitting a wrong kernel; atol = scale * rms(ref) for near-zero elements.
+TOLERANCES: dict[str, Tolerance] = {
+    "bfloat16": Tolerance(dtype="bfloat16", rtol=1.6e-2, atol_scale=1e-2,
+                          derivation="bf16 u=2^-8; up to 2 roundings in vLLM-style kernels (<=8e-3); "
+                                     "rtol = 2 ulp = 1.6e-2; atol = 1e-2 * rms(ref) for near-zero elements"),
+    "float16": Tolerance(dtype="float16", rtol=2e-3, atol_scale=1e-3,
+                         derivation="fp16 u=2^-11; up to 2 roundings (<=1e-3); rtol = 2e-3; atol = 1e-3 * rms(ref)"),
+    "float32": Tolerance(dtype="float32", rtol=1e-5, atol_scale=1e-5,
+                         derivation="fp32: reduction order only; rtol = 1e-5; atol = 1e-5 * rms(ref)"),
+}
+
+
+@dataclass(frozen=True)
+class RMSNormSpec(OpSpec):
+    """One resolved problem: a width (the model's hidden size), an epsilon, a dtype and the rows to screen."""
+
+    rows: tuple[int, ...] = DEFAULT_ROWS
+
+    OP_NAME = OP_NAME
+    OPERATOR = OPERATOR
+    SEMANTICS = "out = x * rsqrt(mean(x^2) + eps) * weight (float32 inside)"
+    INPUTS = ("x", "weight")
+    ROW_TENSORS = ("x",)
+    OUTPUTS = ("out",)
+    RETURNS = Contract(args=("x", "weight", "eps"), returns=("out",))
+    IN_PLACE = Contract(args=("out", "x", "weight", "eps"), writes={"out": "out"})
+    BYTE_MODEL = "rows * hidden * dtype_bytes * 2 + hidden * dtype_bytes (read x; write out; read weight)"
+    CALLS_PER_LAYER = 0
+    CALLS_NOTE = ("at hidden_size: 1 call per decode step (the final norm); the q/k norms are the same op at "
+                  "head_dim, another shape")
+    TOLERANCES = TOLERANCES
+
+    def bytes_moved(self, rows: int) -> int:
+        """Fewest bytes one call must move: read x, write out, read weight."""
+        return rows * self.hidden_size * self.dtype_bytes * 2 + self.hidden_size * self.dtype_bytes
+
+    @property
+    def calls_per_decode_step(self) -> int | None:
+        return None if self.num_layers is None else 1
+
+    def make_inputs(self, rows: int, device: Any, seed: int, scale: float) -> dict[str, Any]:
+        """``x ~ N(0, s^2)``, ``weight ~ N(1, 0.5^2)``, generated on ``device``."""
+        gen = generator(device, seed)
+        h = self.hidden_size
+        return {"x": normal((rows, h), gen, device, self.dtype, 0.0, scale),
+                "weight": normal((h,), gen, device, self.dtype, 1.0, 0.5)}
+
+    def oracle(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels.ops.rms_norm.oracle import rms_norm_ref
+
+        return {"out": rms_norm_ref(inputs["x"], inputs["weight"], self.eps)}
+
+
+SPEC = RMSNormSpec
