@@ -12,22 +12,32 @@
   imports; otherwise through the kernel library of a vLLM wheel named by ``INFERCRANE_VLLM_OPS_LIB``
   (``torch.ops.load_library`` then ``torch.ops._C.fused_add_rms_norm``).
 
+The op-neutral machinery lives in ``infercrane.kernels.ops.compile_per_shape`` (the per-shape compile) and
+``infercrane.kernels.ops.vllm_lib`` (finding a vLLM kernel); this module binds them to this op.
 torch is imported inside the functions only.
 """
 from __future__ import annotations
 
 import functools
-import os
-import re
-import shutil
-import types
-from pathlib import Path
 from typing import Any, Callable
 
-VLLM_LIB_ENV = "INFERCRANE_VLLM_OPS_LIB"
-VLLM_VERSION_ENV = "INFERCRANE_VLLM_VERSION"
-VLLM_LIB_NAMES = ("_C_stable_libtorch.abi3.so", "_C.abi3.so")
-COMPILE_SETTINGS = "torch.compile(fn, dynamic=False, fullgraph=True), Inductor default mode, one compile per row count"
+from infercrane.kernels.ops.compile_per_shape import COMPILE_SETTINGS, PerShapeCompiled, describe_torch_compile
+from infercrane.kernels.ops.compile_per_shape import fresh_copy as _fresh_copy  # noqa: F401 (tests use this name)
+from infercrane.kernels.ops.compile_per_shape import torch_compile_available
+from infercrane.kernels.ops.vllm_lib import (  # noqa: F401 (re-exported: this module's public names)
+    VLLM_LIB_ENV,
+    VLLM_LIB_NAMES,
+    VLLM_VERSION_ENV,
+    resolve_vllm_op,
+    route_available,
+    route_kernel,
+    vllm_version_from_path,
+)
+
+__all__ = ["COMPILE_SETTINGS", "PerShapeCompiled", "VLLM_LIB_ENV", "VLLM_LIB_NAMES", "VLLM_VERSION_ENV",
+           "describe_torch_compile", "describe_vllm", "eager_available", "fused_add_rmsnorm_eager", "load_eager",
+           "load_torch_compile", "load_vllm", "torch_compile_available", "vllm_available", "vllm_version_from_path"]
+VLLM_OP = "fused_add_rms_norm"
 
 
 # --------------------------------------------------------------------------------------------- eager
@@ -57,160 +67,29 @@ def load_eager(spec: Any) -> Callable[..., Any]:
 
 
 # --------------------------------------------------------------------------------------------- torch.compile
-
-
-def _cxx_compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def torch_compile_available() -> tuple[bool, str]:
-    """CUDA: available when torch and Triton import. CPU: available for the functional (correctness) run when a C++
-    compiler is on PATH, since Inductor's CPU backend compiles C++; it is slow to compile but checks the same graph."""
-    try:
-        import torch
-    except Exception as e:
-        return False, f"torch is not importable: {type(e).__name__}: {e}"
-    if not hasattr(torch, "compile"):
-        return False, f"torch {torch.__version__} has no torch.compile"
-    if torch.cuda.is_available():
-        try:
-            import triton  # noqa: F401
-        except Exception as e:
-            return False, f"Inductor's CUDA backend needs Triton, which is not importable: {type(e).__name__}: {e}"
-        return True, ""
-    if _cxx_compiler() is None:
-        return False, "no CUDA device, and no C++ compiler (g++/c++/clang++ or $CXX) for Inductor's CPU backend"
-    return True, ""
-
-
-def _fresh_copy(fn: Callable[..., Any], tag: str) -> Callable[..., Any]:
-    """A new function object with its own code object, so Dynamo keeps a separate cache for it."""
-    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{tag}")
-    copy = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
-    copy.__qualname__ = f"{fn.__qualname__}_{tag}"
-    return copy
-
-
-class PerShapeCompiled:
-    """Compiles the eager function once per input shape on first use; later calls reuse that shape's graph.
-
-    The first call for a shape pays the compile; the harness's correctness checks and warm-up make that call, so
-    no compile falls inside a timed region.
-    """
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self._fn = fn
-        self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
-
-    @property
-    def compiled_shapes(self) -> list[tuple[Any, ...]]:
-        return list(self._compiled)
-
-    def __call__(self, x: Any, residual: Any, weight: Any, eps: float) -> Any:
-        key = (tuple(x.shape), str(x.dtype), x.device.type)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            import torch
-
-            tag = "rows" + "x".join(str(d) for d in x.shape)
-            compiled = torch.compile(_fresh_copy(self._fn, tag), dynamic=False, fullgraph=True)
-            self._compiled[key] = compiled
-        return compiled(x, residual, weight, eps)
+# (``infercrane.kernels.ops.compile_per_shape``: availability, one compiled graph per row count)
 
 
 def load_torch_compile(spec: Any) -> Callable[..., Any]:
     return PerShapeCompiled(fused_add_rmsnorm_eager)
 
 
-def describe_torch_compile() -> dict[str, str]:
-    import torch
-
-    return {"settings": COMPILE_SETTINGS, "torch": torch.__version__}
-
-
 # --------------------------------------------------------------------------------------------- vLLM vendor kernel
-
-
-def vllm_version_from_path(path: str | os.PathLike[str]) -> str | None:
-    """vLLM's version from a wheel file name or a ``vllm-X.Y.Z.dist-info`` next to the library's package folder."""
-    p = Path(path)
-    for part in p.parts:
-        m = re.match(r"^vllm-(\d+\.\d+(?:\.\d+)?[^-/]*?)(?:\.dist-info|-|$)", part)
-        if m:
-            return m.group(1)
-    package_dir = p.parent
-    for info in sorted(package_dir.parent.glob("vllm-*.dist-info")):
-        m = re.match(r"^vllm-(.+)\.dist-info$", info.name)
-        if m:
-            return m.group(1)
-    return None
+# (``infercrane.kernels.ops.vllm_lib``: the two routes to vLLM's kernels)
 
 
 @functools.lru_cache(maxsize=1)
 def _vllm_route() -> tuple[Callable[..., Any] | None, dict[str, str], str]:
-    """Find vLLM's kernel: ``(fn, info, "")`` or ``(None, {}, reason)``. Cached: loading a library is once-only."""
-    try:
-        import torch
-    except Exception as e:
-        return None, {}, f"torch is not importable: {type(e).__name__}: {e}"
-    if not torch.cuda.is_available():
-        return None, {}, "no CUDA device: vLLM's fused_add_rms_norm runs on CUDA tensors only"
-    try:
-        import vllm
-        from vllm import _custom_ops as vllm_ops
-
-        fn = vllm_ops.fused_add_rms_norm
-        return fn, {"route": "vllm._custom_ops.fused_add_rms_norm", "vllm": str(vllm.__version__),
-                    "vllm_file": str(getattr(vllm, "__file__", ""))}, ""
-    except Exception as e:
-        import_error = f"{type(e).__name__}: {e}"
-    lib = os.environ.get(VLLM_LIB_ENV, "").strip()
-    if not lib:
-        return None, {}, (
-            f"vLLM not importable ({import_error}); to use the kernel library of a vLLM wheel without importing "
-            f"vLLM, set {VLLM_LIB_ENV} to its {' or '.join(VLLM_LIB_NAMES)}"
-        )
-    path = Path(lib).expanduser()
-    if not path.is_file():
-        return None, {}, f"vLLM not importable ({import_error}) and {VLLM_LIB_ENV}={lib} is not a file"
-    try:
-        torch.ops.load_library(str(path))
-    except Exception as e:
-        return None, {}, (
-            f"vLLM not importable ({import_error}); loading {path} failed: {type(e).__name__}: {e} "
-            "(a library built for another torch/CUDA version does not load)"
-        )
-    try:
-        op = torch.ops._C.fused_add_rms_norm
-    except (AttributeError, RuntimeError) as e:
-        return None, {}, f"loaded {path} but it registers no torch.ops._C.fused_add_rms_norm ({type(e).__name__}: {e})"
-    version = os.environ.get(VLLM_VERSION_ENV, "").strip() or vllm_version_from_path(path)
-    return op, {
-        "route": f"torch.ops.load_library({path.name}) -> torch.ops._C.fused_add_rms_norm",
-        "library": str(path),
-        "vllm": version or "unknown",
-        "vllm_version_source": (
-            VLLM_VERSION_ENV if os.environ.get(VLLM_VERSION_ENV, "").strip() else ("path" if version else "unknown")
-        ),
-        "vllm_import_error": import_error,
-    }, ""
+    """vLLM's ``fused_add_rms_norm``, found once per process (loading a library is once-only)."""
+    return resolve_vllm_op(VLLM_OP)
 
 
 def vllm_available() -> tuple[bool, str]:
-    fn, _, reason = _vllm_route()
-    return (fn is not None), reason
+    return route_available(_vllm_route())
 
 
 def load_vllm(spec: Any) -> Callable[..., Any]:
-    fn, _, reason = _vllm_route()
-    if fn is None:
-        from infercrane.errors import UnavailableError
-
-        raise UnavailableError(f"vLLM's vendor kernel is unavailable: {reason}")
-    return fn
+    return route_kernel(_vllm_route())
 
 
 def describe_vllm() -> dict[str, str]:

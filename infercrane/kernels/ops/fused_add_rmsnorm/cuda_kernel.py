@@ -17,21 +17,32 @@ Method:
 * ``compile_ptx(hidden, arch)`` compiles the same source to PTX with NVRTC through
   ``cuda.bindings.nvrtc`` and no GPU (headers from the ``nvidia-cuda-runtime`` wheel or a CUDA
   toolkit): what CPU CI checks.
+
+The op-neutral part (NVRTC, CuPy compile and cache, torch's stream for CuPy, pointer alignment) is
+``infercrane.kernels.ops.nvrtc``; this module holds the source, its configuration and the launch.
 """
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any
 
-from infercrane.errors import InfercraneError, InputError, UnavailableError
+from infercrane.errors import InputError
+from infercrane.kernels.ops import nvrtc
+# Re-exported: the op-neutral NVRTC/CuPy machinery (``infercrane.kernels.ops.nvrtc``) under this module's names.
+from infercrane.kernels.ops.nvrtc import (  # noqa: F401
+    BASE_OPTIONS,
+    CudaCompileError,
+    cuda_include_dirs,
+    nvrtc_compile_ptx,
+)
+from infercrane.kernels.ops.nvrtc import cupy_device_available as available  # noqa: F401
+from infercrane.kernels.ops.nvrtc import next_pow2 as _next_pow2  # noqa: F401
+from infercrane.kernels.ops.nvrtc import pow2_divisor as _pow2_divisor
 
 SOURCE_PATH = Path(__file__).with_name("fused_add_rmsnorm.cu")
 ENTRY_POINTS: dict[str, str] = {"bfloat16": "fused_add_rmsnorm_bf16", "float16": "fused_add_rmsnorm_fp16"}
 CONFIG_KEYS = ("vec", "threads_per_row", "rows_per_block", "persistent_blocks_per_sm", "weight_ldg")
-# Options common to every compile (the target architecture is added per path).
-BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 # Most vectors one thread may own in a row (the source's static_assert; at 16, ptxas spills at hidden 1024):
 # hidden <= 8 elements * 1024 threads * 8 vectors = 65536.
 MAX_VECTORS_PER_THREAD = 8
@@ -48,49 +59,6 @@ CUDA_DEFAULTS: tuple[dict[str, Any], ...] = (
     {"max_rows": SMALL_ROWS, "vectors_per_thread": 1, "block_threads": 32, "persistent_blocks_per_sm": None},
     {"max_rows": None, "vectors_per_thread": 1, "block_threads": 128, "persistent_blocks_per_sm": None},
 )
-
-
-class CudaCompileError(InfercraneError):
-    """NVRTC rejected the source. ``log`` is NVRTC's log; ``options`` the compile options."""
-
-    def __init__(self, message: str, *, log: str, options: tuple[str, ...]) -> None:
-        super().__init__(f"{message}\n--- NVRTC log ---\n{log.strip()}\n--- options: {' '.join(options)}",
-                         hint="fix the CUDA source or the -D configuration named in the options")
-        self.log = log
-        self.options = options
-
-
-def available() -> tuple[bool, str]:
-    """(True, "") when CuPy imports and a CUDA device is present; otherwise (False, reason)."""
-    try:
-        import cupy
-    except Exception as e:
-        return False, f"cupy is not importable (install cupy-cuda13x): {type(e).__name__}: {e}"
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:
-        return False, f"no usable CUDA driver/device for CuPy: {type(e).__name__}: {e}"
-    if n < 1:
-        return False, "no CUDA device present"
-    try:
-        import torch
-    except Exception as e:
-        return False, f"torch is not importable: {type(e).__name__}: {e}"
-    if not torch.cuda.is_available():
-        return False, "torch sees no CUDA device (the kernel launches on torch's current stream)"
-    return True, ""
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << (int(n) - 1).bit_length()
-
-
-def _pow2_divisor(n: int, cap: int) -> int:
-    """Largest power of two <= cap that divides n."""
-    v = cap
-    while v > 1 and n % v:
-        v //= 2
-    return v
 
 
 def cuda_config(
@@ -204,93 +172,15 @@ def describe() -> dict[str, Any]:
         "source_sha256": hashlib.sha256(read_source().encode()).hexdigest(),
         "base_options": list(BASE_OPTIONS),
         "compiled": [dict(c) for c in _COMPILED],
-        "launch": "torch.cuda.current_stream() wrapped by CuPy (Stream.from_external, else ExternalStream); raw data_ptr() "
-                  "arguments",
+        "launch": nvrtc.STREAM_NOTE,
     }
-    try:
-        import cupy
-
-        info["cupy"] = cupy.__version__
-        info["nvrtc"] = ".".join(str(v) for v in cupy.cuda.nvrtc.getVersion())
-    except Exception as e:
-        info["cupy"] = f"unavailable: {type(e).__name__}"
+    info.update(nvrtc.toolchain())
     return info
 
 
 # ---------------------------------------------------------------------------------------------------
-# CPU path: NVRTC through cuda.bindings (no driver, no GPU).
+# CPU path: NVRTC through cuda.bindings (no driver, no GPU): ``infercrane.kernels.ops.nvrtc``.
 # ---------------------------------------------------------------------------------------------------
-
-def cuda_include_dirs() -> list[str]:
-    """Directories holding ``cuda_bf16.h``: the nvidia-cuda-runtime wheel's, then a CUDA toolkit's."""
-    candidates: list[Path] = []
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("nvidia")
-        for loc in (spec.submodule_search_locations or []) if spec else []:
-            candidates += [Path(loc) / "cu13" / "include", Path(loc) / "cuda_runtime" / "include"]
-    except (ImportError, ValueError):
-        pass
-    for var in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(var):
-            candidates.append(Path(os.environ[var]) / "include")
-    candidates.append(Path("/usr/local/cuda/include"))
-    out: list[str] = []
-    for c in candidates:
-        if (c / "cuda_bf16.h").is_file() and str(c) not in out:
-            out.append(str(c))
-    return out
-
-
-def _nvrtc_check(result: Any, what: str) -> None:
-    from cuda.bindings import nvrtc
-
-    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise UnavailableError(f"NVRTC {what} failed: {result}")
-
-
-def nvrtc_compile_ptx(source: str, options: tuple[str, ...], name: str = "fused_add_rmsnorm.cu") -> str:
-    """Compile CUDA C++ ``source`` to PTX with NVRTC (``cuda.bindings.nvrtc``); no GPU needed.
-
-    Raises UnavailableError when cuda-bindings or the NVRTC library is missing, and CudaCompileError
-    carrying NVRTC's log when the source does not compile.
-    """
-    try:
-        from cuda.bindings import nvrtc
-    except Exception as e:
-        raise UnavailableError(
-            f"cuda.bindings.nvrtc is not importable: {type(e).__name__}: {e}",
-            hint="pip install 'cuda-bindings>=13,<14' nvidia-cuda-nvrtc nvidia-cuda-runtime (extra 'nvrtc')",
-        ) from e
-    try:
-        err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
-    except Exception as e:  # the NVRTC shared library could not be loaded
-        raise UnavailableError(
-            f"the NVRTC library could not be loaded: {type(e).__name__}: {e}",
-            hint="pip install nvidia-cuda-nvrtc (CUDA 13), or put a CUDA toolkit's libnvrtc on the loader path",
-        ) from e
-    _nvrtc_check(err, "nvrtcCreateProgram")
-    try:
-        opts = [o.encode() for o in options]
-        (compile_result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        err, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _nvrtc_check(err, "nvrtcGetProgramLogSize")
-        log_buf = b" " * log_size
-        (err,) = nvrtc.nvrtcGetProgramLog(prog, log_buf)
-        _nvrtc_check(err, "nvrtcGetProgramLog")
-        log = log_buf.rstrip(b"\x00 ").decode(errors="replace")
-        if compile_result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CudaCompileError(f"NVRTC could not compile {name} ({compile_result.name})", log=log,
-                                   options=tuple(options))
-        err, ptx_size = nvrtc.nvrtcGetPTXSize(prog)
-        _nvrtc_check(err, "nvrtcGetPTXSize")
-        ptx_buf = b" " * ptx_size
-        (err,) = nvrtc.nvrtcGetPTX(prog, ptx_buf)
-        _nvrtc_check(err, "nvrtcGetPTX")
-        return ptx_buf.rstrip(b"\x00").decode()
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
 
 
 def compile_ptx(hidden: int, arch: str = "compute_90", *, rows: int = 1, source: str | None = None,
@@ -304,118 +194,30 @@ def compile_ptx(hidden: int, arch: str = "compute_90", *, rows: int = 1, source:
     Raises UnavailableError when NVRTC or the CUDA headers are missing; CudaCompileError (with the
     NVRTC log) on a compile error.
     """
-    if not isinstance(arch, str) or not arch.startswith(("compute_", "sm_")):
-        raise InputError(f"arch must look like 'compute_90' or 'sm_90', got {arch!r}")
     cfg = cuda_config(rows, hidden, **config)
-    includes = cuda_include_dirs()
-    if not includes:
-        raise UnavailableError(
-            "cuda_bf16.h was not found (no nvidia/cu13/include in site-packages, no $CUDA_PATH/include, "
-            "no /usr/local/cuda/include)",
-            hint="pip install nvidia-cuda-runtime (CUDA 13) or set CUDA_PATH to a CUDA toolkit",
-        )
-    options = (f"-arch={arch}", *BASE_OPTIONS, *cfg["defines"], f"-I{includes[0]}")
-    return nvrtc_compile_ptx(read_source() if source is None else source, options)
+    return nvrtc.compile_ptx_for(read_source() if source is None else source, SOURCE_PATH.name, arch,
+                                 cfg["defines"], cuda_include_dirs())
 
 
 # ---------------------------------------------------------------------------------------------------
 # GPU path: CuPy compiles (NVRTC, device arch) and launches on torch's current stream.
 # ---------------------------------------------------------------------------------------------------
 
-_FUNCTIONS: dict[tuple[Any, ...], Any] = {}
 _COMPILED: list[dict[str, Any]] = []
-_STREAMS: dict[tuple[int, int], Any] = {}
 _LAUNCH: dict[tuple[Any, ...], tuple[Any, tuple[int], tuple[int]]] = {}
-
-
-@functools.lru_cache(maxsize=None)
-def _device_info(index: int) -> tuple[str, int]:
-    """(``sm_XY``, multiprocessor count) of CUDA device ``index``."""
-    import torch
-
-    props = torch.cuda.get_device_properties(index)
-    return f"sm_{props.major}{props.minor}", int(props.multi_processor_count)
+_device_info = nvrtc.device_info
+_stream = nvrtc.current_stream
+_align_elems = nvrtc.align_elems
 
 
 def _function(device_index: int, arch: str, cfg: dict[str, Any], dtype: str) -> Any:
-    """The compiled entry point for ``cfg`` on ``device_index``, compiled by CuPy on first use.
-
-    CuPy adds the device's ``-arch=sm_XY``, ``-ftz=true`` and its CUDA header directory itself. Only if that
-    compile cannot find a CUDA header is it retried with ``-I`` for each directory ``cuda_include_dirs()`` finds.
-    """
-    key = (device_index, arch, tuple(cfg["defines"]), dtype)
-    fn = _FUNCTIONS.get(key)
-    if fn is not None:
-        return fn
-    import cupy
-
-    source = read_source()
-    attempts = [()] + [(f"-I{d}",) for d in cuda_include_dirs()]
-    failure: tuple[str, tuple[str, ...]] | None = None
-    for extra in attempts:
-        options = (*BASE_OPTIONS, *cfg["defines"], *extra)
-        try:
-            with cupy.cuda.Device(device_index):
-                kernel = cupy.RawModule(code=source, options=options).get_function(ENTRY_POINTS[dtype])
-                # the device's compiled function: compiles now (errors surface here), launches with less overhead
-                fn = getattr(kernel, "kernel", kernel)
-        except cupy.cuda.compiler.CompileException as e:
-            failure = (str(e), options)
-            if "cuda_bf16.h" in str(e) or "cuda_fp16.h" in str(e):
-                continue  # a header directory problem: try the next -I
-            break
-        except RuntimeError as e:
-            if "CUDA headers" in str(e) or "include" in str(e).lower():
-                failure = (str(e), options)
-                continue
-            raise
-        _FUNCTIONS[key] = fn
+    """The compiled entry point for ``cfg`` on ``device_index`` (``nvrtc.load_function``), recorded when compiled."""
+    fn, options, compiled_now = nvrtc.load_function(device_index, arch, read_source(), SOURCE_PATH.name,
+                                                    cfg["defines"], ENTRY_POINTS[dtype], BASE_OPTIONS)
+    if compiled_now:
         _COMPILED.append({"device": device_index, "arch": arch, "dtype": dtype, "options": list(options),
                           "entry": ENTRY_POINTS[dtype]})
-        return fn
-    assert failure is not None
-    log, options = failure
-    if "CUDA headers" in log or "cuda_bf16.h" in log:
-        raise UnavailableError(
-            f"CuPy could not find the CUDA headers to compile fused_add_rmsnorm.cu: {log.strip()[:500]}",
-            hint="set CUDA_PATH to a CUDA 13 toolkit, or pip install nvidia-cuda-runtime (CUDA 13 headers)",
-        )
-    raise CudaCompileError("CuPy/NVRTC could not compile fused_add_rmsnorm.cu", log=log, options=options)
-
-
-def _stream(device_index: int, stream_ptr: int) -> Any:
-    s = _STREAMS.get((device_index, stream_ptr))
-    if s is None:
-        import cupy
-
-        from_external = getattr(cupy.cuda.Stream, "from_external", None)
-        if from_external is not None:  # CuPy >= 14: the CUDA stream protocol; ExternalStream is deprecated there
-            s = from_external(_StreamHandle(stream_ptr))
-        else:
-            s = cupy.cuda.ExternalStream(stream_ptr, device_index)
-        _STREAMS[(device_index, stream_ptr)] = s
-    return s
-
-
-class _StreamHandle:
-    """A raw ``cudaStream_t`` exposed through the CUDA stream protocol (``__cuda_stream__`` -> (version, handle))."""
-
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.ptr)
-
-
-def _align_elems(*ptrs: int) -> int:
-    """Alignment, in 16-bit elements (at most 8 = 16 bytes), that every pointer has."""
-    combined = 0
-    for p in ptrs:
-        combined |= p
-    elems = 8
-    while elems > 1 and combined % (2 * elems):
-        elems //= 2
-    return elems
+    return fn
 
 
 def fused_add_rmsnorm_cuda(
