@@ -184,7 +184,8 @@ def _rules_screening_v2(r: v2.CudaKernelScreeningReceiptV2) -> list[Problem]:
         base, mine = medians.get((c.baseline, c.rows, c.mode)), medians.get((c.candidate, c.rows, c.mode))
         if base is None or mine is None:
             out.append((p, f"no timing records for {c.baseline}/{c.candidate} at rows {c.rows} in {c.mode} mode"))
-        else:
+        elif "per-trial" not in c.method and "paired-trial" not in c.method:
+            # pooled-sample comparisons (receipts before the trial-level method): the ratio of the pooled medians
             out += check_derived(f"{p}.speedup", c.speedup, "baseline median_us / candidate median_us", _ratio, base, mine)
         if not c.ci_low <= c.speedup <= c.ci_high:
             out.append((f"{p}.speedup", f"{c.speedup!r} lies outside its interval [{c.ci_low!r}, {c.ci_high!r}]"))

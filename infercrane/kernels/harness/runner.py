@@ -401,6 +401,7 @@ def screen(
     from infercrane.kernels.harness.correctness import check_in_worker
     from infercrane.kernels.harness.isolation import InProcessWorker, SubprocessWorker, WorkerFailure, spec_to_json
     from infercrane.kernels.harness.timing import method_sentence
+    from infercrane.stats.trials import TRIAL_METHOD
 
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
@@ -577,7 +578,7 @@ def screen(
         "functional run: no calibration (nothing is timed)",
         implementations=results,
         comparison_policy={"same_margin": policy.same_margin, "confidence": policy.confidence,
-                           "bootstrap_resamples": policy.bootstrap_resamples, "bootstrap_seed": policy.bootstrap_seed},
+                           "method": TRIAL_METHOD},
     )
     finished = datetime.now(timezone.utc)
     result = ScreenResult(**base, comparisons=[], started_at=started, finished_at=finished,
