@@ -26,6 +26,7 @@ USER_KEY = "user"
 # op name -> module that defines ``implementations()`` and ``user_implementation(ref)`` for it.
 OPS: dict[str, str] = {
     "fused_add_rmsnorm": "infercrane.kernels.ops.fused_add_rmsnorm.candidates",
+    "rms_norm": "infercrane.kernels.ops.rms_norm.candidates",
 }
 
 

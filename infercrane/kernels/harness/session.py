@@ -120,17 +120,14 @@ class WorkerSession:
             pack.close()
         return {"errors": errors}
 
-    def _do_time(self, job: dict[str, Any]) -> dict[str, Any]:
+    def _timed_call(self, rows: int, seed: int) -> tuple[Any, Any, Any]:
+        """``(call, restore, finite)`` on fresh inputs of ``rows``: the call under the implementation's contract;
+        ``restore`` puts back inputs the call overwrites (None when it overwrites none); ``finite`` checks the
+        buffers it writes (None out of place)."""
         import torch
 
-        from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes, time_cell
-
-        self._require_loaded()
-        if self.device.type != "cuda":
-            raise RuntimeError("timing needs a CUDA device; a CPU run is functional only")
-        rows, mode = int(job["rows"]), str(job["mode"])
         spec, fn, in_place = self.spec, self.fn, bool(self.in_place)
-        tensors = spec.make_inputs(rows, self.device, int(job["seed"]), 1.0)
+        tensors = spec.make_inputs(rows, self.device, seed, 1.0)
         for name in spec.buffers(in_place):
             tensors[name] = torch.empty((rows, spec.hidden_size), dtype=tensors[spec.ROW_TENSORS[0]].dtype,
                                         device=self.device)
@@ -153,16 +150,43 @@ class WorkerSession:
             def finite() -> bool:
                 return all(bool(torch.isfinite(t).all().item()) for t in written)
 
+        return call, restore, finite
+
+    def _cuda_ready(self) -> None:
+        import torch
+
+        from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes
+
+        self._require_loaded()
+        if self.device.type != "cuda":
+            raise RuntimeError("timing needs a CUDA device; a CPU run is functional only")
         if self._clock is None:
             self._clock = ClockReader(self.device)
-        if mode == "cold" and self._flush is None:
+        if self._flush is None:
             self._flush = torch.empty(l2_flush_bytes(self.device), dtype=torch.uint8, device=self.device)
+
+    def _do_time(self, job: dict[str, Any]) -> dict[str, Any]:
+        from infercrane.kernels.harness.timing import time_cell
+
+        self._cuda_ready()
+        call, restore, finite = self._timed_call(int(job["rows"]), int(job["seed"]))
         block = time_cell(
-            call, mode=mode, samples=int(job["samples"]), device=self.device, restore=restore, finite_check=finite,
-            calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)), clock=self._clock,
-            flush=self._flush, second_timer=bool(job.get("second_timer", True)),
+            call, mode=str(job["mode"]), samples=int(job["samples"]), device=self.device, restore=restore,
+            finite_check=finite, calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)),
+            clock=self._clock, flush=self._flush, second_timer=bool(job.get("second_timer", True)),
         )
         return block.model_dump(mode="json")
+
+    def _do_second_cold(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Cold mode's second timer (CUPTI), asked for after every trial of this worker."""
+        from infercrane.kernels.harness.timing import SECOND_TIMER_METHODS, time_second, warm_up
+
+        self._cuda_ready()
+        call, restore, _ = self._timed_call(int(job["rows"]), int(job["seed"]))
+        warm_up(call, restore)
+        value, error = time_second("cold", call, calls=1, restore=restore, flush=self._flush)
+        return {"second_timer_us": value, "second_timer_error": error,
+                "second_timer_method": SECOND_TIMER_METHODS["cold"] if value is not None else None}
 
     def _do_calibrate(self, job: dict[str, Any]) -> dict[str, Any]:
         from infercrane.kernels.harness.calibration import calibrate

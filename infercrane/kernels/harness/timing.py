@@ -43,6 +43,7 @@ COLD_SPIN_CYCLES = 200_000  # ~100 us at 2 GHz: GPU busy while the CPU enqueues 
 GRAPH_PROBE_CALLS = 16
 MAX_GRAPH_CALLS = 8192
 GRAPH_FIXED_COST_MAX_FRACTION = 0.01
+GRAPH_FIXED_COST_SIZING_FRACTION = 0.005  # sized to half the limit: the intercept is re-estimated and noisy
 # The second, independent timer of a cell (``second_timer``): milliseconds of repetition it may spend.
 SECOND_TIMER_REP_MS = 20
 SECOND_TIMER_SAMPLES = 5
@@ -52,7 +53,8 @@ SECOND_TIMER_METHODS = {
     "graph": "triton.testing.do_bench_cudagraph(fn, rep=20 ms, return_mode='median'): its own graph, sized by "
              "Triton, on its own stream",
     "cold": "CUPTI kernel time (torch.profiler): span from the call's first GPU activity to its last, after the same "
-            "L2 flush and spin; median over samples",
+            "L2 flush and spin; median over samples; run after every trial of the worker, because once CUPTI is "
+            "attached it slows every later launch and graph replay of the process (seen on an H200: +10-25 %)",
 }
 
 
@@ -223,7 +225,7 @@ def estimate_graph(call: Callable[[], Any], restore: Callable[[], None] | None) 
 def graph_calls(per_call_us: float, fixed_us: float) -> int:
     """Calls per graph: a sample of about ``TARGET_SAMPLE_US`` and a fixed cost under the allowed fraction of it."""
     need_target = math.ceil(TARGET_SAMPLE_US / per_call_us)
-    need_fixed = math.ceil(fixed_us / (GRAPH_FIXED_COST_MAX_FRACTION * per_call_us)) if fixed_us > 0 else 1
+    need_fixed = math.ceil(fixed_us / (GRAPH_FIXED_COST_SIZING_FRACTION * per_call_us)) if fixed_us > 0 else 1
     return int(max(1, min(MAX_GRAPH_CALLS, max(need_target, need_fixed))))
 
 
@@ -441,8 +443,9 @@ def time_cell(
     ``calls_per_sample`` is picked when not given — launch: from a launch-mode burst (what launch mode measures);
     graph: from a graph-mode estimate (``estimate_graph``, ``graph_calls``) — pass the value of the first trial to
     later trials so every trial of a cell does the same work. ``flush`` (cold) is a preallocated buffer of
-    ``l2_flush_bytes`` bytes; one is allocated when not given. With ``second_timer`` the cell is also timed by an
-    independent timer (``SECOND_TIMER_METHODS``) after the samples.
+    ``l2_flush_bytes`` bytes; one is allocated when not given. With ``second_timer`` a launch or graph cell is also
+    timed by an independent timer (``SECOND_TIMER_METHODS``) right after its samples, so the two figures share the
+    trial's conditions; cold mode's second timer (CUPTI) runs after every trial instead (``time_second``).
     """
     import torch
 
@@ -488,8 +491,12 @@ def time_cell(
     _sync()
     rejected = reject_throttled(clocks, before)
     finite = None if finite_check is None else bool(finite_check())
-    second, second_error = (time_second(mode, call, calls=n_calls, restore=restore, flush=flush)
-                            if second_timer else (None, "not asked for in this trial"))
+    if mode == "cold":
+        second, second_error = None, "cold: timed by CUPTI after every trial of the worker"
+    elif second_timer:
+        second, second_error = time_second(mode, call, calls=n_calls, restore=restore, flush=flush)
+    else:
+        second, second_error = None, "not asked for in this trial"
     fraction = None
     if fixed_us is not None and times:
         import statistics
@@ -501,6 +508,6 @@ def time_cell(
         clock_source=clock.source, throttled=is_throttled(rejected, before, after),
         outputs_finite=finite, l2_flush_bytes=flush_bytes, sizing=sizing,
         graph_fixed_cost_us=fixed_us, graph_fixed_cost_fraction=fraction,
-        second_timer_us=second, second_timer_method=SECOND_TIMER_METHODS[mode] if second_timer else None,
+        second_timer_us=second, second_timer_method=SECOND_TIMER_METHODS[mode] if second is not None else None,
         second_timer_error=second_error,
     )
