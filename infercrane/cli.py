@@ -4,16 +4,24 @@ Sub-commands are registered by import path and loaded only when run, so ``inferc
 nor vLLM nor AIPerf. Every InferCrane error maps to an exit code here, in one place:
 0 ok · 1 internal error · 2 bad input (file, flag, recipe, receipt) · 3 a needed tool is unavailable · 4 a run failed
 · 130 interrupted.
+
+Bad input is printed as one line per bad value, naming the flag and what to give instead (``usage_error_lines``):
+cyclopts' usage errors and the option models' validation errors alike, never a pydantic dump.
 """
 from __future__ import annotations
 
 import sys
 
-from cyclopts import App
+from typing import Any, Iterator
+
+from cyclopts import App, Parameter
 
 from . import __version__
 
-app = App(name="infercrane", version=__version__, help="Turn a proposed LLM-inference optimization into an auditable decision.")
+# No "--no-…" / "--empty-…" twins: a flag that is off by default needs none; an option that does (a tri-state such
+# as --candidate-in-place) names its opposite itself.
+app = App(name="infercrane", version=__version__, default_parameter=Parameter(negative=()),
+          help="Turn a proposed LLM-inference optimization into an auditable decision.")
 
 receipt = App(name="receipt", version_flags=[], help="Validate, show, diff receipts; print their JSON Schemas.")
 receipt.command("infercrane.commands.receipt:validate", name="validate", help="Validate receipt files (types, derived numbers, content hash).")
@@ -29,10 +37,11 @@ model.command("infercrane.commands.model:list_models", name="list", help="List t
 model.command("infercrane.commands.model:stand_in", name="stand-in", help="Write an offline stand-in of a catalog model (config, local tokenizer).")
 app.command(model)
 
-kernel = App(name="kernel", help="Kernel lab: screen candidate kernels against baselines and a float32 oracle.")
-kernel.command("infercrane.commands.kernel:screen", name="screen", help="Screen fused residual-add + RMSNorm candidates and decide.")
+kernel = App(name="kernel", help="Kernel lab: screen candidate kernels of an op against baselines and a float32 oracle.")
+kernel.command("infercrane.commands.kernel:screen", name="screen",
+               help="Screen an op's candidate kernels (--op; default fused_add_rmsnorm) against its baselines and decide.")
 kernel.command("infercrane.commands.kernel:decide", name="decide", help="Decide again on a finished screen (e.g. with a decode step time from a serving receipt).")
-kernel.command("infercrane.commands.kernel:list_impls", name="list", help="List the implementations and whether each is available here.")
+kernel.command("infercrane.commands.kernel:list_impls", name="list", help="List an op's implementations and what a screen here would do with each.")
 app.command(kernel)
 
 serve = App(name="serve", help="Serving lab: A/B of vLLM serving recipes driven by AIPerf, decided with statistics.")
@@ -48,17 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import InfercraneError
 
     try:
-        result = app(argv if argv is not None else sys.argv[1:], exit_on_error=False, result_action="return_value")
+        result = app(argv if argv is not None else sys.argv[1:], exit_on_error=False, print_error=False,
+                     result_action="return_value")
     except InfercraneError as e:
-        _print_error(str(e))
+        for line in e.lines():
+            _print_error(line)
         return e.exit_code
     except KeyboardInterrupt:
         _print_error("interrupted")
         return 130
-    except Exception as e:  # cyclopts' own usage errors
+    except Exception as e:  # cyclopts' own usage errors, the option models' validation errors among them
         from cyclopts.exceptions import CycloptsError
 
-        if isinstance(e, CycloptsError):  # cyclopts has printed the usage error already
+        if isinstance(e, CycloptsError):
+            for line in usage_error_lines(e):
+                _print_error(line)
             return 2
         raise
     return result if isinstance(result, int) else 0
@@ -66,6 +79,56 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_error(message: str) -> None:
     print(f"infercrane: error: {message}", file=sys.stderr)
+
+
+def usage_error_lines(e: Exception) -> Iterator[str]:
+    """One line per bad value of a cyclopts usage error: the flag, the value, and what to give instead."""
+    import pydantic
+
+    cause = e.__cause__
+    if isinstance(cause, pydantic.ValidationError):
+        for err in cause.errors(include_url=False):
+            yield _pydantic_line(err, getattr(e, "argument", None))
+        return
+    yield " ".join(str(e).split())
+
+
+# pydantic error type -> what to give instead (ctx values filled in)
+_FIXES = {
+    "int_parsing": "give a whole number", "int_from_float": "give a whole number", "int_type": "give a whole number",
+    "float_parsing": "give a number", "float_type": "give a number", "bool_parsing": "give true or false",
+    "greater_than": "give a number > {gt}", "greater_than_equal": "give a number >= {ge}",
+    "less_than": "give a number < {lt}", "less_than_equal": "give a number <= {le}",
+    "literal_error": "give one of {expected}", "enum": "give one of {expected}",
+    "too_short": "give at least {min_length}", "missing": "it is required",
+}
+
+
+def _pydantic_line(err: Any, argument: Any) -> str:
+    loc = [p for p in err.get("loc", ()) if not isinstance(p, int)]
+    name = _flag_of(loc[0], argument) if loc else None
+    ctx = err.get("ctx") or {}
+    if err["type"] == "value_error":  # the option models' own checks: the message says it all
+        message = str(ctx.get("error", err["msg"]))
+        return message if name is None or message.startswith("--") else f"{name}: {message}"
+    if err["type"] == "extra_forbidden":
+        return f"unknown option {name}; see --help"
+    value = err.get("input")
+    shown = f" {value}" if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+    fix = _FIXES.get(err["type"])
+    try:
+        fix = fix.format(**ctx) if fix else err["msg"]
+    except (KeyError, IndexError):
+        fix = err["msg"]
+    return f"{name or 'option'}{shown}: {fix}"
+
+
+def _flag_of(field: str, argument: Any) -> str:
+    """The flag cyclopts gave a model field (the argument's child with that key), else the default spelling."""
+    for child in getattr(argument, "children_recursive", None) or ():
+        if tuple(child.keys) == (field,) and child.name:
+            return child.name
+    return "--" + str(field).replace("_", "-")
 
 
 if __name__ == "__main__":

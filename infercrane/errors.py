@@ -4,6 +4,9 @@ Every error says what was wrong and what to do about it.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 
 class InfercraneError(Exception):
     """Root of every error InferCrane raises on purpose."""
@@ -18,11 +21,30 @@ class InfercraneError(Exception):
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
 
+    def lines(self) -> list[str]:
+        """What the CLI prints: one line per problem, the hint on the last one."""
+        lines = self.message.splitlines() or [""]
+        if self.hint:
+            lines[-1] = f"{lines[-1]}; {self.hint}"
+        return lines
+
 
 class InputError(InfercraneError):
     """Bad user input: a file, a flag, a recipe, a model name. Raised before any GPU time is spent."""
 
     exit_code = 2
+
+
+@contextmanager
+def about(option: str) -> Iterator[None]:
+    """Name ``option`` (e.g. ``--policy``) in any InputError raised inside, unless the message names it already."""
+    try:
+        yield
+    except InputError as e:
+        if option not in e.message:
+            e.message = f"{option}: {e.message}"
+            e.args = (e.message, *e.args[1:])
+        raise
 
 
 class ReceiptInvalid(InputError):

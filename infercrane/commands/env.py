@@ -22,13 +22,14 @@ def env(*, json_output: bool = False) -> int:
     from rich.table import Table
 
     from ..receipts.render import console
+    from .options import plain
 
     t = Table(title="infercrane env", title_justify="left", show_header=False)
     t.add_column(style="bold")
     t.add_column()
     for section in ("hardware", "software"):
         for k, v in info[section].items():
-            t.add_row(f"{section}.{k}", "—" if v is None else str(v))
-    t.add_row("git_commit", f"{commit}{' (dirty)' if dirty else ''}" if commit else "—")
+            t.add_row(plain(f"{section}.{k}"), "—" if v is None else plain(v))
+    t.add_row("git_commit", plain(f"{commit}{' (dirty)' if dirty else ''}") if commit else "—")
     console().print(t)
     return 0

@@ -1,30 +1,61 @@
-"""``infercrane kernel …``: screen candidates for fused residual-add + RMSNorm, list implementations."""
+"""``infercrane kernel …``: screen an op's candidate kernels (``--op``), list its implementations, decide again."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Iterator
 
 from cyclopts import Parameter
+from cyclopts.validators import Number
 
-from ..kernels.config import ScreenConfig
+from ..kernels.config import OpOptions, ScreenConfig
+from .options import plain
 
 
-def list_impls() -> int:
-    """List the implementations of fused residual-add + RMSNorm and whether each can run here (and why not)."""
+def list_impls(*, config: Annotated[OpOptions, Parameter(name="*")] = OpOptions()) -> int:
+    """List the implementations of an op (--op) and what `infercrane kernel screen` would do with each on this
+    machine (with the same --device): time it on the GPU, check it on the CPU (Triton kernels under Triton's
+    interpreter), or skip it, and why. Also the op's default and bandwidth row counts."""
     from rich.table import Table
 
-    from ..kernels.registry import implementations
-    from ..kernels.ops.fused_add_rmsnorm.spec import OP_NAME
+    from ..kernels import registry
     from ..receipts.render import console
 
-    t = Table(title="fused_add_rmsnorm implementations", title_justify="left")
-    for c in ("key", "kind", "in place", "available", "reason / source"):
+    con = console()
+    device, device_reason = _run_device(config.device)
+    interpret = _triton_interpreter_needed(config.device)
+    plan = []
+    for impl in registry.implementations(config.op):
+        base_ok, _ = impl.probe()
+        with _env_set("TRITON_INTERPRET", "1") if interpret else _nothing():
+            ok, reason = impl.probe()
+            if ok and device == "cpu":
+                ok, reason = impl.probe_cpu()
+        if not ok:
+            what = f"skipped: {reason}"
+            if device == "cpu" and _ptx_compiler(config.op, impl.key) is not None:
+                what += " (the screen compiles it to PTX with NVRTC instead)"
+        elif device == "cuda":
+            what = "timed on the GPU (after its correctness checks)"
+        elif interpret and not base_ok:
+            what = "checked on the CPU under Triton's interpreter (correctness only)"
+        else:
+            what = "checked on the CPU (correctness only)"
+        plan.append((impl, what))
+    t = Table(title=f"{config.op} implementations: what a screen here would do", title_justify="left")
+    for c in ("key", "kind", "in place", "a screen here", "source"):
         t.add_column(c)
-    for impl in implementations(OP_NAME):
-        ok, why = impl.available()
-        t.add_row(impl.key, impl.kind, str(impl.in_place), "yes" if ok else "no", why if not ok else impl.source)
-    console().print(t)
+    for impl, what in plan:
+        t.add_row(plain(impl.key), impl.kind, str(impl.in_place), plain(what), plain(impl.source))
+    con.print(t)
+    run = "timed" if device == "cuda" else "functional (correctness only, no timing)"
+    con.print(f"a screen here (--device {config.device}): {run}: {plain(device_reason)}")
+    if device == "cuda" and os.environ.get("TRITON_INTERPRET"):
+        con.print("note: TRITON_INTERPRET is set: Triton kernels would run under the interpreter, not as GPU kernels")
+    con.print(f"rows: default {','.join(map(str, registry.default_rows(config.op)))}; --bandwidth-rows adds "
+              f"{','.join(map(str, registry.bandwidth_rows(config.op)))}")
+    con.print("a user candidate (--candidate path/to/file.py:function) is screened as 'user', after these")
     return 0
 
 
@@ -32,10 +63,11 @@ def decode_step_from_receipt(path: Path, recipe: str, concurrency: int) -> tuple
     """Decode step time (ms) from a serving receipt: the median over runs of TPOT p50 (v2) or the p95 (v1 seed)."""
     import statistics
 
-    from ..errors import InputError
+    from ..errors import InputError, about
     from ..receipts.validate import load_receipt
 
-    r = load_receipt(path)
+    with about("--serving-receipt"):
+        r = load_receipt(path)
     doc = r.document
     runs = [x for x in doc.get("runs", []) if x["recipe"] == recipe and x["concurrency"] == concurrency
             and x["status"] == "ok" and x.get("tpot_p50_ms")]
@@ -48,66 +80,81 @@ def decode_step_from_receipt(path: Path, recipe: str, concurrency: int) -> tuple
         if m["recipe"] == recipe and m["concurrency"] == concurrency:
             return m["tpot_p95_ms"], (f"serving receipt {path}: tpot_p95_ms of recipe {recipe!r} at concurrency "
                                       f"{concurrency} (p95: an optimistic step time, so a pessimistic share)")
-    raise InputError(f"{path}: no TPOT for recipe {recipe!r} at concurrency {concurrency}",
-                     hint="pick --serving-recipe / --serving-concurrency present in that receipt")
+    have = sorted({(x["recipe"], x["concurrency"]) for x in doc.get("runs", []) if x.get("tpot_p50_ms")}
+                  | {(m["recipe"], m["concurrency"]) for m in pa.get("measurements", [])})
+    raise InputError(f"--serving-recipe {recipe} / --serving-concurrency {concurrency}: {path} has no TPOT for them",
+                     hint="it has: " + (", ".join(f"{r} at {c}" for r, c in have) or "none"))
 
 
 def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfig()) -> int:
-    """Screen fused residual-add + RMSNorm candidates: correctness against the float32 oracle on every shape, timing
-    in launch / graph / cold modes against eager PyTorch, torch.compile and vLLM's kernel, an end-to-end ceiling, and
-    an accept / retain / reject decision with its reason — written as a receipt.
+    """Screen an op's candidate kernels (--op, default fused residual-add + RMSNorm; see `infercrane kernel list`):
+    correctness against the op's float32 oracle on every shape, timing in launch / graph / cold modes against its
+    baselines (eager PyTorch, torch.compile, vLLM's kernel where there is one), an end-to-end ceiling, and an
+    accept / retain / reject decision with its reason — written as a receipt.
 
     On a machine without a CUDA GPU this is a functional screen: correctness only, clearly labelled, no speed claims.
+    Every input (options, files, the output path, the memory the row counts need) is checked before anything runs.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..decide.policy import load_policy
     from ..env.capture import hardware, new_run_id, provenance
-    from ..errors import InputError
+    from ..errors import InputError, about
+    from ..kernels import registry
     from ..kernels.harness.runner import screen as run_screen
-    from ..kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
     from ..kernels.receipt import build_document
     from ..models.catalog import load_model_config
     from ..receipts.render import console
     from ..receipts.validate import write_receipt
+    from .options import check_output_file
 
     con = console()
-    _interpret_triton_without_gpu(config.device, con)
-    policy = load_policy("kernel", config.policy)
-    mc = load_model_config(config.model)
+    # 1. every input, before any worker starts
+    with about("--policy"):
+        policy = load_policy("kernel", config.policy)
+    with about("--model"):
+        mc = load_model_config(config.model)
     try:
-        spec = FusedAddRMSNormSpec.from_model_config(mc.config, rows=config.all_rows(), dtype=config.dtype,
-                                                     model_id=mc.model_id, model_revision=mc.revision)
+        spec = registry.make_spec(config.op, mc.config, rows=config.all_rows(), dtype=config.dtype,
+                                  model_id=mc.model_id, model_revision=mc.revision)
     except ValueError as e:
-        raise InputError(f"model {config.model}: {e}") from None
+        raise InputError(f"--model {config.model}: {e}") from None
     step_ms, step_source = config.decode_step_ms, ("user: --decode-step-ms" if config.decode_step_ms else None)
     if config.serving_receipt is not None:
         step_ms, step_source = decode_step_from_receipt(config.serving_receipt, config.serving_recipe,
                                                         config.serving_concurrency)
+    candidate = None
+    if config.candidate:
+        from ..kernels.user_candidate import check_candidate_file, parse_candidate_ref
+
+        with about("--candidate"):
+            candidate = parse_candidate_ref(config.candidate, in_place_override=config.candidate_in_place)
+            check_candidate_file(candidate)
     run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
     out = config.out or Path("runs") / run_id / "kernel-screen.json"
-    con.print(f"[bold]kernel screen[/bold] {spec.model_id} hidden={spec.hidden_size} eps={spec.eps:g} {spec.dtype} "
-              f"rows={list(spec.rows)} modes={list(config.modes)} → {out}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=con, transient=False) as bar:
+    check_output_file(out, "--out")
+    device, _ = _run_device(config.device)
+    _check_memory(spec, device, con)
+    _interpret_triton_without_gpu(config.device, con)
+
+    # 2. the screen
+    con.print(f"[bold]kernel screen[/bold] {plain(config.op)} {plain(spec.model_id)} hidden={spec.hidden_size} "
+              f"eps={spec.eps:g} {spec.dtype} rows={list(spec.rows)} modes={list(config.modes)} → {plain(out)}")
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=con, transient=False) as bar:
         task = bar.add_task("starting", total=None)
 
         def progress(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what[:60])
 
-        candidate = None
-        if config.candidate:
-            from ..kernels.user_candidate import parse_candidate_ref
-
-            candidate = parse_candidate_ref(config.candidate, in_place_override=config.candidate_in_place)
         result = run_screen(spec, list(config.impls) if config.impls else None, modes=list(config.modes),
                             rows=list(spec.rows), trials=config.trials, candidate=candidate, progress=progress,
                             samples_per_trial=config.samples, checks=config.checks, seed=config.seed,
                             device=config.device, timeout_s=config.timeout_s, policy=policy)
     if result.run_kind == "functional":
-        con.print(f"[bold yellow]FUNCTIONAL RUN[/bold yellow] — {result.run_kind_reason}. Correctness only; "
+        con.print(f"[bold yellow]FUNCTIONAL RUN[/bold yellow] — {plain(result.run_kind_reason)}. Correctness only; "
                   "no timing, no speed claims.")
-        _compile_cuda_without_gpu(result, spec, con)
+        _compile_cuda_without_gpu(result, spec, con, config.op)
     prov = provenance(config=config.model_dump(mode="json") | {"rows_resolved": list(spec.rows)},
                       hardware_info=hardware(probe_gpu=result.run_kind == "timed"), run_id=run_id,
                       model={"id": spec.model_id or config.model, "revision": spec.model_revision,
@@ -119,12 +166,31 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     # Keep the raw screen result beside the receipt: everything the harness measured, in its own shape.
     (out.parent / "screen-result.json").write_text(result.model_dump_json(indent=1))
     _print_summary(con, receipt.document)
-    con.print(f"receipt: {receipt.path}  (infercrane receipt show {receipt.path})")
+    con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0
 
 
-def decide(screen_result: Path, /, *, measured_receipt: Path, decode_step_ms: float | None = None,
-           serving_receipt: Path | None = None, serving_recipe: str = "compiled", serving_concurrency: int = 1,
+def _check_memory(spec: Any, device: str, con: Any) -> None:
+    """Refuse row counts whose tensors cannot fit where the screen allocates them (``harness/memory.py``)."""
+    from ..errors import InputError
+    from ..kernels.harness.memory import check_memory, gib
+
+    for check in check_memory(spec, spec.rows, "cuda" if device == "cuda" else "cpu"):
+        for note in check.notes:
+            con.print(f"note: {plain(note)}")
+        if check.fits is False:
+            need = check.need
+            where = "GPU memory" if need.where == "gpu" else "host memory"
+            raise InputError(f"--rows {need.rows}: the screen would hold about {gib(need.total_bytes)} of {where} at "
+                             f"{need.rows} rows (hidden {spec.hidden_size}, {spec.dtype}; one call alone moves "
+                             f"{gib(spec.bytes_moved(need.rows))}), but {check.available.source} is "
+                             f"{gib(check.available.bytes or 0)}; screen fewer rows")
+
+
+def decide(screen_result: Path, /, *, measured_receipt: Path,
+           decode_step_ms: Annotated[float | None, Parameter(validator=Number(gt=0))] = None,
+           serving_receipt: Path | None = None, serving_recipe: str | None = None,
+           serving_concurrency: Annotated[int | None, Parameter(validator=Number(gte=1))] = None,
            policy: Path | None = None, out: Path) -> int:
     """Decide again on a finished screen, without re-measuring: with a decode step time from a serving receipt (or
     --decode-step-ms) and/or another policy. The new receipt keeps the measuring machine's hardware and software and
@@ -141,9 +207,9 @@ def decide(screen_result: Path, /, *, measured_receipt: Path, decode_step_ms: fl
     serving_receipt
         Read the decode step time from this serving receipt instead.
     serving_recipe
-        Recipe whose TPOT is the decode step time.
+        Recipe whose TPOT is the decode step time (with --serving-receipt; default compiled).
     serving_concurrency
-        Concurrency whose TPOT is the decode step time.
+        Concurrency whose TPOT is the decode step time (with --serving-receipt; default 1).
     policy
         A kernel policy file overriding the packaged thresholds.
     out
@@ -151,30 +217,42 @@ def decide(screen_result: Path, /, *, measured_receipt: Path, decode_step_ms: fl
     """
     from ..decide.policy import load_policy
     from ..env.capture import provenance
-    from ..errors import InputError
+    from ..errors import InputError, about
+    from ..kernels import registry
     from ..kernels.harness.runner import ScreenResult
-    from ..kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
     from ..kernels.receipt import build_document
     from ..receipts.render import console
     from ..receipts.validate import load_receipt, write_receipt
+    from .options import check_output_file
 
-    old = load_receipt(measured_receipt).document
+    # the options first, then the evidence they apply to
+    check_output_file(out, "--out")
+    for name, value in (("--serving-recipe", serving_recipe), ("--serving-concurrency", serving_concurrency)):
+        if value is not None and serving_receipt is None:
+            raise InputError(f"{name} is read only with --serving-receipt; give the serving receipt too, or drop it")
+    if serving_receipt is not None and decode_step_ms is not None:
+        raise InputError("--decode-step-ms and --serving-receipt both set the decode step time; give one")
+    with about("--policy"):
+        pol = load_policy("kernel", policy)
+    step_ms, step_source = decode_step_ms, ("user: --decode-step-ms" if decode_step_ms else None)
+    if serving_receipt is not None:
+        step_ms, step_source = decode_step_from_receipt(serving_receipt, serving_recipe or "compiled",
+                                                        serving_concurrency or 1)
+    with about("--measured-receipt"):
+        old = load_receipt(measured_receipt).document
     try:
         result = ScreenResult.model_validate_json(Path(screen_result).read_text())
     except (OSError, ValueError) as e:
         raise InputError(f"{screen_result}: not a screen result: {str(e).splitlines()[0]}") from None
     if old["app_id"] != old["provenance"]["run_id"]:
-        raise InputError(f"{measured_receipt}: app_id and provenance.run_id differ")
-    step_ms, step_source = decode_step_ms, ("user: --decode-step-ms" if decode_step_ms else None)
-    if serving_receipt is not None:
-        step_ms, step_source = decode_step_from_receipt(serving_receipt, serving_recipe, serving_concurrency)
+        raise InputError(f"--measured-receipt {measured_receipt}: app_id and provenance.run_id differ")
     s = result.spec
-    spec = FusedAddRMSNormSpec(hidden_size=s.hidden_size, eps=s.eps, dtype=s.dtype, rows=tuple(result.rows),
-                               num_layers=s.num_layers, model_id=s.model_id, model_revision=s.model_revision,
-                               config_fields=s.config_fields)
+    spec = registry.op_module(s.op).SPEC(hidden_size=s.hidden_size, eps=s.eps, dtype=s.dtype, rows=tuple(result.rows),
+                                         num_layers=s.num_layers, model_id=s.model_id, model_revision=s.model_revision,
+                                         config_fields=s.config_fields)
     if spec.model_id != old["model_shape_source"]["id"] or list(spec.rows) != sorted({m for m in result.rows}, key=result.rows.index):
-        raise InputError(f"{screen_result} does not belong to {measured_receipt} (model or rows differ)")
-    pol = load_policy("kernel", policy)
+        raise InputError(f"{screen_result} does not belong to --measured-receipt {measured_receipt} "
+                         "(model or rows differ)")
     prov = provenance(config={"decided_from": {"screen_result": str(screen_result), "receipt": str(measured_receipt),
                                                "receipt_sha256": old["content_sha256"]},
                               "measured_config": old["provenance"]["config"], "decode_step_ms": step_ms,
@@ -187,18 +265,34 @@ def decide(screen_result: Path, /, *, measured_receipt: Path, decode_step_ms: fl
     receipt = write_receipt(doc, out)
     con = console()
     _print_summary(con, receipt.document)
-    con.print(f"receipt: {receipt.path}")
+    con.print(f"receipt: {plain(receipt.path)}")
     return 0
 
 
-def _compile_cuda_without_gpu(result: Any, spec: Any, con: Any) -> None:
+def _ptx_compiler(op: str, key: str) -> Any:
+    """The op's NVRTC-to-PTX compiler for its handwritten CUDA candidate (``cuda_kernel.compile_ptx``), or None."""
+    if key != "cuda":
+        return None
+    import importlib
+
+    from ..kernels import registry
+
+    package = registry.OPS[op].rsplit(".", 1)[0]
+    try:
+        module = importlib.import_module(f"{package}.cuda_kernel")
+    except ImportError:
+        return None
+    return getattr(module, "compile_ptx", None)
+
+
+def _compile_cuda_without_gpu(result: Any, spec: Any, con: Any, op: str) -> None:
     """Without a GPU the CUDA candidate cannot run, but NVRTC can still compile it to PTX for sm_90 at every screened
     row count's configuration: a note on the implementation says whether it did (it is not a correctness check)."""
     impl = next((i for i in result.implementations if i.key == "cuda" and i.status == "skipped"), None)
-    if impl is None:
+    compile_ptx = _ptx_compiler(op, "cuda")
+    if impl is None or compile_ptx is None:
         return
     from ..errors import InfercraneError
-    from ..kernels.ops.fused_add_rmsnorm.cuda_kernel import compile_ptx
 
     try:
         for rows in spec.rows:
@@ -209,39 +303,103 @@ def _compile_cuda_without_gpu(result: Any, spec: Any, con: Any) -> None:
         note = (f"compiled to PTX for compute_90 by NVRTC at hidden {spec.hidden_size} for every screened row count "
                 "(not run: no GPU)")
     impl.notes.append(note)
-    con.print(f"  cuda: {note}")
+    con.print(f"  cuda: {plain(note)}")
+
+
+def _run_device(device: str) -> tuple[str, str]:
+    """Where a screen with --device ``device`` runs: ("cuda" | "cpu", why) — the harness's own rule, decided here
+    without creating a CUDA context. --device cuda without a GPU is refused (exit 3) before anything runs."""
+    import torch
+
+    from ..errors import UnavailableError
+
+    has_cuda = bool(torch.cuda.is_available())
+    if device == "cuda" and not has_cuda:
+        raise UnavailableError("--device cuda: torch sees no CUDA device",
+                               hint="run on a GPU machine, or use --device auto / cpu for a functional run")
+    if device == "cpu":
+        return "cpu", "--device cpu was asked for: correctness only on CPU tensors"
+    if has_cuda:
+        return "cuda", "CUDA device present: correctness and timing"
+    return "cpu", "no CUDA device visible to torch: correctness only on CPU tensors"
+
+
+def _triton_interpreter_needed(device: str) -> bool:
+    """The screen's rule: without a GPU (or with --device cpu), Triton kernels run under Triton's interpreter, unless
+    TRITON_INTERPRET is set already."""
+    if os.environ.get("TRITON_INTERPRET"):
+        return False
+    return _run_device(device)[0] == "cpu"
 
 
 def _interpret_triton_without_gpu(device: str, con: Any) -> None:
     """Without a GPU, Triton kernels run under Triton's interpreter (numpy on the CPU) so they are still checked
     against the oracle; workers inherit the setting."""
-    if os.environ.get("TRITON_INTERPRET"):
-        return
-    import torch
-
-    if device == "cpu" or not torch.cuda.is_available():
+    if _triton_interpreter_needed(device):
         os.environ["TRITON_INTERPRET"] = "1"
         con.print("no CUDA GPU: Triton kernels run under Triton's interpreter (TRITON_INTERPRET=1)")
 
 
+@contextmanager
+def _env_set(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _first_line(text: Any) -> str:
+    """The first line of a long text (a reason with a worker's traceback): the receipt keeps the whole of it."""
+    lines = str(text or "").strip().splitlines() or [""]
+    return lines[0] + (" (… more in the receipt)" if len(lines) > 1 else "")
+
+
+def _impl_line(i: dict[str, Any], doc: dict[str, Any]) -> str:
+    """What happened to one implementation, for the summary table."""
+    if i["status"] != "ok":
+        return _first_line(i.get("reason"))
+    checked = [c["rows"] for c in doc["correctness"] if c["implementation"] == i["key"]]
+    timed = i["key"] in {t.get("implementation") for t in doc.get("timings", []) if isinstance(t, dict)}
+    line = f"correct at rows {', '.join(map(str, checked))}" if checked else "ok"
+    return line + ("; timed" if timed else "")
+
+
 def _print_summary(con: Any, doc: dict[str, Any]) -> None:
+    """The closing summary. Every piece of text from a receipt (reasons, errors, candidate names) is printed as
+    plain text, never as rich markup."""
     from rich.table import Table
     from rich.text import Text
 
-    skipped = [i for i in doc["implementations"] if i["status"] != "ok"]
-    for i in skipped:
-        con.print(f"  {i['key']}: {i['status']}: {i['reason']}")
-    bad = [c for c in doc["correctness"] if not c["passed"]]
-    for c in bad:
-        con.print(f"  [red]INCORRECT[/red] {c['implementation']} rows={c['rows']}: "
-                  f"{c.get('error') or ''} mismatched={c['mismatched']} max_abs_err={c.get('max_abs_err')} "
-                  f"first bad {c.get('first_bad_tensor')}{c.get('first_bad_index')}")
+    impls = Table(title="implementations", title_justify="left")
+    for c in ("key", "kind", "status", "reason"):
+        impls.add_column(c)
+    for i in doc["implementations"]:
+        style = {"ok": "green", "failed": "red"}.get(i["status"], "yellow")
+        impls.add_row(Text(str(i["key"])), Text(str(i.get("kind") or "")), Text(str(i["status"]), style=style),
+                      Text(_impl_line(i, doc)))
+    con.print(impls)
+    for c in doc["correctness"]:
+        if c["passed"]:
+            continue
+        con.print(Text.assemble("  ", ("INCORRECT", "red"), f" {c['implementation']} rows={c['rows']}: "
+                                f"{_first_line(c.get('error'))} mismatched={c['mismatched']} "
+                                f"max_abs_err={c.get('max_abs_err')} first bad {c.get('first_bad_tensor')}{c.get('first_bad_index')}"))
     if doc["measurements"]:
         mode = doc["measurements_timing_mode"]
         keys = [k for k in ("eager", "torch_compile", "vllm_vendor", "triton", "cuda", "user")
                 if any(f"{k}_ms" in m for m in doc["measurements"])]
         cand = doc["candidate"]["key"]
-        t = Table(title=f"µs per call, {mode} mode (median) — candidate: {cand}", title_justify="left")
+        t = Table(title=Text(f"µs per call, {mode} mode (median) — candidate: {cand}"), title_justify="left")
         t.add_column("rows", justify="right")
         for k in keys:
             t.add_column(k, justify="right")
@@ -256,13 +414,14 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
                 if k != cand:
                     s = m.get(f"speedup_vs_{k}")
                     cells.append(f"{s:.3f} {verdicts.get((k, m['rows']), '')[:4]}" if s else "—")
-            t.add_row(*cells)
+            t.add_row(*(Text(c) for c in cells))
         con.print(t)
     for a in doc.get("amdahl", []):
-        con.print(f"  Amdahl rows={a['rows']}: op share {a['op_share'] * 100:.2f}% of a {a['decode_step_ms']:.3g} ms "
-                  f"step ({a['decode_step_source']}); ceiling {a['best_possible_gain_percent']:.2f}%, expected "
-                  f"{a['expected_gain_percent']:.2f}%")
-    con.print(Text.assemble(("decision: ", "bold"), (doc["decision"], "bold green")))
-    con.print(Text.assemble(("reason: ", "bold"), doc["reason"]))
+        con.print(Text(f"  Amdahl rows={a['rows']}: op share {a['op_share'] * 100:.2f}% of a "
+                       f"{a['decode_step_ms']:.3g} ms step ({a['decode_step_source']}); ceiling "
+                       f"{a['best_possible_gain_percent']:.2f}%, expected {a['expected_gain_percent']:.2f}%"))
+    con.print(Text.assemble(("decision: ", "bold"), (_first_line(doc["decision"]), "bold green")))
+    con.print(Text.assemble(("reason: ", "bold"), _first_line(doc["reason"])))
     for o in doc["other_candidates"]:
-        con.print(Text.assemble((f"{o['implementation']}: ", "bold"), o["decision"], " — ", o["reason"]))
+        con.print(Text.assemble((f"{o['implementation']}: ", "bold"), _first_line(o["decision"]), " — ",
+                                _first_line(o["reason"])))

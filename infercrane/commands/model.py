@@ -10,15 +10,17 @@ def list_models() -> int:
 
     from ..models.catalog import get, list_models as ids
     from ..receipts.render import console
+    from .options import plain
 
     t = Table(title="model catalog", title_justify="left")
     for col in ("id", "revision", "hidden", "layers", "heads/kv", "rms_norm_eps", "vocab"):
         t.add_column(col)
     for model_id in ids():
         c = get(model_id).config
-        t.add_row(model_id, get(model_id).revision[:12], str(c.get("hidden_size")), str(c.get("num_hidden_layers")),
-                  f"{c.get('num_attention_heads')}/{c.get('num_key_value_heads')}", str(c.get("rms_norm_eps")),
-                  str(c.get("vocab_size")))
+        cells = (model_id, get(model_id).revision[:12], c.get("hidden_size"), c.get("num_hidden_layers"),
+                 f"{c.get('num_attention_heads')}/{c.get('num_key_value_heads')}", c.get("rms_norm_eps"),
+                 c.get("vocab_size"))
+        t.add_row(*(plain(x) for x in cells))
     console().print(t)
     return 0
 
@@ -39,9 +41,15 @@ def stand_in(model: str, /, *, out: Path, overwrite: bool = False) -> int:
     overwrite
         Replace an existing stand-in folder.
     """
+    from ..errors import about
+    from ..models.catalog import get
     from ..models.standin import write_stand_in
+    from .options import check_output_folder
 
-    info = write_stand_in(model, out, overwrite=overwrite)
+    get(model)  # an unknown model is reported as such, before the output folder
+    check_output_folder(out, "--out")
+    with about("--out"):
+        info = write_stand_in(model, out, overwrite=overwrite)
     print(f"wrote stand-in of {info.model_id}@{info.revision} to {info.path}")
     print(f"  config vocab {info.vocab_size}; tokenizer: {info.trained_vocab_size} trained + {info.filler_tokens} filler "
           f"+ special tokens = {info.tokenizer_len} ids; tokenizer.json sha256 {info.tokenizer_sha256[:16]}…")

@@ -8,6 +8,7 @@ from typing import Annotated
 from cyclopts import Parameter
 
 from ..errors import InfercraneError, InputError, ReceiptInvalid
+from .options import check_output_folder, plain
 
 
 def validate(files: list[Path], /, *, quiet: bool = False) -> int:
@@ -57,7 +58,7 @@ def show(file: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False
 
     r = load_receipt(file)
     con = console()
-    con.print(f"[bold]{file}[/bold]  ({r.schema_version}) — valid")
+    con.print(f"[bold]{plain(file)}[/bold]  ({plain(r.schema_version)}) — valid")
     con.print(render_show(r.document, show_all=all))
     return 0
 
@@ -100,6 +101,7 @@ def schema(*, version: str | None = None, write: Path | None = None) -> int:
     from ..receipts.registry import MODELS, model_for
 
     if write is not None:
+        check_output_folder(write, "--write")
         write.mkdir(parents=True, exist_ok=True)
         for v in MODELS:
             (write / schema_filename(v)).write_text(json.dumps(json_schema(v), indent=2) + "\n")
@@ -108,6 +110,9 @@ def schema(*, version: str | None = None, write: Path | None = None) -> int:
     if version is None:
         print("\n".join(MODELS))
         return 0
-    model_for(version)
+    from ..errors import about
+
+    with about("--version"):
+        model_for(version)
     print(json.dumps(json_schema(version), indent=2))
     return 0

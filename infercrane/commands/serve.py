@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..serving.config import ServeConfig
+from .options import check_output_file, plain
 
 
 def recipes() -> int:
@@ -69,13 +70,16 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
     """
     from ..decide.policy import load_policy
     from ..env.capture import provenance
+    from ..errors import about
     from ..receipts.render import console
     from ..receipts.validate import load_receipt, write_receipt
     from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block
 
+    check_output_file(out, "--out")
+    with about("--policy"):
+        pol = load_policy("serving", policy)
     old = load_receipt(receipt).document
     result, kind = plan_result_from_receipt(old)
-    pol = load_policy("serving", policy)
     model = old["provenance"].get("model") or provenance_model_from_block(old["model"])
     prov = provenance(config={"decided_from": {"receipt": str(receipt), "receipt_sha256": old["content_sha256"]},
                               "command": f"serve {kind}", "measured_config": old["provenance"]["config"],
@@ -87,7 +91,7 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
     written = write_receipt(doc, out)
     con = console()
     _print_summary(con, written.document)
-    con.print(f"receipt: {written.path}  (decided again from {receipt})")
+    con.print(f"receipt: {plain(written.path)}  (decided again from {plain(receipt)})")
     return 0
 
 
@@ -96,7 +100,8 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
 
     from ..decide.policy import load_policy
     from ..env.capture import new_run_id, provenance
-    from ..errors import InfercraneError, InputError
+    from ..errors import InfercraneError, InputError, about
+    from ..models.catalog import load_model_config
     from ..receipts.render import console
     from ..receipts.validate import write_receipt
     from ..serving.receipt import build_document, model_provenance
@@ -104,10 +109,19 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from ..serving.workload import PlanResult, load_workload, plan_runs, run_plan
 
     con = console()
-    policy = load_policy("serving", config.policy)
-    workload = load_workload(config.workload)
+    # every input before any engine starts
+    with about("--policy"):
+        policy = load_policy("serving", config.policy)
+    with about("--workload"):
+        workload = load_workload(config.workload)
     if config.workload_overrides():
         workload = workload.with_overrides(**config.workload_overrides())
+    if config.model is not None:
+        with about("--model"):
+            load_model_config(config.model)
+    run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
+    out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
+    check_output_file(out, "--out")
     recs = [load_recipe(n) for n in names]
     if len({r.name for r in recs}) != len(recs):
         raise InputError(f"the two recipes share the name {recs[0].name!r}", hint="give B a different name")
@@ -117,16 +131,15 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     if model is not None:
         recs = [r.with_overrides(model=model) for r in recs]
     model_prov = model_provenance(recs[0])
-    run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
-    out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
     art = out.parent / f"{out.stem}-artifacts"
     plan = plan_runs([r.name for r in recs], workload, "sequential" if kind == "bench" else None)
     total = len(plan) * len(config.drivers)
-    con.print(f"[bold]serve {kind}[/bold] {' vs '.join(r.name for r in recs)} on {recs[0].model}; workload "
-              f"{workload.name} c={workload.concurrency} {workload.runs_per_arm} runs/arm, order "
-              f"{'sequential' if kind == 'bench' else workload.arm_order}; drivers {list(config.drivers)} → {out}")
+    con.print(f"[bold]serve {kind}[/bold] {plain(' vs '.join(r.name for r in recs))} on {plain(recs[0].model)}; "
+              f"workload {plain(workload.name)} c={workload.concurrency} {workload.runs_per_arm} runs/arm, order "
+              f"{'sequential' if kind == 'bench' else workload.arm_order}; drivers {list(config.drivers)} → "
+              f"{plain(out)}")
     for note in workload.notes():
-        con.print(f"  note: {note}")
+        con.print(f"  note: {plain(note)}")
 
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
         prov = provenance(config=_config_record(config, kind, recs, workload), run_id=run_id, model=model_prov)
@@ -136,7 +149,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(config.drivers),
                          order="sequential" if kind == "bench" else workload.arm_order, plan=plan)
     # The bar appears once preflight has passed, so a recipe or driver error is printed on its own.
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), console=con)
     task = bar.add_task(_next_label(plan, 0, len(config.drivers)), total=total)
     started = time.monotonic()
@@ -144,7 +157,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     def on_run(m: Any) -> None:
         done = len(partial.runs)
         bar.update(task, completed=done, description=_next_label(plan, done, len(config.drivers)))
-        bar.console.print(f"  {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): "
+        bar.console.print(f"  {plain(m.arm)} run {m.run_index} c={m.concurrency} ({m.driver}): "
                           f"{m.output_tok_s:.1f} tok/s, TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 "
                           f"{m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed ({time.monotonic() - started:.0f} s)")
         receipt_now(partial, f"in progress: {done} of {total} driver runs done")
@@ -160,7 +173,8 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
         if got.engines or got.runs:  # something ran: keep it; a preflight failure has nothing to keep
             r = receipt_now(got, f"stopped part-way: {why}")
-            con.print(f"[bold red]stopped part-way[/bold red]: {why}; partial receipt (complete: false): {r.path}")
+            con.print(f"[bold red]stopped part-way[/bold red]: {plain(why)}; partial receipt (complete: false): "
+                      f"{plain(r.path)}")
         raise
     finally:
         bar.stop()
@@ -168,10 +182,11 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         receipt = receipt_now(result)
     except Exception as exc:  # every run is measured and on disk: keep them in a receipt marked incomplete
         r = receipt_now(result, f"the final analysis failed: {type(exc).__name__}: {exc}")
-        con.print(f"[bold red]analysis failed[/bold red]: {exc}; the runs are in {r.path} (complete: false)")
+        con.print(f"[bold red]analysis failed[/bold red]: {plain(exc)}; the runs are in {plain(r.path)} "
+                  "(complete: false)")
         raise
     _print_summary(con, receipt.document)
-    con.print(f"receipt: {receipt.path}  (infercrane receipt show {receipt.path})")
+    con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0
 
 
@@ -204,38 +219,38 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
 
     pa = doc.get("paired_aiperf")
     if pa:
-        t = Table(title=f"medians over runs ({pa['primary_driver']})", title_justify="left")
+        t = Table(title=Text(f"medians over runs ({pa['primary_driver']})"), title_justify="left")
         for c in ("recipe", "c", "output tok/s", "TTFT p95 ms", "TPOT p95 ms", "latency p95 ms", "runs", "failures"):
             t.add_column(c, justify="right")
         for m in pa["measurements"]:
-            t.add_row(m["recipe"], str(m["concurrency"]), f"{m['output_tokens_per_second']:.1f}",
+            t.add_row(plain(m["recipe"]), str(m["concurrency"]), f"{m['output_tokens_per_second']:.1f}",
                       f"{m['ttft_p95_ms']:.2f}", f"{m['tpot_p95_ms']:.3f}", f"{m['latency_p95_ms']:.1f}",
                       str(m["runs"]), str(m["failures"]))
         con.print(t)
-        s = Table(title="B / A with CI and rank test", title_justify="left")
+        s = Table(title="B / A with CI and rank test", title_justify="left")  # cells below: numbers and our names
         for c in ("c", "metric", "B/A", "CI", "p", "verdict"):
             s.add_column(c)
         for x in pa["statistics"]:
-            s.add_row(str(x["concurrency"]), x["metric"], f"{x['ratio_b_over_a']:.4f}",
-                      f"[{x['ci_low']:.4f}, {x['ci_high']:.4f}]", f"{x['p_value']:.3g} (min {x['min_achievable_p']:.2g})",
-                      x["verdict"])
+            s.add_row(str(x["concurrency"]), plain(x["metric"]), f"{x['ratio_b_over_a']:.4f}",
+                      plain(f"[{x['ci_low']:.4f}, {x['ci_high']:.4f}]"), f"{x['p_value']:.3g} (min {x['min_achievable_p']:.2g})",
+                      plain(x["verdict"]))
         con.print(s)
         con.print(Text.assemble(("decision: ", "bold"), (pa["decision"], "bold green")))
     bench = doc.get("bench")
     if bench:
         from ..serving.receipt import agreement_line
 
-        t = Table(title=f"{bench['recipe']}: medians over runs", title_justify="left")
+        t = Table(title=Text(f"{bench['recipe']}: medians over runs"), title_justify="left")
         for c in ("c", "driver", "output tok/s", "req/s", "TTFT p95 ms", "TPOT p95 ms", "latency p95 ms", "runs",
                   "failures"):
             t.add_column(c, justify="right")
         for m in bench["measurements"]:
-            t.add_row(str(m["concurrency"]), m["driver"], f"{m['output_tokens_per_second']:.1f}",
+            t.add_row(str(m["concurrency"]), plain(m["driver"]), f"{m['output_tokens_per_second']:.1f}",
                       f"{m['request_throughput']:.2f}", f"{m['ttft_p95_ms']:.1f}", f"{m['tpot_p95_ms']:.3f}",
                       f"{m['latency_p95_ms']:.1f}", str(m["runs"]), str(m["failures"]))
         con.print(t)
         for a in bench["driver_agreement"]:
-            con.print(f"  agreement: {agreement_line(a)}")
+            con.print(Text(f"  agreement: {agreement_line(a)}"))
     pw = doc.get("public_workload_reproduction")
     if pw:
-        con.print(f"  published example: {pw['comparison_boundary']}")
+        con.print(Text(f"  published example: {pw['comparison_boundary']}"))

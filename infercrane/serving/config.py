@@ -6,27 +6,27 @@ the receipt.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from cyclopts import Parameter
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-Many = Parameter(consume_multiple=True)
+from ..commands.options import Many
 
 
 class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str = Field("seed-paired", description="Workload preset (seed-paired, public-1000) or a YAML file.")
-    model: str | None = Field(None, description="Serve this model instead of the recipes' (hub id or local folder).")
+    model: str | None = Field(None, description="Serve this model instead of the recipes' (a catalog id, "
+                                                     "see `infercrane model list`, or a local model folder).")
     stand_in: bool = Field(False, description="Serve an offline stand-in of the recipes' model (exact config, local "
                                               "tokenizer, --load-format dummy), written under runs/stand-ins/.")
-    drivers: Annotated[tuple[Literal["aiperf", "vllm-bench"], ...], Many] = Field(
+    drivers: Many[Literal["aiperf", "vllm-bench"]] = Field(
         ("aiperf",), description="Load generators, each run at every point on the same engine; the first is primary.")
     runs: int | None = Field(None, ge=3, le=100, description="Runs per arm (workload default: 5).")
     order: Literal["sequential", "interleaved", "sandwich"] | None = Field(None, description="Arm order (workload "
                                                                                               "default: sandwich).")
-    concurrency: Annotated[tuple[int, ...] | None, Many] = Field(None, description="Concurrency points.")
+    concurrency: Many[PositiveInt] | None = Field(None, description="Concurrency points (workload default).")
     request_count: int | None = Field(None, ge=1, description="Requests per point (default derived per point).")
     requests_per_slot: int | None = Field(None, ge=1, description="Derived request count: requests per "
                                                                   "concurrency slot.")
@@ -35,16 +35,20 @@ class ServeConfig(BaseModel):
     startup_timeout_s: float = Field(900.0, gt=0, description="Engine start-up limit (health + first completion).")
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
 
-    @field_validator("drivers", "concurrency", mode="before")
+    @field_validator("drivers")
     @classmethod
-    def _split_commas(cls, value: object) -> object:
-        """``--drivers aiperf,vllm-bench`` and ``--concurrency 1,8,32`` mean the same as the space-separated forms."""
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, (list, tuple)):
-            parts = [p for v in value for p in (v.split(",") if isinstance(v, str) else [v])]
-            return tuple(p.strip() if isinstance(p, str) else p for p in parts if not isinstance(p, str) or p.strip())
+    def _distinct_drivers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("no driver given; give aiperf and/or vllm-bench")
+        if len(set(value)) != len(value):
+            raise ValueError(f"drivers repeat ({','.join(value)}); give each once")
         return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ServeConfig":
+        if self.stand_in and self.model is not None:
+            raise ValueError("--stand-in serves a stand-in of the recipes' model, --model another model; give one")
+        return self
 
     def workload_overrides(self) -> dict:
         pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,

@@ -1,15 +1,45 @@
-"""`infercrane kernel screen` and `kernel decide` end to end on the CPU: a functional screen with a user candidate,
-labelled as such, with a receipt that validates; a cheating candidate is rejected; a re-decision keeps the evidence."""
+"""`infercrane kernel screen`, `kernel list` and `kernel decide` on the CPU: a functional screen with a user
+candidate, labelled as such, with a receipt that validates; a cheating candidate is rejected; a re-decision keeps the
+evidence; list options in every form; bad input refused before any screening; foreign text printed as text."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from infercrane.cli import main
+from infercrane.errors import InfercraneError
+from infercrane.kernels import registry
 from infercrane.receipts.validate import load_receipt
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+class _Captured(InfercraneError):
+    exit_code = 99
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Replace the harness's screen by a recorder that stops the command: what the CLI would screen, nothing run."""
+    import infercrane.kernels.harness.runner as runner
+
+    seen: dict[str, Any] = {}
+
+    def screen(spec: Any, impl_keys: Any = None, **kw: Any) -> Any:
+        seen.update(spec=spec, impls=impl_keys, **kw)
+        raise _Captured("captured")
+
+    monkeypatch.setattr(runner, "screen", screen)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # restored after the test
+    return seen
+
+
+@pytest.fixture
+def tripwire(captured: dict[str, Any]) -> dict[str, Any]:
+    return captured
 
 
 def _screen(tmp_path: Path, candidate: str, name: str) -> dict:
@@ -70,9 +100,13 @@ def test_decide_refuses_a_foreign_screen_result(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--rows", "0"], "rows"),
+    (["--rows", "0"], "--rows"),
+    (["--rows", "1,x"], "--rows x"),
     (["--model", "Nope/Model"], "Nope/Model"),
     (["--candidate", "missing.py:fn"], "missing.py"),
+    (["--impls", "nope"], "--impls"),
+    (["--trials", "0"], "--trials 0"),
+    (["--serving-recipe", "compiled"], "--serving-receipt"),
 ])
 def test_bad_input_fails_before_any_kernel_runs(tmp_path: Path, capsys, args: list[str], needle: str) -> None:
     rc = main(["kernel", "screen", "--device", "cpu", "--out", str(tmp_path / "k.json"), *args])
@@ -80,3 +114,129 @@ def test_bad_input_fails_before_any_kernel_runs(tmp_path: Path, capsys, args: li
     captured = capsys.readouterr()
     assert needle in captured.err + captured.out
     assert not (tmp_path / "k.json").exists()
+
+
+@pytest.mark.parametrize("rows", [["1,8,32"], ["1", "--rows", "8", "--rows", "32"], ["1", "8", "32"], ["1,8", "32"]])
+def test_list_options_read_commas_repeats_and_spaces_alike(tmp_path: Path, captured: dict, rows: list[str]) -> None:
+    rc = main(["kernel", "screen", "--device", "cpu", "--rows", *rows, "--modes", "launch,graph", "--impls",
+               "eager,triton", "--out", str(tmp_path / "k.json")])
+    assert rc == 99
+    assert captured["rows"] == [1, 8, 32] and tuple(captured["spec"].rows) == (1, 8, 32)
+    assert captured["modes"] == ["launch", "graph"] and captured["impls"] == ["eager", "triton"]
+
+
+def test_rows_default_to_the_ops_own(tmp_path: Path, captured: dict) -> None:
+    assert main(["kernel", "screen", "--device", "cpu", "--bandwidth-rows", "--out", str(tmp_path / "k.json")]) == 99
+    op = "fused_add_rmsnorm"
+    assert captured["rows"] == [*registry.default_rows(op), *registry.bandwidth_rows(op)]
+
+
+@pytest.mark.parametrize("op", registry.known_ops())
+def test_op_builds_the_ops_spec_from_the_registry(op: str, tmp_path: Path, captured: dict) -> None:
+    assert main(["kernel", "screen", "--op", op, "--device", "cpu", "--rows", "8", "--out",
+                 str(tmp_path / "k.json")]) == 99
+    spec = captured["spec"]
+    assert isinstance(spec, registry.op_module(op).SPEC) and spec.hidden_size == 1024 and tuple(spec.rows) == (8,)
+
+
+def test_rms_norm_is_screened_once_registered(tmp_path: Path, captured: dict) -> None:
+    if "rms_norm" not in registry.known_ops():
+        pytest.skip("rms_norm is not registered yet")
+    assert main(["kernel", "screen", "--op", "rms_norm", "--device", "cpu", "--rows", "1",
+                 "--out", str(tmp_path / "k.json")]) == 99
+    assert type(captured["spec"]).__module__.startswith("infercrane.kernels.ops.rms_norm")
+
+
+def _fails_early(argv: list[str], capsys) -> str:
+    rc = main(argv)
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert rc == 2, text
+    assert "Traceback" not in text
+    return text
+
+
+def test_unknown_op_lists_the_known_ones(tmp_path: Path, tripwire: dict, capsys) -> None:
+    for cmd in (["kernel", "screen", "--out", str(tmp_path / "k.json")], ["kernel", "list"]):
+        text = _fails_early([*cmd, "--op", "no_such_op"], capsys)
+        assert "--op" in text and all(op in text for op in registry.known_ops())
+
+
+def test_out_that_cannot_be_written_fails_before_screening(tmp_path: Path, tripwire: dict, capsys) -> None:
+    (tmp_path / "a-file").write_text("x")
+    text = _fails_early(["kernel", "screen", "--device", "cpu", "--out", str(tmp_path)], capsys)
+    assert "--out" in text and "directory" in text
+    text = _fails_early(["kernel", "screen", "--device", "cpu", "--out", str(tmp_path / "a-file" / "k.json")], capsys)
+    assert "--out" in text and "a-file" in text
+    assert tripwire == {}
+
+
+def test_no_candidate_selected_fails_naming_the_candidates(tmp_path: Path, tripwire: dict, capsys) -> None:
+    text = _fails_early(["kernel", "screen", "--impls", "eager", "--out", str(tmp_path / "k.json")], capsys)
+    candidates = [i.key for i in registry.implementations("fused_add_rmsnorm") if i.kind == "candidate"]
+    assert "--impls" in text and candidates and all(k in text for k in candidates)
+    assert tripwire == {}
+
+
+def test_rows_that_cannot_fit_are_refused_with_both_numbers(tmp_path: Path, tripwire: dict, capsys) -> None:
+    text = _fails_early(["kernel", "screen", "--device", "cpu", "--rows", "1,100000000", "--out",
+                         str(tmp_path / "k.json")], capsys)
+    assert "--rows 100000000" in text and text.count("GiB") >= 2 and "MemAvailable" in text
+    assert tripwire == {}
+
+
+def test_kernel_list_says_what_a_screen_here_would_do(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    for op in registry.known_ops():
+        assert main(["kernel", "list", "--op", op]) == 0
+        out = capsys.readouterr().out
+        for impl in registry.implementations(op):
+            line = next(ln for ln in out.splitlines() if f" {impl.key} " in ln)
+            assert any(w in line for w in ("timed on the GPU", "checked on the CPU", "skipped:")), line
+        assert "TRITON_INTERPRET" not in os.environ  # probing left the environment as it was
+    if not torch.cuda.is_available() and "triton" in registry.known_keys("fused_add_rmsnorm"):
+        assert main(["kernel", "list", "--device", "cpu"]) == 0
+        out = capsys.readouterr().out
+        triton_line = next(ln for ln in out.splitlines() if " triton " in ln)
+        triton_ok = registry.get("fused_add_rmsnorm", "triton")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        if triton_ok.probe()[0]:
+            assert "under Triton's interpreter" in triton_line, out
+
+
+def _doc_with(text: str) -> dict[str, Any]:
+    return {"implementations": [{"key": "eager", "kind": "baseline", "status": "ok", "reason": None},
+                                {"key": "user", "kind": "candidate", "status": "failed", "reason": text},
+                                {"key": "cuda", "kind": "candidate", "status": "skipped", "reason": text}],
+            "correctness": [{"implementation": "eager", "rows": 8, "passed": True},
+                            {"implementation": "user", "rows": 8, "passed": False, "error": text, "mismatched": 0,
+                             "max_abs_err": None, "first_bad_tensor": None, "first_bad_index": None}],
+            "timings": [], "measurements": [], "amdahl": [], "decision": f"reject {text}", "reason": text,
+            "other_candidates": [{"implementation": "cuda", "decision": text, "reason": text}]}
+
+
+def test_summary_prints_markup_in_foreign_text_as_text() -> None:
+    from rich.console import Console
+
+    from infercrane.commands.kernel import _print_summary
+
+    con = Console(record=True, width=200)
+    _print_summary(con, _doc_with("boom [/oops] [bold]x[/bold]\nTraceback line"))
+    out = con.export_text()
+    assert "boom [/oops] [bold]x[/bold]" in out
+    for key, status in (("eager", "ok"), ("user", "failed"), ("cuda", "skipped")):  # one table, every status
+        assert any(key in ln and status in ln for ln in out.splitlines()), out
+    assert "Traceback line" not in out  # first lines only: the receipt keeps the rest
+
+
+def test_a_candidate_raising_markup_is_reported_not_crashing(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "markup.py"
+    bad.write_text("def fused_add_rmsnorm(x, residual, weight, eps):\n"
+                   "    raise RuntimeError('boom [/oops]')\n\nfused_add_rmsnorm.in_place = False\n")
+    out = tmp_path / "k.json"
+    assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager", "--checks", "1",
+                 "--candidate", f"{bad}:fused_add_rmsnorm", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "boom [/oops]" in text and load_receipt(out).document["decision_code"] == "reject"

@@ -102,3 +102,17 @@ def test_env_json_on_cpu(capsys) -> None:
     assert info["software"]["python"] == sys.version.split()[0]
     assert info["software"]["vllm"] in ("absent",) or info["software"]["vllm"]
     assert info["hardware"]["cpu_count"] >= 1
+
+
+def test_show_prints_a_file_name_with_markup_as_text(seed_poc: Path, tmp_path: Path, capsys) -> None:
+    odd = tmp_path / "[bold]poc[red].json"
+    odd.write_bytes(seed_poc.read_bytes())
+    assert main(["receipt", "show", str(odd)]) == 0
+    assert "[bold]poc[red].json" in capsys.readouterr().out
+
+
+def test_schema_write_refuses_a_file_in_place_of_the_folder(tmp_path: Path, capsys) -> None:
+    (tmp_path / "f").write_text("x")
+    assert main(["receipt", "schema", "--write", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--write" in err and "Traceback" not in err

@@ -116,3 +116,28 @@ def test_a_recipe_error_is_printed_before_any_progress(tmp_path: Path, stand_in_
     assert code != 0 and "--no-such-flag" in text
     assert "run 1 c=" not in text  # the progress bar's label never appeared
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "r-artifacts").exists()
+
+
+class _Captured(Exception):
+    pass
+
+
+@pytest.mark.parametrize("tail", [["--concurrency", "1,8,32", "--drivers", "aiperf,vllm-bench"],
+                                  ["--concurrency", "1", "--concurrency", "8", "--concurrency", "32",
+                                   "--drivers", "aiperf", "--drivers", "vllm-bench"],
+                                  ["--concurrency", "1", "8", "32", "--drivers", "aiperf", "vllm-bench"]])
+def test_list_options_read_commas_repeats_and_spaces_alike(tmp_path: Path, monkeypatch, tail: list[str]) -> None:
+    import infercrane.serving.workload as workload
+
+    seen: dict = {}
+
+    def run_plan(recs, wl, **kw):
+        seen.update(concurrency=list(wl.concurrency), drivers=kw["drivers"])
+        raise _Captured
+
+    monkeypatch.setattr(workload, "run_plan", run_plan)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(_Captured):
+        main(["serve", "ab", "eager", "compiled", "--out", str(tmp_path / "ab.json"), *tail])
+    assert seen == {"concurrency": [1, 8, 32], "drivers": ["aiperf", "vllm-bench"]}
+

@@ -1,0 +1,85 @@
+"""What every command's options share: the list type, output-path checks, and escaping foreign text for rich.
+
+Kept free of heavy imports: the option models import it, and ``infercrane --help`` imports those.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from cyclopts import Parameter
+from pydantic import BeforeValidator
+
+T = TypeVar("T")
+
+
+def split_commas(value: object) -> object:
+    """``--rows 1,8,32``, ``--rows 1 --rows 8 --rows 32`` and ``--rows 1 8 32`` all give ``(1, 8, 32)``.
+
+    Cyclopts hands the option models the raw tokens (one string per token); each token is split at commas here,
+    before pydantic converts and checks the items, so a bad item is reported as itself ("--rows x"), not as "1,x".
+    """
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        parts = [p for v in value for p in (v.split(",") if isinstance(v, str) else [v])]
+        return tuple(p.strip() if isinstance(p, str) else p for p in parts if not isinstance(p, str) or p.strip())
+    return value
+
+
+def _show_list(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+# The one list option type of the CLI: Many[int], Many[Literal[...]], Many[str] | None. Several values after one
+# flag, repeated flags, or commas; no ``--empty-…`` negative flag (an empty list is never a valid choice here).
+Many = Annotated[tuple[T, ...], Parameter(consume_multiple=True, negative=(), show_default=_show_list),
+                 BeforeValidator(split_commas)]
+
+
+def flag(field: str) -> str:
+    """The CLI flag of an option field: ``serving_receipt`` -> ``--serving-receipt``."""
+    return "--" + field.replace("_", "-")
+
+
+def plain(text: Any) -> str:
+    """``text`` made safe to print through rich: markup in it (``[/oops]``) is shown, not interpreted."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Refuse, before any work, an output file that could not be written: an existing directory, or a parent folder
+    that cannot be created or written. Creates nothing."""
+    from ..errors import InputError
+
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{option} {path}: is an existing directory; give a file path, e.g. {path / 'receipt.json'}")
+    _check_creatable(path.parent, option, f"{option} {path}")
+
+
+def check_output_folder(path: Path, option: str) -> None:
+    """As ``check_output_file`` for an output folder: an existing file in its place is refused."""
+    from ..errors import InputError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path}: is an existing file, not a folder; give a folder path")
+    _check_creatable(path, option, f"{option} {path}")
+
+
+def _check_creatable(folder: Path, option: str, what: str) -> None:
+    from ..errors import InputError
+
+    probe = Path(os.path.abspath(folder))
+    while not probe.exists():
+        if probe.is_symlink():  # a dangling link: mkdir through it fails
+            raise InputError(f"{what}: {probe} is a dangling link; give a path whose folders can be created")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"{what}: cannot create its folder, {probe} is a file; give a path under a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{what}: {probe} is not writable; give a path you can write to")

@@ -1,0 +1,194 @@
+"""Every option of every command, fed a bad value of its type, exits 2 with one line naming the flag, before any work.
+
+The commands and their options are read from the cyclopts app itself, so a new command or option is covered without
+editing this file. The bad value follows from the option's type: a non-number for numbers (and a value past each
+bound the option declares), an unknown choice for a closed set, an unknown name for a string (no model, workload,
+recipe, schema version, operator or implementation is called ``no/such-thing``), and for a path one under a regular
+file (it can neither be read nor created). Flags (booleans) have no bad value. Commands run in-process; the kernel
+screen and the serving plan are replaced by tripwires, so no screening or engine can start.
+"""
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from infercrane.cli import app, main
+
+REPO = Path(__file__).resolve().parents[1]
+SEED_SCREENING = REPO / "examples" / "receipts" / "cuda-kernel-screening-v1.seed.json"
+FORBIDDEN = ("Traceback", "pydantic", "validation error", "errors.pydantic.dev", "input_value",
+             "For further information")
+BAD_NAME = "no/such-thing"
+# Valid values for required positionals, by their name in the usage line (a new one must be added here).
+POSITIONALS = {"RECIPE_A": "eager", "RECIPE_B": "compiled", "RECIPE": "eager", "MODEL": "Qwen/Qwen3-0.6B"}
+
+
+def _commands(a: Any = app, chain: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for name in a:
+        if name.startswith("-"):  # --help, --version
+            continue
+        out.extend(_commands(a[name], (*chain, name)))
+    if chain and a.default_command is not None:
+        out.append(chain)
+    return out
+
+
+def _app_of(chain: tuple[str, ...]) -> Any:
+    a = app
+    for name in chain:
+        a = a[name]
+    return a
+
+
+def _arguments(chain: tuple[str, ...]) -> list[Any]:
+    """The command's leaf arguments (options and positionals), not the option models that hold them."""
+    return [x for x in _app_of(chain).assemble_argument_collection()
+            if not x.children and x.parameter.parse is not False]
+
+
+def _shape(annotation: Any) -> tuple[Any, dict[str, float], bool]:
+    """(base type, bounds, is_list) of an annotation: Optional, Annotated and tuple[...] unwrapped."""
+    bounds: dict[str, float] = {}
+    is_list = False
+    hint = annotation
+    while True:
+        origin = typing.get_origin(hint)
+        if origin is typing.Annotated:
+            base, *meta = typing.get_args(hint)
+            for m in meta:
+                for attr, key in (("gt", "gt"), ("ge", "ge"), ("gte", "ge"), ("lt", "lt"), ("le", "le"), ("lte", "le")):
+                    v = getattr(m, attr, None)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        bounds[key] = v
+            hint = base
+        elif origin in (typing.Union, types.UnionType):
+            args = [x for x in typing.get_args(hint) if x is not type(None)]
+            hint = args[0] if len(args) == 1 else hint
+            if len(args) != 1:
+                return hint, bounds, is_list
+        elif origin in (tuple, list):
+            is_list = True
+            hint = typing.get_args(hint)[0]
+        else:
+            return hint, bounds, is_list
+
+
+def _bad_values(argument: Any, a_file: Path) -> list[str]:
+    base, bounds, is_list = _shape(argument.field_info.annotation)
+    for v in argument.parameter.validator or ():  # cyclopts Number(gt=…) on a plain function parameter
+        for attr, key in (("gt", "gt"), ("gte", "ge"), ("lt", "lt"), ("lte", "le")):
+            if isinstance(getattr(v, attr, None), (int, float)):
+                bounds[key] = getattr(v, attr)
+    if base is bool:
+        return []
+    if typing.get_origin(base) is Literal:
+        return ["no-such-choice"]
+    if base in (int, float):
+        bad = ["abc"]
+        step = 1 if base is int else 0.5
+        if "gt" in bounds:
+            bad.append(str(bounds["gt"]))
+        if "ge" in bounds:
+            bad.append(str(bounds["ge"] - step))
+        if "lt" in bounds:
+            bad.append(str(bounds["lt"]))
+        if "le" in bounds:
+            bad.append(str(bounds["le"] + step))
+        if is_list:
+            bad.append(f"1,{bad[0]}")  # a bad item after a good one, comma form
+        return bad
+    if base is str:
+        return [BAD_NAME]
+    if isinstance(base, type) and issubclass(base, Path):
+        return [str(a_file / "x.json")]
+    raise AssertionError(f"{argument.name}: no bad value known for {base!r}; teach _bad_values this type")
+
+
+def _is_positional(argument: Any) -> bool:
+    return not argument.name.startswith("-")
+
+
+def _base_args(chain: tuple[str, ...], tmp_path: Path, skip: str) -> list[str]:
+    """Valid values for the command's required arguments other than ``skip``."""
+    args: list[str] = []
+    for x in _arguments(chain):
+        if x.name == skip or not x.required:
+            continue
+        base, _, _ = _shape(x.field_info.annotation)
+        if isinstance(base, type) and issubclass(base, Path):
+            value = str(tmp_path / "out" / "written.json") if x.name == "--out" else str(SEED_SCREENING)
+        elif _is_positional(x):
+            assert x.name in POSITIONALS, f"{' '.join(chain)}: add a valid value for {x.name} to POSITIONALS"
+            value = POSITIONALS[x.name]
+        else:
+            raise AssertionError(f"{' '.join(chain)} {x.name}: required option of unknown kind")
+        args += [value] if _is_positional(x) else [x.name, value]
+    return args
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for chain in _commands():
+        for x in _arguments(chain):
+            base, _, _ = _shape(x.field_info.annotation)
+            if base is bool:
+                continue
+            cases.append(pytest.param(chain, x.name, id=f"{' '.join(chain)} {x.name}"))
+    return cases
+
+
+@pytest.fixture
+def tripwires(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bad input must be refused before any screening or serving: reaching either fails the test."""
+    import infercrane.kernels.harness.runner as runner
+    import infercrane.serving.workload as workload
+
+    def screen(*a: Any, **k: Any) -> Any:
+        raise AssertionError("a kernel screen started on bad input")
+
+    def run_plan(*a: Any, **k: Any) -> Any:
+        raise AssertionError("a serving plan started on bad input")
+
+    monkeypatch.setattr(runner, "screen", screen)
+    monkeypatch.setattr(workload, "run_plan", run_plan)
+
+
+def test_every_command_is_walked() -> None:
+    commands = {" ".join(c) for c in _commands()}
+    assert {"kernel screen", "kernel list", "kernel decide", "serve ab", "serve bench", "receipt schema",
+            "model stand-in"} <= commands
+
+
+@pytest.mark.parametrize("chain, name", _cases())
+def test_bad_value_exits_2_naming_the_flag(chain: tuple[str, ...], name: str, tmp_path: Path, capsys,
+                                           tripwires: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # default output paths (runs/…) land here
+    a_file = tmp_path / "a-file"
+    a_file.write_text("a regular file\n")
+    argument = next(x for x in _arguments(chain) if x.name == name)
+    base = _base_args(chain, tmp_path, skip=name)
+    for bad in _bad_values(argument, a_file):
+        argv = [*chain, *base, *([bad] if _is_positional(argument) else [name, bad])]
+        rc = main(argv)
+        captured = capsys.readouterr()
+        text = captured.out + captured.err
+        assert rc == 2, f"{argv}: exit {rc}\n{text}"
+        needle = bad if _is_positional(argument) else name
+        assert needle in text, f"{argv}: the output does not name {needle}\n{text}"
+        for word in FORBIDDEN:
+            assert word not in text, f"{argv}: {word!r} in the output\n{text}"
+        assert all(line.startswith("infercrane: error: ") or line.startswith("INVALID ") or " invalid" in line
+                   for line in text.strip().splitlines()), f"{argv}: not one line per problem\n{text}"
+
+
+def test_help_shows_no_negative_twins(capsys) -> None:
+    for chain in _commands():
+        assert main([*chain, "--help"]) == 0
+        text = capsys.readouterr().out
+        assert "--empty-" not in text and "--no-" not in text, f"{' '.join(chain)} --help:\n{text}"
+
