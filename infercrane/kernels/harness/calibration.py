@@ -17,47 +17,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pydantic import Field
-
-from infercrane.kernels.harness.timing import ClockReader, TimingBlock, l2_flush_bytes, time_cell
-from infercrane.receipts.base import Strict
+from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes, time_cell
+from infercrane.kernels.result import Calibration, CopyBandwidth, DeviceInfo, TimingBlock  # noqa: F401
 
 COPY_BYTES = 1 << 30  # 1 GiB source + 1 GiB destination: 2 GiB moved per copy
 COPY_SAMPLES = 10
 FLOOR_KERNEL = "triton: @triton.jit kernel with an empty body, grid (1,), one pointer argument"
 DISPATCHER_FLOOR_KERNEL = "torch: one_element_fp32_tensor.add_(1.0) (one elementwise CUDA kernel via the dispatcher)"
-
-
-class DeviceInfo(Strict):
-    type: str
-    name: str
-    compute_capability: str | None = None
-    l2_cache_bytes: int | None = None
-    sm_count: int | None = None
-    total_memory_bytes: int | None = None
-    max_sm_clock_mhz: int | None = None
-    torch_cuda: str | None = None
-    driver: str | None = None
-
-
-class CopyBandwidth(Strict):
-    method: str
-    bytes_per_copy: int = Field(description="bytes read + bytes written by one copy")
-    samples_gbps: list[float]
-    median_gbps: float
-
-
-class Calibration(Strict):
-    device: DeviceInfo
-    floor_kernel: str
-    floors: list[TimingBlock] = Field(description="empty-kernel floor, one block per mode")
-    dispatcher_floor_kernel: str | None = None
-    dispatcher_floors: list[TimingBlock] = Field(
-        default_factory=list, description="floor of one tiny kernel via torch's dispatcher, one block per mode")
-    copy_bandwidth: CopyBandwidth
-    clock_source: str
-    clock_before_mhz: int | None
-    clock_after_mhz: int | None
 
 
 def device_info(device: Any) -> DeviceInfo:

@@ -16,60 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, model_validator
-
-from infercrane.receipts.base import Strict
+from infercrane.kernels.result import Comparison, FamilyMark  # noqa: F401  (the result model)
 from infercrane.stats.compare import Verdict
-from infercrane.stats.trials import TrialSpeedup
 
 if TYPE_CHECKING:
     from infercrane.decide.kernel import KernelDecisionInputs
     from infercrane.decide.policy import KernelPolicy
-    from infercrane.kernels.harness.runner import ScreenResult, TimingCell
-
-
-class FamilyMark(Strict):
-    """A comparison's place in its candidate's decision family (policy mode, counted baseline, decision row)."""
-
-    size: int = Field(ge=1, description="comparisons in the family")
-    tested: int = Field(ge=0, description="of them, those with a verdict")
-    p_slower_holm: float | None = Field(description="Holm-adjusted p_slower; None when not tested")
-    verdict: Verdict = Field(description="family verdict")
-
-
-class Comparison(Strict):
-    """Candidate against one reference implementation at one row count, in one timing mode."""
-
-    candidate: str
-    reference: str
-    reference_kind: Literal["baseline", "candidate"]
-    rows: int
-    mode: Literal["launch", "graph", "cold"]
-    speedup: TrialSpeedup = Field(description="trial-level speedup of the candidate over the reference")
-    flags: list[str] = Field(default_factory=list, description="flags of either cell, naming the implementation")
-    verdict: Verdict = Field(description="own verdict: FLAGGED when there are flags, else the speedup's")
-    family: FamilyMark | None = Field(default=None, description="None outside the candidate's decision family")
-
-    @model_validator(mode="after")
-    def _verdict_follows_flags(self) -> "Comparison":
-        expected = Verdict.FLAGGED if self.flags else self.speedup.verdict
-        if self.verdict is not expected:
-            raise ValueError(f"verdict {self.verdict.value} but the speedup says {self.speedup.verdict.value} and "
-                             f"flags are {self.flags or 'empty'}: expected {expected.value}")
-        return self
-
-    @property
-    def same_margin(self) -> float:
-        return self.speedup.same_margin
-
-    @property
-    def candidate_t_us(self) -> float | None:
-        """Geometric mean over the paired trials of the candidate's per-trial medians."""
-        return self.speedup.candidate_t_us
-
-    @property
-    def reference_t_us(self) -> float | None:
-        return self.speedup.baseline_t_us
+    from infercrane.kernels.result import ScreenResult, TimingCell
 
 
 def _flags(candidate: str, mine: "TimingCell", reference: str, theirs: "TimingCell") -> list[str]:

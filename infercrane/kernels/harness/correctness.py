@@ -26,76 +26,16 @@ Method (every check, every row count):
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
-
-from pydantic import Field
+from typing import Any, Callable
 
 from infercrane.kernels.harness.execute import GUARD_ROWS
 from infercrane.kernels.op import COMPARISON_RULE, Tolerance  # noqa: F401  (re-exported: the rule is data)
-from infercrane.receipts.base import Strict
+from infercrane.kernels.result import CHECKED_BY, CheckResult, CorrectnessResult, TensorCheck  # noqa: F401
 
 # Input scale ``s`` of check i is CHECK_SCALES[i % len]: large and small magnitudes, both well inside bf16's range.
 CHECK_SCALES: tuple[float, ...] = (1.0, 16.0, 1.0 / 16.0)
 DEFAULT_CHECKS = 3
 GRAPH_SEED_SALT = 0x5EED_6A9F
-Phase = Literal["eager", "graph"]
-CHECKED_BY = "InferCrane's own process, from the bytes the implementation's worker handed back (not its reply)"
-
-
-class TensorCheck(Strict):
-    """One output tensor of one check compared with the oracle."""
-
-    name: str
-    passed: bool
-    numel: int
-    atol: float
-    rtol: float
-    mismatched: int = Field(ge=0, description="elements outside the tolerance, NaN/inf included")
-    nonfinite: int = Field(ge=0, description="NaN or inf elements")
-    max_abs_err: float | None = Field(description="over finite elements; None when none is finite")
-    max_rel_err: float | None = Field(description="|got-ref|/|ref| over finite elements with |ref| > atol")
-    first_bad_index: tuple[int, int] | None = Field(description="(row, col) of the first bad element, row-major")
-
-
-class CheckResult(Strict):
-    check_index: int
-    phase: Phase = "eager"
-    seed: int
-    input_scale: float
-    passed: bool
-    contract_error: str | None = None
-    tensors: list[TensorCheck] = Field(default_factory=list)
-
-
-class CorrectnessResult(Strict):
-    """All checks of one implementation at one row count."""
-
-    rows: int
-    hidden_size: int
-    dtype: str
-    device: str
-    stream: str = Field(description="where the call ran and how results were read")
-    checked_by: str = CHECKED_BY
-    passed: bool
-    tolerance: Tolerance
-    checks: list[CheckResult]
-
-    def failure_summary(self) -> str:
-        """One line naming the first failing check, for error messages."""
-        for c in self.checks:
-            if c.passed:
-                continue
-            where = f"rows={self.rows} check {c.check_index} {c.phase} (seed {c.seed})"
-            if c.contract_error:
-                return f"{where}: {c.contract_error}"
-            for t in c.tensors:
-                if not t.passed:
-                    return (
-                        f"{where}: {t.name}: {t.mismatched}/{t.numel} elements out of tolerance ({t.nonfinite} "
-                        f"NaN/inf), max abs err {t.max_abs_err}, max rel err {t.max_rel_err}, first bad (row, col) "
-                        f"{t.first_bad_index}"
-                    )
-        return ""
 
 
 def check_seed(base_seed: int, rows: int, check_index: int) -> int:
@@ -103,7 +43,7 @@ def check_seed(base_seed: int, rows: int, check_index: int) -> int:
     return (int(base_seed) * 1_000_003 + int(rows) * 1_009 + int(check_index)) % (2**63)
 
 
-def phases_for(device_type: str) -> list[Phase]:
+def phases_for(device_type: str) -> list[str]:
     """Eager everywhere; graph replay too on a CUDA device."""
     return ["eager", "graph"] if device_type == "cuda" else ["eager"]
 

@@ -20,20 +20,13 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
-from pydantic import Field, model_validator
-
 from infercrane.errors import InputError, UnavailableError
-from infercrane.kernels.harness.calibration import Calibration, DeviceInfo
-from infercrane.kernels.harness.compare import Comparison
-from infercrane.kernels.harness.correctness import CorrectnessResult, Tolerance
-from infercrane.kernels.harness.timing import TimingBlock
-from infercrane.receipts.base import AwareDatetime, Strict
-from infercrane.stats.summary import Summary
+from infercrane.kernels.result import (  # noqa: F401  (ScreenResult and friends: the result model)
+    SCREEN_RESULT_SCHEMA, Calibration, CorrectnessResult, Failure, ImplementationResult, ScreenResult, SpecRecord,
+    Status, TimingBlock, TimingCell,
+)
 
-SCREEN_RESULT_SCHEMA = "infercrane.kernel-screen-result/v1"
 Progress = Callable[[int, int, str], None]
-Status = Literal["ok", "failed", "skipped"]
-Failure = Literal["incorrect", "crashed", "timeout", "error"]
 
 DEFAULT_TRIALS = 5
 DEFAULT_SAMPLES_PER_TRIAL = 20
@@ -52,154 +45,6 @@ INTERLEAVING = (
     "trials outer; in each trial every rows x mode cell visits every implementation once, the order rotated by one "
     "implementation per trial; each visit warms up, then takes samples_per_trial samples"
 )
-
-
-class SpecRecord(Strict):
-    """What the op is and the problem screened (``OpSpec.record``)."""
-
-    op: str
-    operator: str
-    semantics: str
-    hidden_size: int
-    eps: float
-    dtype: str
-    num_layers: int | None = None
-    model_id: str | None = None
-    model_revision: str | None = None
-    config_fields: dict[str, Any] = Field(default_factory=dict)
-    byte_model: str
-    contracts: dict[str, str]
-    calls_per_decode_step: int | None = None
-    calls_per_decode_step_note: str
-
-
-class TimingCell(Strict):
-    """All samples of one implementation at one (rows, mode), pooled over trials."""
-
-    rows: int
-    mode: Literal["launch", "graph", "cold"]
-    calls_per_sample: int
-    blocks: list[TimingBlock] = Field(description="raw samples and clocks of each trial")
-    kept_samples_us: list[float] = Field(description="all samples except those rejected as throttled")
-    summary_over: Literal["kept", "all"] = Field(description="'all' only when every sample was rejected")
-    summary: Summary = Field(description="per-call time in microseconds")
-    n_rejected: int
-    throttled: bool
-    outputs_finite: bool | None
-    bytes_moved: int | None = Field(description="byte model of the op: the fewest bytes one call must move")
-    achieved_gbps: float | None = Field(description="bytes_moved / median time")
-    pct_of_copy_bandwidth: float | None
-    bandwidth_note: str
-    second_timer_us: float | None = Field(description="per-call time by the independent second timer")
-    second_timer_method: str | None
-    timer_disagreement: float | None = Field(description="median of the trial the second timer ran in / "
-                                             "second_timer_us - 1")
-    floor_us: float | None = Field(description="the physical floor of this cell: max(empty-kernel floor of the mode, "
-                                   "byte floor at copy bandwidth)")
-    flags: list[str] = Field(default_factory=list, description="reasons this cell cannot carry a verdict (e.g. the "
-                             "second timer disagrees, a time below the physical floor); empty when sound")
-
-    def kept_by_trial(self) -> list[list[float]]:
-        """Kept samples grouped by trial (the independent replicate), in trial order; a trial whose every sample
-        was rejected is left out."""
-        out = []
-        for b in sorted(self.blocks, key=lambda b: b.trial):
-            rejected = set(b.rejected)
-            kept = [t for i, t in enumerate(b.samples_us) if i not in rejected]
-            if kept:
-                out.append(kept)
-        return out
-
-    def trial_ids(self) -> list[int]:
-        """Trial index of each list ``kept_by_trial`` returns, so two cells can be paired trial by trial."""
-        return [b.trial for b in sorted(self.blocks, key=lambda b: b.trial)
-                if len(set(b.rejected)) < len(b.samples_us)]
-
-
-class ImplementationResult(Strict):
-    key: str
-    label: str
-    kind: Literal["baseline", "candidate"]
-    in_place: bool | None
-    source: str
-    notes: list[str] = Field(default_factory=list)
-    provenance: dict[str, str] = Field(default_factory=dict)
-    available: bool
-    skip_reason: str | None = None
-    status: Status
-    failure: Failure | None = None
-    error: str | None = None
-    exit_signal: str | None = None
-    correctness: list[CorrectnessResult] = Field(default_factory=list)
-    timings: list[TimingCell] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ImplementationResult":
-        if self.status == "skipped" and (self.available or not self.skip_reason):
-            raise ValueError(f"{self.key}: a skipped implementation needs available=False and a skip_reason")
-        if self.status != "skipped" and not self.available:
-            raise ValueError(f"{self.key}: status {self.status} but available=False")
-        if self.status == "failed" and (self.failure is None or not self.error):
-            raise ValueError(f"{self.key}: a failed implementation needs its failure kind and error text")
-        if self.status == "ok":
-            if self.failure or self.error:
-                raise ValueError(f"{self.key}: status ok with a failure recorded")
-            if not self.correctness or not all(c.passed for c in self.correctness):
-                raise ValueError(f"{self.key}: status ok needs passing correctness at every row count")
-        if self.failure == "incorrect" and all(c.passed for c in self.correctness):
-            raise ValueError(f"{self.key}: failure 'incorrect' without a failing correctness result")
-        return self
-
-
-class ScreenResult(Strict):
-    schema_version: Literal["infercrane.kernel-screen-result/v1"]
-    spec: SpecRecord
-    run_kind: Literal["functional", "timed"]
-    run_kind_reason: str
-    device: DeviceInfo
-    software: dict[str, str]
-    isolation: Literal["subprocess", "in_process"]
-    rows: list[int]
-    modes_requested: list[str]
-    modes: list[Literal["launch", "graph", "cold"]] = Field(description="modes actually timed; empty when functional")
-    methods: dict[str, str] = Field(description="timing mode -> the method sentence of its timing function")
-    correctness_method: str
-    tolerance: Tolerance
-    checks_per_rows: int
-    base_seed: int
-    timing_input_seed: int
-    trials: int
-    samples_per_trial: int
-    interleaving: str
-    timeout_s: float
-    calibration: Calibration | None
-    calibration_note: str | None = None
-    implementations: list[ImplementationResult]
-    comparisons: list[Comparison] = Field(default_factory=list)
-    comparison_notes: list[str] = Field(default_factory=list, description="pairs left uncompared, and why")
-    comparison_policy: dict[str, Any] = Field(default_factory=dict)
-    started_at: AwareDatetime
-    finished_at: AwareDatetime
-    wall_s: float
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ScreenResult":
-        timed_any = any(i.timings for i in self.implementations)
-        if self.run_kind == "functional":
-            if self.modes or timed_any or self.calibration is not None or self.comparisons:
-                raise ValueError("a functional run carries no timing modes, timings, calibration or comparisons")
-        elif self.calibration is None:
-            raise ValueError("a timed run needs its calibration")
-        keys = [i.key for i in self.implementations]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"implementation keys repeat: {keys}")
-        return self
-
-    def implementation(self, key: str) -> ImplementationResult:
-        for impl in self.implementations:
-            if impl.key == key:
-                return impl
-        raise KeyError(f"no implementation {key!r}; present: {[i.key for i in self.implementations]}")
 
 
 # --------------------------------------------------------------------------------------------- helpers

@@ -24,11 +24,8 @@ import math
 import time
 from typing import Any, Callable, Literal
 
-from pydantic import Field
+from infercrane.kernels.result import Mode, TimingBlock  # noqa: F401  (the result model)
 
-from infercrane.receipts.base import Strict
-
-Mode = Literal["launch", "graph", "cold"]
 MODES: tuple[str, ...] = ("launch", "graph", "cold")
 
 WARMUP_MIN_CALLS = 10
@@ -56,31 +53,6 @@ SECOND_TIMER_METHODS = {
             "L2 flush and spin; median over samples; run after every trial of the worker, because once CUPTI is "
             "attached it slows every later launch and graph replay of the process (seen on an H200: +10-25 %)",
 }
-
-
-class TimingBlock(Strict):
-    """The raw samples of one implementation x rows x mode in one trial."""
-
-    mode: Mode
-    trial: int = Field(ge=0)
-    calls_per_sample: int = Field(ge=1)
-    warmup_calls: int = Field(ge=0)
-    samples_us: list[float] = Field(description="time per call of each sample, microseconds")
-    sample_clock_mhz: list[int | None]
-    rejected: list[int] = Field(default_factory=list, description="indices of samples rejected as throttled")
-    clock_before_mhz: int | None
-    clock_after_mhz: int | None
-    clock_source: str
-    throttled: bool
-    outputs_finite: bool | None = Field(description="in-place buffers all finite after the cell; None if out of place")
-    l2_flush_bytes: int | None = None
-    sizing: str | None = Field(None, description="how calls_per_sample was chosen")
-    graph_fixed_cost_us: float | None = Field(None, description="graph mode: the replay's fixed cost, the intercept "
-                                              "of replay time over calls per graph (graphs of 16 and 32 calls)")
-    graph_fixed_cost_fraction: float | None = Field(None, description="graph_fixed_cost_us / the sample's duration")
-    second_timer_us: float | None = Field(None, description="per-call time by the independent second timer")
-    second_timer_method: str | None = None
-    second_timer_error: str | None = Field(None, description="why the second timer gave no figure")
 
 
 class ClockReader:

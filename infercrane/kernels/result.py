@@ -1,0 +1,332 @@
+"""The kernel screen's result: one set of pydantic models, data apart from the machinery that fills them.
+
+Everything a screen measured, as measured: the op and its problem (``SpecRecord``), each implementation with its
+status and reason (``ImplementationResult``), its correctness checks (``CorrectnessResult``), every timing cell's raw
+samples per trial with calls per sample, clocks, rejected samples, sizing and the second timer's figure
+(``TimingCell`` / ``TimingBlock``), the device calibration (``Calibration``) and the comparisons
+(``Comparison``). The harness fills them (``runner``, ``timing``, ``correctness``, ``calibration``, ``compare``);
+the receipt carries them whole and hashed; ``decide`` reads them, so deciding again is loading and deciding again.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from infercrane.kernels.op import Tolerance
+from infercrane.receipts.base import AwareDatetime, Strict
+from infercrane.stats.compare import Verdict
+from infercrane.stats.summary import Summary
+from infercrane.stats.trials import TrialSpeedup
+
+SCREEN_RESULT_SCHEMA = "infercrane.kernel-screen-result/v2"
+Mode = Literal["launch", "graph", "cold"]
+Phase = Literal["eager", "graph"]
+Status = Literal["ok", "failed", "skipped"]
+Failure = Literal["incorrect", "crashed", "timeout", "error"]
+CHECKED_BY = "InferCrane's own process, from the bytes the implementation's worker handed back (not its reply)"
+
+
+class DeviceInfo(Strict):
+    type: str
+    name: str
+    compute_capability: str | None = None
+    l2_cache_bytes: int | None = None
+    sm_count: int | None = None
+    total_memory_bytes: int | None = None
+    max_sm_clock_mhz: int | None = None
+    torch_cuda: str | None = None
+    driver: str | None = None
+
+
+class CopyBandwidth(Strict):
+    method: str
+    bytes_per_copy: int = Field(description="bytes read + bytes written by one copy")
+    samples_gbps: list[float]
+    median_gbps: float
+
+
+class TimingBlock(Strict):
+    """The raw samples of one implementation x rows x mode in one trial."""
+
+    mode: Mode
+    trial: int = Field(ge=0)
+    calls_per_sample: int = Field(ge=1)
+    warmup_calls: int = Field(ge=0)
+    samples_us: list[float] = Field(description="time per call of each sample, microseconds")
+    sample_clock_mhz: list[int | None]
+    rejected: list[int] = Field(default_factory=list, description="indices of samples rejected as throttled")
+    clock_before_mhz: int | None
+    clock_after_mhz: int | None
+    clock_source: str
+    throttled: bool
+    outputs_finite: bool | None = Field(description="in-place buffers all finite after the cell; None if out of place")
+    l2_flush_bytes: int | None = None
+    sizing: str | None = Field(None, description="how calls_per_sample was chosen")
+    graph_fixed_cost_us: float | None = Field(None, description="graph mode: the replay's fixed cost, the intercept "
+                                              "of replay time over calls per graph (graphs of 16 and 32 calls)")
+    graph_fixed_cost_fraction: float | None = Field(None, description="graph_fixed_cost_us / the sample's duration")
+    second_timer_us: float | None = Field(None, description="per-call time by the independent second timer")
+    second_timer_method: str | None = None
+    second_timer_error: str | None = Field(None, description="why the second timer gave no figure")
+
+
+class Calibration(Strict):
+    device: DeviceInfo
+    floor_kernel: str
+    floors: list[TimingBlock] = Field(description="empty-kernel floor, one block per mode")
+    dispatcher_floor_kernel: str | None = None
+    dispatcher_floors: list[TimingBlock] = Field(
+        default_factory=list, description="floor of one tiny kernel via torch's dispatcher, one block per mode")
+    copy_bandwidth: CopyBandwidth
+    clock_source: str
+    clock_before_mhz: int | None
+    clock_after_mhz: int | None
+
+
+class TensorCheck(Strict):
+    """One output tensor of one check compared with the oracle."""
+
+    name: str
+    passed: bool
+    numel: int
+    atol: float
+    rtol: float
+    mismatched: int = Field(ge=0, description="elements outside the tolerance, NaN/inf included")
+    nonfinite: int = Field(ge=0, description="NaN or inf elements")
+    max_abs_err: float | None = Field(description="over finite elements; None when none is finite")
+    max_rel_err: float | None = Field(description="|got-ref|/|ref| over finite elements with |ref| > atol")
+    first_bad_index: tuple[int, int] | None = Field(description="(row, col) of the first bad element, row-major")
+
+
+class CheckResult(Strict):
+    check_index: int
+    phase: Phase = "eager"
+    seed: int
+    input_scale: float
+    passed: bool
+    contract_error: str | None = None
+    tensors: list[TensorCheck] = Field(default_factory=list)
+
+
+class CorrectnessResult(Strict):
+    """All checks of one implementation at one row count."""
+
+    rows: int
+    hidden_size: int
+    dtype: str
+    device: str
+    stream: str = Field(description="where the call ran and how results were read")
+    checked_by: str = CHECKED_BY
+    passed: bool
+    tolerance: Tolerance
+    checks: list[CheckResult]
+
+    def failure_summary(self) -> str:
+        """One line naming the first failing check, for error messages."""
+        for c in self.checks:
+            if c.passed:
+                continue
+            where = f"rows={self.rows} check {c.check_index} {c.phase} (seed {c.seed})"
+            if c.contract_error:
+                return f"{where}: {c.contract_error}"
+            for t in c.tensors:
+                if not t.passed:
+                    return (
+                        f"{where}: {t.name}: {t.mismatched}/{t.numel} elements out of tolerance ({t.nonfinite} "
+                        f"NaN/inf), max abs err {t.max_abs_err}, max rel err {t.max_rel_err}, first bad (row, col) "
+                        f"{t.first_bad_index}"
+                    )
+        return ""
+
+
+class FamilyMark(Strict):
+    """A comparison's place in its candidate's decision family (policy mode, counted baseline, decision row)."""
+
+    size: int = Field(ge=1, description="comparisons in the family")
+    tested: int = Field(ge=0, description="of them, those with a verdict")
+    p_slower_holm: float | None = Field(description="Holm-adjusted p_slower; None when not tested")
+    verdict: Verdict = Field(description="family verdict")
+
+
+class Comparison(Strict):
+    """Candidate against one reference implementation at one row count, in one timing mode."""
+
+    candidate: str
+    reference: str
+    reference_kind: Literal["baseline", "candidate"]
+    rows: int
+    mode: Literal["launch", "graph", "cold"]
+    speedup: TrialSpeedup = Field(description="trial-level speedup of the candidate over the reference")
+    flags: list[str] = Field(default_factory=list, description="flags of either cell, naming the implementation")
+    verdict: Verdict = Field(description="own verdict: FLAGGED when there are flags, else the speedup's")
+    family: FamilyMark | None = Field(default=None, description="None outside the candidate's decision family")
+
+    @model_validator(mode="after")
+    def _verdict_follows_flags(self) -> "Comparison":
+        expected = Verdict.FLAGGED if self.flags else self.speedup.verdict
+        if self.verdict is not expected:
+            raise ValueError(f"verdict {self.verdict.value} but the speedup says {self.speedup.verdict.value} and "
+                             f"flags are {self.flags or 'empty'}: expected {expected.value}")
+        return self
+
+    @property
+    def same_margin(self) -> float:
+        return self.speedup.same_margin
+
+    @property
+    def candidate_t_us(self) -> float | None:
+        """Geometric mean over the paired trials of the candidate's per-trial medians."""
+        return self.speedup.candidate_t_us
+
+    @property
+    def reference_t_us(self) -> float | None:
+        return self.speedup.baseline_t_us
+
+
+class SpecRecord(Strict):
+    """What the op is and the problem screened (``OpSpec.record``)."""
+
+    op: str
+    operator: str
+    semantics: str
+    hidden_size: int
+    eps: float
+    dtype: str
+    num_layers: int | None = None
+    model_id: str | None = None
+    model_revision: str | None = None
+    config_fields: dict[str, Any] = Field(default_factory=dict)
+    byte_model: str
+    contracts: dict[str, str]
+    calls_per_decode_step: int | None = None
+    calls_per_decode_step_note: str
+
+
+class TimingCell(Strict):
+    """All samples of one implementation at one (rows, mode), pooled over trials."""
+
+    rows: int
+    mode: Literal["launch", "graph", "cold"]
+    calls_per_sample: int
+    blocks: list[TimingBlock] = Field(description="raw samples and clocks of each trial")
+    kept_samples_us: list[float] = Field(description="all samples except those rejected as throttled")
+    summary_over: Literal["kept", "all"] = Field(description="'all' only when every sample was rejected")
+    summary: Summary = Field(description="per-call time in microseconds")
+    n_rejected: int
+    throttled: bool
+    outputs_finite: bool | None
+    bytes_moved: int | None = Field(description="byte model of the op: the fewest bytes one call must move")
+    achieved_gbps: float | None = Field(description="bytes_moved / median time")
+    pct_of_copy_bandwidth: float | None
+    bandwidth_note: str
+    second_timer_us: float | None = Field(description="per-call time by the independent second timer")
+    second_timer_method: str | None
+    timer_disagreement: float | None = Field(description="median of the trial the second timer ran in / "
+                                             "second_timer_us - 1")
+    floor_us: float | None = Field(description="the physical floor of this cell: max(empty-kernel floor of the mode, "
+                                   "byte floor at copy bandwidth)")
+    flags: list[str] = Field(default_factory=list, description="reasons this cell cannot carry a verdict (e.g. the "
+                             "second timer disagrees, a time below the physical floor); empty when sound")
+
+    def kept_by_trial(self) -> list[list[float]]:
+        """Kept samples grouped by trial (the independent replicate), in trial order; a trial whose every sample
+        was rejected is left out."""
+        out = []
+        for b in sorted(self.blocks, key=lambda b: b.trial):
+            rejected = set(b.rejected)
+            kept = [t for i, t in enumerate(b.samples_us) if i not in rejected]
+            if kept:
+                out.append(kept)
+        return out
+
+    def trial_ids(self) -> list[int]:
+        """Trial index of each list ``kept_by_trial`` returns, so two cells can be paired trial by trial."""
+        return [b.trial for b in sorted(self.blocks, key=lambda b: b.trial)
+                if len(set(b.rejected)) < len(b.samples_us)]
+
+
+class ImplementationResult(Strict):
+    key: str
+    label: str
+    kind: Literal["baseline", "candidate"]
+    in_place: bool | None
+    source: str
+    notes: list[str] = Field(default_factory=list)
+    provenance: dict[str, str] = Field(default_factory=dict)
+    available: bool
+    skip_reason: str | None = None
+    status: Status
+    failure: Failure | None = None
+    error: str | None = None
+    exit_signal: str | None = None
+    correctness: list[CorrectnessResult] = Field(default_factory=list)
+    timings: list[TimingCell] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ImplementationResult":
+        if self.status == "skipped" and (self.available or not self.skip_reason):
+            raise ValueError(f"{self.key}: a skipped implementation needs available=False and a skip_reason")
+        if self.status != "skipped" and not self.available:
+            raise ValueError(f"{self.key}: status {self.status} but available=False")
+        if self.status == "failed" and (self.failure is None or not self.error):
+            raise ValueError(f"{self.key}: a failed implementation needs its failure kind and error text")
+        if self.status == "ok":
+            if self.failure or self.error:
+                raise ValueError(f"{self.key}: status ok with a failure recorded")
+            if not self.correctness or not all(c.passed for c in self.correctness):
+                raise ValueError(f"{self.key}: status ok needs passing correctness at every row count")
+        if self.failure == "incorrect" and all(c.passed for c in self.correctness):
+            raise ValueError(f"{self.key}: failure 'incorrect' without a failing correctness result")
+        return self
+
+
+class ScreenResult(Strict):
+    schema_version: Literal["infercrane.kernel-screen-result/v2"]
+    spec: SpecRecord
+    run_kind: Literal["functional", "timed"]
+    run_kind_reason: str
+    device: DeviceInfo
+    software: dict[str, str]
+    isolation: Literal["subprocess", "in_process"]
+    rows: list[int]
+    modes_requested: list[str]
+    modes: list[Literal["launch", "graph", "cold"]] = Field(description="modes actually timed; empty when functional")
+    methods: dict[str, str] = Field(description="timing mode -> the method sentence of its timing function")
+    correctness_method: str
+    tolerance: Tolerance
+    checks_per_rows: int
+    base_seed: int
+    timing_input_seed: int
+    trials: int
+    samples_per_trial: int
+    interleaving: str
+    timeout_s: float
+    calibration: Calibration | None
+    calibration_note: str | None = None
+    implementations: list[ImplementationResult]
+    comparisons: list[Comparison] = Field(default_factory=list)
+    comparison_notes: list[str] = Field(default_factory=list, description="pairs left uncompared, and why")
+    comparison_policy: dict[str, Any] = Field(default_factory=dict)
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+    wall_s: float
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ScreenResult":
+        timed_any = any(i.timings for i in self.implementations)
+        if self.run_kind == "functional":
+            if self.modes or timed_any or self.calibration is not None or self.comparisons:
+                raise ValueError("a functional run carries no timing modes, timings, calibration or comparisons")
+        elif self.calibration is None:
+            raise ValueError("a timed run needs its calibration")
+        keys = [i.key for i in self.implementations]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"implementation keys repeat: {keys}")
+        return self
+
+    def implementation(self, key: str) -> ImplementationResult:
+        for impl in self.implementations:
+            if impl.key == key:
+                return impl
+        raise KeyError(f"no implementation {key!r}; present: {[i.key for i in self.implementations]}")
