@@ -104,6 +104,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     from ..kernels.harness.runner import screen as run_screen
     from ..kernels.receipt import build_document
     from ..models.catalog import load_model_config
+    from ..receipts.models_v3 import DecodeStep
     from ..receipts.render import console
     from ..receipts.validate import write_receipt
     from .options import check_output_file
@@ -160,11 +161,9 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
                       model={"id": spec.model_id or config.model, "revision": spec.model_revision,
                              "source": mc.source, "config_fields": spec.config_fields,
                              "weights": "none", "tokenizer": "none"})
-    doc, _ = build_document(result, spec, policy, provenance=prov, model_source=mc.source,
-                            decode_step_ms=step_ms, decode_step_source=step_source)
-    receipt = write_receipt(doc, out)
-    # Keep the raw screen result beside the receipt: everything the harness measured, in its own shape.
-    (out.parent / "screen-result.json").write_text(result.model_dump_json(indent=1))
+    decode_step = DecodeStep(ms=step_ms, source=step_source) if step_ms else None
+    receipt = write_receipt(build_document(result, policy, provenance=prov, model_source=mc.source,
+                                           decode_step=decode_step), out)
     _print_summary(con, receipt.document)
     con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0
@@ -187,23 +186,22 @@ def _check_memory(spec: Any, device: str, con: Any) -> None:
                              f"{gib(check.available.bytes or 0)}; screen fewer rows")
 
 
-def decide(screen_result: Path, /, *, measured_receipt: Path,
+def decide(receipt: Path, /, *,
            decode_step_ms: Annotated[float | None, Parameter(validator=Number(gt=0))] = None,
            serving_receipt: Path | None = None, serving_recipe: str | None = None,
            serving_concurrency: Annotated[int | None, Parameter(validator=Number(gte=1))] = None,
            policy: Path | None = None, out: Path) -> int:
-    """Decide again on a finished screen, without re-measuring: with a decode step time from a serving receipt (or
-    --decode-step-ms) and/or another policy. The new receipt keeps the measuring machine's hardware and software and
-    the original run id; its provenance records this command.
+    """Decide again on a finished screen, without re-measuring: load its receipt, compare and decide again with a
+    decode step time from a serving receipt (or --decode-step-ms) and/or another policy. The new receipt carries the
+    same result, the measuring machine's hardware and software, the original run id, and names the receipt it was
+    decided from (path and content hash); its provenance records this command.
 
     Parameters
     ----------
-    screen_result
-        The screen-result.json a `kernel screen` wrote beside its receipt (the raw evidence).
-    measured_receipt
-        The receipt of that screen (validated; its hardware, software and run id are carried over).
+    receipt
+        A kernel screen's receipt (infercrane.cuda-kernel-screening-receipt/v3: it carries the screen's result).
     decode_step_ms
-        Decode step wall time for the Amdahl ceiling.
+        Decode step wall time for the Amdahl ceiling (default: the receipt's own, if it has one).
     serving_receipt
         Read the decode step time from this serving receipt instead.
     serving_recipe
@@ -218,9 +216,9 @@ def decide(screen_result: Path, /, *, measured_receipt: Path,
     from ..decide.policy import load_policy
     from ..env.capture import provenance
     from ..errors import InputError, about
-    from ..kernels import registry
-    from ..kernels.harness.runner import ScreenResult
+    from ..kernels.harness.compare import with_comparisons
     from ..kernels.receipt import build_document
+    from ..receipts.models_v3 import SCREENING_V3, DecodeStep
     from ..receipts.render import console
     from ..receipts.validate import load_receipt, write_receipt
     from .options import check_output_file
@@ -234,38 +232,34 @@ def decide(screen_result: Path, /, *, measured_receipt: Path,
         raise InputError("--decode-step-ms and --serving-receipt both set the decode step time; give one")
     with about("--policy"):
         pol = load_policy("kernel", policy)
-    step_ms, step_source = decode_step_ms, ("user: --decode-step-ms" if decode_step_ms else None)
-    if serving_receipt is not None:
-        step_ms, step_source = decode_step_from_receipt(serving_receipt, serving_recipe or "compiled",
-                                                        serving_concurrency or 1)
-    with about("--measured-receipt"):
-        old = load_receipt(measured_receipt).document
-    try:
-        result = ScreenResult.model_validate_json(Path(screen_result).read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"{screen_result}: not a screen result: {str(e).splitlines()[0]}") from None
-    if old["app_id"] != old["provenance"]["run_id"]:
-        raise InputError(f"--measured-receipt {measured_receipt}: app_id and provenance.run_id differ")
-    s = result.spec
-    spec = registry.op_module(s.op).SPEC(hidden_size=s.hidden_size, eps=s.eps, dtype=s.dtype, rows=tuple(result.rows),
-                                         num_layers=s.num_layers, model_id=s.model_id, model_revision=s.model_revision,
-                                         config_fields=s.config_fields)
-    if spec.model_id != old["model_shape_source"]["id"] or list(spec.rows) != sorted({m for m in result.rows}, key=result.rows.index):
-        raise InputError(f"{screen_result} does not belong to --measured-receipt {measured_receipt} "
-                         "(model or rows differ)")
-    prov = provenance(config={"decided_from": {"screen_result": str(screen_result), "receipt": str(measured_receipt),
-                                               "receipt_sha256": old["content_sha256"]},
-                              "measured_config": old["provenance"]["config"], "decode_step_ms": step_ms,
-                              "decode_step_source": step_source, "policy": str(policy) if policy else "packaged"},
-                      hardware_info=old["hardware"], software=old["software"], run_id=old["app_id"],
-                      model=old["provenance"].get("model"))
-    measured_cfg = {old["candidate"]["key"]: old["candidate"]["launch_config"]}
-    doc, _ = build_document(result, spec, pol, provenance=prov, model_source=old["model_shape_source"]["source"],
-                            decode_step_ms=step_ms, decode_step_source=step_source, launch_configs=measured_cfg)
-    receipt = write_receipt(doc, out)
+    new_step = None
+    if decode_step_ms is not None:
+        new_step = DecodeStep(ms=decode_step_ms, source="user: --decode-step-ms")
+    elif serving_receipt is not None:
+        ms, source = decode_step_from_receipt(serving_receipt, serving_recipe or "compiled", serving_concurrency or 1)
+        new_step = DecodeStep(ms=ms, source=source)
+    with about("receipt"):
+        old = load_receipt(receipt)
+    if old.document["schema_version"] != SCREENING_V3:
+        raise InputError(f"{receipt} is {old.document['schema_version']}: kernel decide reads a {SCREENING_V3} "
+                         "receipt, which carries the screen's result", hint="screen again with this InferCrane")
+    model = old.model
+    decode_step = new_step or model.decode_step
+    result = with_comparisons(model.result, pol) if model.result.run_kind == "timed" else model.result
+    doc = old.document
+    prov = provenance(config={"decided_from": {"receipt": str(receipt), "content_sha256": doc["content_sha256"]},
+                              "measured_config": doc["provenance"]["config"],
+                              "decode_step": decode_step.model_dump(mode="json") if decode_step else None,
+                              "policy": str(policy) if policy else "packaged"},
+                      hardware_info=doc["hardware"], software=doc["software"], run_id=doc["app_id"],
+                      model=doc["provenance"].get("model"))
+    new = build_document(result, pol, provenance=prov, model_source=doc["model_shape_source"]["source"],
+                         decode_step=decode_step,
+                         decided_from={"receipt": str(receipt), "content_sha256": doc["content_sha256"]})
+    written = write_receipt(new, out)
     con = console()
-    _print_summary(con, receipt.document)
-    con.print(f"receipt: {plain(receipt.path)}")
+    _print_summary(con, written.document)
+    con.print(f"receipt: {plain(written.path)}")
     return 0
 
 
@@ -364,14 +358,16 @@ def _first_line(text: Any) -> str:
     return lines[0] + (" (… more in the receipt)" if len(lines) > 1 else "")
 
 
-def _impl_line(i: dict[str, Any], doc: dict[str, Any]) -> str:
-    """What happened to one implementation, for the summary table."""
+def _impl_line(i: dict[str, Any]) -> str:
+    """What happened to one implementation (a result's record), for the summary table."""
     if i["status"] != "ok":
-        return _first_line(i.get("reason"))
-    checked = [c["rows"] for c in doc["correctness"] if c["implementation"] == i["key"]]
-    timed = i["key"] in {t.get("implementation") for t in doc.get("timings", []) if isinstance(t, dict)}
+        return _first_line(i.get("skip_reason") or i.get("error"))
+    checked = [c["rows"] for c in i["correctness"]]
+    flagged = sum(1 for c in i["timings"] if c["flags"])
     line = f"correct at rows {', '.join(map(str, checked))}" if checked else "ok"
-    return line + ("; timed" if timed else "")
+    if i["timings"]:
+        line += f"; {len(i['timings'])} cells timed" + (f", {flagged} flagged" if flagged else "")
+    return line
 
 
 def _print_summary(con: Any, doc: dict[str, Any]) -> None:
@@ -380,20 +376,26 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    result = doc["result"]
     impls = Table(title="implementations", title_justify="left")
     for c in ("key", "kind", "status", "reason"):
         impls.add_column(c)
-    for i in doc["implementations"]:
+    for i in result["implementations"]:
         style = {"ok": "green", "failed": "red"}.get(i["status"], "yellow")
         impls.add_row(Text(str(i["key"])), Text(str(i.get("kind") or "")), Text(str(i["status"]), style=style),
-                      Text(_impl_line(i, doc)))
+                      Text(_impl_line(i)))
     con.print(impls)
-    for c in doc["correctness"]:
-        if c["passed"]:
-            continue
-        con.print(Text.assemble("  ", ("INCORRECT", "red"), f" {c['implementation']} rows={c['rows']}: "
-                                f"{_first_line(c.get('error'))} mismatched={c['mismatched']} "
-                                f"max_abs_err={c.get('max_abs_err')} first bad {c.get('first_bad_tensor')}{c.get('first_bad_index')}"))
+    for i in result["implementations"]:
+        for c in i["correctness"]:
+            if not c["passed"]:
+                bad = next((k for k in c["checks"] if not k["passed"]), None)
+                detail = (bad.get("contract_error") or next(
+                    (f"{t['name']}: {t['mismatched']}/{t['numel']} out of tolerance, max abs err {t['max_abs_err']}, "
+                     f"first bad {t['first_bad_index']}" for t in bad["tensors"] if not t["passed"]), "")) if bad else ""
+                con.print(Text.assemble("  ", ("INCORRECT", "red"),
+                                        f" {i['key']} rows={c['rows']} {bad['phase'] if bad else ''}: "
+                                        f"{_first_line(detail)}"))
+    comparisons = result.get("comparisons", [])
     if doc["measurements"]:
         mode = doc["measurements_timing_mode"]
         keys = [k for k in ("eager", "torch_compile", "vllm_vendor", "triton", "cuda", "user")
@@ -406,7 +408,7 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
         for k in keys:
             if k != cand:
                 t.add_column(f"×{k}", justify="right")
-        verdicts = {(c["baseline"], c["rows"]): c["verdict"] for c in doc["comparisons"]
+        verdicts = {(c["reference"], c["rows"]): c["verdict"] for c in comparisons
                     if c["candidate"] == cand and c["mode"] == mode}
         for m in doc["measurements"]:
             cells = [str(m["rows"])] + [f"{m[f'{k}_ms'] * 1000:.3f}" if f"{k}_ms" in m else "—" for k in keys]

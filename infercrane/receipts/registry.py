@@ -6,15 +6,17 @@ from pydantic import BaseModel
 from ..errors import InputError
 from .models_v1 import POC_V1, SCREENING_V1, CudaKernelScreeningReceiptV1, OptimizationPocReceiptV1
 from .models_v2 import POC_V2, SCREENING_V2, CudaKernelScreeningReceiptV2, OptimizationPocReceiptV2
+from .models_v3 import SCREENING_V3, CudaKernelScreeningReceiptV3
 
 MODELS: dict[str, type[BaseModel]] = {
     POC_V1: OptimizationPocReceiptV1,
     SCREENING_V1: CudaKernelScreeningReceiptV1,
     POC_V2: OptimizationPocReceiptV2,
     SCREENING_V2: CudaKernelScreeningReceiptV2,
+    SCREENING_V3: CudaKernelScreeningReceiptV3,
 }
 # Versions whose documents carry a content hash (every version InferCrane writes).
-HASHED = frozenset({POC_V2, SCREENING_V2})
+HASHED = frozenset({POC_V2, SCREENING_V2, SCREENING_V3})
 
 
 def family(schema_version: str) -> str:

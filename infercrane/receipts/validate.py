@@ -1,12 +1,14 @@
 """Validation beyond types: every derived number must agree with what it is derived from.
 
 A speedup with its times, a percentage with its inputs, a median with its raw samples, failures with their counts, a
-decision with its reason and evidence, the content hash with the content. Each problem names the field path and both
+decision with its reason and evidence, the content hash with the content. A v3 kernel receipt goes further: every
+derived field is derived again from the result it carries (``_rules_screening_v3``). Each problem names the field path and both
 values. "Agree" means within the rounding of the printed numbers: the tolerance is half a unit in the last printed
 digit of the derived value plus the effect of the inputs' own rounding, propagated through the formula.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,6 +21,7 @@ from ..decide.derived import reduction_percent, throughput_speedup
 from ..errors import InputError, ReceiptInvalid
 from . import models_v1 as v1
 from . import models_v2 as v2
+from . import models_v3 as v3
 from .io import HASH_FIELD, content_hash, non_finite_paths, read_json
 from .registry import HASHED, model_for
 
@@ -307,11 +310,108 @@ def _bench_rules(b: Any, runs: list[Any]) -> list[Problem]:
     return out
 
 
+# --- v3 -------------------------------------------------------------------------------------------------------
+
+REL_TOL = 1e-9  # a figure re-derived on another machine (other numpy/scipy builds) may differ in the last bits
+
+
+def _first_difference(stated: Any, derived: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first place where two JSON values differ (floats within ``REL_TOL``), as (path, stated, derived)."""
+    if isinstance(stated, bool) or isinstance(derived, bool):
+        return None if stated is derived else (path, stated, derived)
+    if isinstance(stated, (int, float)) and isinstance(derived, (int, float)):
+        ok = math.isclose(stated, derived, rel_tol=REL_TOL, abs_tol=1e-12)
+        return None if ok else (path, stated, derived)
+    if isinstance(stated, dict) and isinstance(derived, dict):
+        for k in list(dict.fromkeys([*stated, *derived])):
+            if k not in stated or k not in derived:
+                return (f"{path}.{k}", stated.get(k, "<absent>"), derived.get(k, "<absent>"))
+            d = _first_difference(stated[k], derived[k], f"{path}.{k}")
+            if d:
+                return d
+        return None
+    if isinstance(stated, list) and isinstance(derived, list):
+        if len(stated) != len(derived):
+            return (f"{path}", f"{len(stated)} items", f"{len(derived)} items")
+        for i, (a, b) in enumerate(zip(stated, derived)):
+            d = _first_difference(a, b, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    return None if stated == derived else (path, stated, derived)
+
+
+def _differs(path: str, stated: Any, derived: Any, what: str) -> list[Problem]:
+    d = _first_difference(stated, derived)
+    if d is None:
+        return []
+    where, a, b = d
+    shown = lambda v: (repr(v)[:160] + "…") if len(repr(v)) > 160 else repr(v)  # noqa: E731
+    return [(f"{path}{where}", f"is {shown(a)} but {what} gives {shown(b)}")]
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def _rules_screening_v3(r: Any) -> list[Problem]:
+    """Everything derived is derived again from ``result`` under ``policy`` and ``decode_step``."""
+    from infercrane.kernels import registry
+    from infercrane.kernels.harness.compare import with_comparisons
+    from infercrane.kernels.harness.runner import summarize_cell
+    from infercrane.kernels.receipt import DERIVED_FIELDS, derive
+
+    out: list[Problem] = []
+    res = r.result
+    timed = res.run_kind == "timed"
+    if (r.evidence_class == "real-gpu-microbenchmark") != timed:
+        out.append(("evidence_class", f"is {r.evidence_class!r} but the result's run_kind is {res.run_kind!r}"))
+    if r.app_id != r.provenance.run_id:
+        out.append(("app_id", f"is {r.app_id!r} but provenance.run_id is {r.provenance.run_id!r}"))
+    shape = r.model_shape_source
+    for field, want in (("op", res.spec.op), ("operator", res.spec.operator), ("hidden_size", res.spec.hidden_size),
+                        ("rms_norm_eps", res.spec.eps), ("dtype", res.spec.dtype)):
+        if getattr(shape, field) != want:
+            out.append((f"model_shape_source.{field}", f"is {getattr(shape, field)!r} but the result's spec says "
+                                                       f"{want!r}"))
+    try:
+        spec = registry.op_module(res.spec.op).SPEC(
+            hidden_size=res.spec.hidden_size, eps=res.spec.eps, dtype=res.spec.dtype, rows=tuple(res.rows),
+            num_layers=res.spec.num_layers)
+    except Exception as e:  # an op this InferCrane does not know cannot be re-derived
+        return out + [("result.spec.op", f"cannot be re-derived here: {type(e).__name__}: {e}")]
+    for i, impl in enumerate(res.implementations):
+        for j, cell in enumerate(impl.timings):
+            want = summarize_cell(cell.rows, cell.mode, cell.blocks, spec.bytes_moved(cell.rows), res.calibration)
+            out += _differs(f"result.implementations[{i}].timings[{j}]", cell.model_dump(mode="json"),
+                            want.model_dump(mode="json"), "its raw blocks and the calibration")
+    if timed:
+        want = with_comparisons(res, r.policy)
+        for field in ("comparisons", "comparison_notes", "comparison_policy"):
+            out += _differs(f"result.{field}", _dump(getattr(res, field)), _dump(getattr(want, field)),
+                            "comparing the timing cells under the policy")
+    try:
+        derived = derive(res, r.policy, r.decode_step)
+    except Exception as e:
+        return out + [("result", f"no decision can be derived from it: {type(e).__name__}: {e}")]
+    doc = r.model_dump(mode="json")
+    try:  # through the receipt's own types, so that absent and None read alike
+        again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
+    except ValidationError as e:
+        return out + [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
+    for field in DERIVED_FIELDS:
+        out += _differs(field, doc[field], again[field], "deciding again from the result")
+    return out
+
+
 RULES: dict[type[BaseModel], Callable[[Any], list[Problem]]] = {
     v1.CudaKernelScreeningReceiptV1: _rules_screening_v1,
     v1.OptimizationPocReceiptV1: _rules_poc_v1,
     v2.CudaKernelScreeningReceiptV2: _rules_screening_v2,
     v2.OptimizationPocReceiptV2: _rules_poc_v2,
+    v3.CudaKernelScreeningReceiptV3: _rules_screening_v3,
 }
 
 

@@ -56,9 +56,9 @@ def test_functional_screen_of_a_user_candidate(tmp_path: Path, capsys) -> None:
     assert doc["evidence_class"] == "cpu-functional-check"
     assert doc["candidate"]["key"] == "user" and doc["candidate"]["in_place"] is False
     assert doc["decision_code"] == "inconclusive" and "functional check only" in doc["decision"]
-    assert doc["timings"] == [] and doc["measurements"] == []
-    user = [c for c in doc["correctness"] if c["implementation"] == "user"]
-    assert [c["rows"] for c in user] == [1, 8] and all(c["passed"] for c in user)
+    user = next(i for i in doc["result"]["implementations"] if i["key"] == "user")
+    assert user["timings"] == [] and doc["measurements"] == []
+    assert [c["rows"] for c in user["correctness"]] == [1, 8] and all(c["passed"] for c in user["correctness"])
     assert doc["model_shape_source"]["hidden_size"] == 1024
 
 
@@ -66,37 +66,40 @@ def test_functional_screen_compiles_the_cuda_candidate_to_ptx(tmp_path: Path) ->
     out = tmp_path / "k.json"
     assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager", "cuda", "--checks", "1",
                  "--out", str(out)]) == 0
-    cuda = next(i for i in load_receipt(out).document["implementations"] if i["key"] == "cuda")
+    cuda = next(i for i in load_receipt(out).document["result"]["implementations"] if i["key"] == "cuda")
     assert cuda["status"] == "skipped"
-    assert any("compiled to PTX for compute_90" in n for n in cuda["details"]["notes"])
+    assert any("compiled to PTX for compute_90" in n for n in cuda["notes"])
 
 
 def test_cheating_candidate_is_rejected_naming_the_bad_index(tmp_path: Path) -> None:
     doc = _screen(tmp_path, f"{FIXTURES / 'cheaters.py'}:first_row_only", "cheat")
     assert doc["decision_code"] == "reject"
-    bad = [c for c in doc["correctness"] if c["implementation"] == "user" and not c["passed"]]
+    user = next(i for i in doc["result"]["implementations"] if i["key"] == "user")
+    bad = [c for c in user["correctness"] if not c["passed"]]
     assert [c["rows"] for c in bad] == [8]  # one row is all it computes: rows=1 passes, rows=8 fails at row 1
-    assert bad[0]["first_bad_index"][0] == 1 and bad[0]["mismatched"] > 0
+    out = next(t for t in bad[0]["checks"][0]["tensors"] if t["name"] == "out")
+    assert out["first_bad_index"][0] == 1 and out["mismatched"] > 0
 
 
 def test_decide_again_keeps_the_measuring_machine(tmp_path: Path) -> None:
     doc = _screen(tmp_path, f"{FIXTURES / 'good_candidate.py'}:fused_add_rmsnorm", "again")
     folder = tmp_path / "again"
     out = tmp_path / "decided.json"
-    assert main(["kernel", "decide", str(folder / "screen-result.json"), "--measured-receipt",
-                 str(folder / "kernel-screen.json"), "--out", str(out)]) == 0
+    assert main(["kernel", "decide", str(folder / "kernel-screen.json"), "--out", str(out)]) == 0
     new = load_receipt(out).document
     assert new["app_id"] == doc["app_id"] and new["hardware"] == doc["hardware"]
-    assert new["decision"] == doc["decision"] and new["correctness"] == doc["correctness"]
-    assert new["provenance"]["config"]["decided_from"]["receipt_sha256"] == doc["content_sha256"]
+    assert new["decision"] == doc["decision"] and new["result"] == doc["result"]
+    assert new["decided_from"] == {"receipt": str(folder / "kernel-screen.json"),
+                                   "content_sha256": doc["content_sha256"]}
 
 
-def test_decide_refuses_a_foreign_screen_result(tmp_path: Path) -> None:
-    _screen(tmp_path, f"{FIXTURES / 'good_candidate.py'}:fused_add_rmsnorm", "one")
+def test_decide_refuses_what_is_not_a_v3_kernel_receipt(tmp_path: Path) -> None:
     (tmp_path / "junk.json").write_text("{}")
-    rc = main(["kernel", "decide", str(tmp_path / "junk.json"), "--measured-receipt",
-               str(tmp_path / "one" / "kernel-screen.json"), "--out", str(tmp_path / "x.json")])
+    rc = main(["kernel", "decide", str(tmp_path / "junk.json"), "--out", str(tmp_path / "x.json")])
     assert rc == 2 and not (tmp_path / "x.json").exists()
+    old = Path(__file__).parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-kernel" / "kernel-screen.json"
+    rc = main(["kernel", "decide", str(old), "--out", str(tmp_path / "y.json")])
+    assert rc == 2 and not (tmp_path / "y.json").exists()  # a v2 receipt carries no result to decide from
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -207,13 +210,16 @@ def test_kernel_list_says_what_a_screen_here_would_do(capsys, monkeypatch: pytes
 
 
 def _doc_with(text: str) -> dict[str, Any]:
-    return {"implementations": [{"key": "eager", "kind": "baseline", "status": "ok", "reason": None},
-                                {"key": "user", "kind": "candidate", "status": "failed", "reason": text},
-                                {"key": "cuda", "kind": "candidate", "status": "skipped", "reason": text}],
-            "correctness": [{"implementation": "eager", "rows": 8, "passed": True},
-                            {"implementation": "user", "rows": 8, "passed": False, "error": text, "mismatched": 0,
-                             "max_abs_err": None, "first_bad_tensor": None, "first_bad_index": None}],
-            "timings": [], "measurements": [], "amdahl": [], "decision": f"reject {text}", "reason": text,
+    check = {"check_index": 0, "phase": "eager", "seed": 1, "input_scale": 1.0, "passed": False,
+             "contract_error": text, "tensors": []}
+    impls = [{"key": "eager", "kind": "baseline", "status": "ok", "skip_reason": None, "error": None,
+              "correctness": [{"rows": 8, "passed": True, "checks": []}], "timings": []},
+             {"key": "user", "kind": "candidate", "status": "failed", "skip_reason": None, "error": text,
+              "correctness": [{"rows": 8, "passed": False, "checks": [check]}], "timings": []},
+             {"key": "cuda", "kind": "candidate", "status": "skipped", "skip_reason": text, "error": None,
+              "correctness": [], "timings": []}]
+    return {"result": {"implementations": impls, "comparisons": []}, "measurements": [], "amdahl": [],
+            "decision": f"reject {text}", "reason": text,
             "other_candidates": [{"implementation": "cuda", "decision": text, "reason": text}]}
 
 

@@ -86,6 +86,27 @@ def _computed_with(comparisons: list[Comparison], policy: "KernelPolicy") -> boo
                for c in comparisons)
 
 
+def comparison_policy(policy: "KernelPolicy") -> dict[str, object]:
+    """What a result records about the settings its comparisons were made under."""
+    from infercrane.stats.trials import TRIAL_METHOD
+
+    return {"same_margin": policy.same_margin, "confidence": policy.confidence, "timing_mode": policy.timing_mode,
+            "counted_baselines": list(policy.counted_baselines), "decision_max_rows": policy.decision_max_rows,
+            "decide_on_bandwidth_rows": policy.decide_on_bandwidth_rows, "method": TRIAL_METHOD}
+
+
+def with_comparisons(result: "ScreenResult", policy: "KernelPolicy") -> "ScreenResult":
+    """``result`` with every comparison made (again) under ``policy``: the screen's last step, and the first of
+    deciding again under another policy. Pairs left uncompared are named in ``comparison_notes``."""
+    from infercrane.kernels.result import ScreenResult
+
+    notes: list[str] = []
+    comparisons = compare_all(result, policy, notes)
+    updated = result.model_copy(update={"comparisons": comparisons, "comparison_notes": notes,
+                                        "comparison_policy": comparison_policy(policy)})
+    return ScreenResult.model_validate(updated.model_dump())
+
+
 def decision_inputs(
     result: "ScreenResult", candidate: str, *, policy: "KernelPolicy | None" = None, phrase: str | None = None,
     ceilings: list | None = None,

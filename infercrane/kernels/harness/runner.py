@@ -102,6 +102,17 @@ def _resolve_device(device: str) -> tuple[str, str]:
     return "cpu", "no CUDA device visible to torch: correctness only on CPU tensors, no timing"
 
 
+def summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
+                   calibration: Calibration | None) -> TimingCell:
+    """A cell from its raw blocks and the run's calibration: what the screen writes, and what a receipt's
+    validation recomputes."""
+    from infercrane.stats import summarize
+
+    copy_gbps = calibration.copy_bandwidth.median_gbps if calibration else None
+    floors = {b.mode: summarize(b.samples_us).median for b in calibration.floors} if calibration else {}
+    return _summarize_cell(rows, mode, blocks, bytes_moved, copy_gbps, floors.get(mode))
+
+
 def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
                     copy_gbps: float | None, floor_us: float | None) -> TimingCell:
     """One implementation's cell: pooled summary, bandwidth where meaningful, the second timer's agreement and the
@@ -252,11 +263,10 @@ def screen(
     """
     from infercrane.kernels.harness import correctness as corr_mod
     from infercrane.kernels.harness.calibration import device_info
-    from infercrane.kernels.harness.compare import compare_all
+    from infercrane.kernels.harness.compare import with_comparisons
     from infercrane.kernels.harness.correctness import check_in_worker
     from infercrane.kernels.harness.isolation import InProcessWorker, SubprocessWorker, WorkerFailure, spec_to_json
     from infercrane.kernels.harness.timing import method_sentence
-    from infercrane.stats.trials import TRIAL_METHOD
 
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
@@ -418,16 +428,10 @@ def screen(
             calib_worker.close()
 
     # 6. assemble
-    copy_gbps = calibration.copy_bandwidth.median_gbps if calibration else None
-    floors = {}
-    if calibration:
-        from infercrane.stats import summarize
-
-        floors = {b.mode: summarize(b.samples_us).median for b in calibration.floors}
     results = []
     for im in impls:
         cells = [
-            _summarize_cell(r, m, im.blocks[(r, m)], spec.bytes_moved(r), copy_gbps, floors.get(m))
+            summarize_cell(r, m, im.blocks[(r, m)], spec.bytes_moved(r), calibration)
             for r in rows for m in timed_modes if (r, m) in im.blocks
         ]
         results.append(ImplementationResult(
@@ -447,15 +451,8 @@ def screen(
         calibration=calibration, calibration_note=calibration_note if timed else
         "functional run: no calibration (nothing is timed)",
         implementations=results,
-        comparison_policy={"same_margin": policy.same_margin, "confidence": policy.confidence,
-                           "method": TRIAL_METHOD},
     )
     finished = datetime.now(timezone.utc)
     result = ScreenResult(**base, comparisons=[], started_at=started, finished_at=finished,
                           wall_s=time.perf_counter() - t0)
-    if timed:
-        notes: list[str] = []
-        comparisons = compare_all(result, policy, notes)
-        result = result.model_copy(update={"comparisons": comparisons, "comparison_notes": notes})
-        result = ScreenResult.model_validate(result.model_dump())
-    return result
+    return with_comparisons(result, policy) if timed else result

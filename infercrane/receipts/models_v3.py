@@ -1,0 +1,83 @@
+"""``infercrane.cuda-kernel-screening-receipt/v3``: the screen's result, whole, with what was decided from it.
+
+v3 keeps every field of the seed format (``candidate``, ``measurements`` with ``<impl>_ms`` and
+``speedup_vs_<impl>``, ``decision``, ``reason``, ``qualification_boundary``, …) and carries the screen's result as
+measured (``result``: ``infercrane.kernels.result.ScreenResult``, one model), the policy it was decided under and the
+decode step time behind the end-to-end ceiling. Every derived field — the decision table, every timing cell's summary
+and flags, every comparison, the decisions, the Amdahl ceilings — is recomputed from ``result`` by ``validate``, so a
+receipt whose decision, verdict, interval or median was edited does not validate, whatever its hash says.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from infercrane.decide.policy import KernelPolicy
+from infercrane.kernels.result import ScreenResult
+
+from .base import AwareDatetime, NonEmptyStr, Strict
+from .models_v2 import (
+    SHA256,
+    AmdahlRecord,
+    CandidateDecision,
+    CandidateV2,
+    DecisionCode,
+    Hardware,
+    Provenance,
+    ScreeningMeasurementV2,
+    TimingMode,
+)
+
+SCREENING_V3 = "infercrane.cuda-kernel-screening-receipt/v3"
+
+
+class ModelShapeSourceV3(Strict):
+    id: NonEmptyStr
+    revision: str | None = None
+    op: NonEmptyStr
+    operator: NonEmptyStr
+    hidden_size: PositiveInt
+    rms_norm_eps: PositiveFloat
+    num_hidden_layers: PositiveInt | None = None
+    dtype: NonEmptyStr
+    source: NonEmptyStr
+
+
+class DecodeStep(Strict):
+    """The decode step wall time the Amdahl ceiling divides by, and where it came from."""
+
+    ms: PositiveFloat
+    source: NonEmptyStr
+
+
+class DecidedFrom(Strict):
+    """The receipt whose result this one decides again (``kernel decide``)."""
+
+    receipt: NonEmptyStr
+    content_sha256: str = SHA256
+
+
+class CudaKernelScreeningReceiptV3(Strict):
+    schema_version: Literal["infercrane.cuda-kernel-screening-receipt/v3"]
+    recorded_at: AwareDatetime
+    evidence_class: Literal["real-gpu-microbenchmark", "cpu-functional-check"]
+    app_id: NonEmptyStr
+    model_shape_source: ModelShapeSourceV3
+    hardware: Hardware
+    software: dict[str, NonEmptyStr]
+    candidate: CandidateV2
+    measurements_timing_mode: TimingMode | None
+    measurements: list[ScreeningMeasurementV2]
+    decision: NonEmptyStr
+    decision_code: DecisionCode
+    reason: NonEmptyStr
+    qualification_boundary: NonEmptyStr
+    other_candidates: list[CandidateDecision] = Field(default_factory=list)
+    decode_step: DecodeStep | None = None
+    amdahl: list[AmdahlRecord] = Field(default_factory=list)
+    policy: KernelPolicy
+    result: ScreenResult
+    decided_from: DecidedFrom | None = None
+    provenance: Provenance
+    content_sha256: str = SHA256

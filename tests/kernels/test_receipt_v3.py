@@ -1,0 +1,86 @@
+"""A v3 kernel receipt carries the screen's result and re-decides itself: an edited decision, verdict, interval or
+median does not validate, even after the content hash is recomputed."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from test_harness_runner import GOOD, _synthetic_device
+
+from infercrane.decide.policy import load_policy
+from infercrane.kernels.harness.runner import screen
+from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
+from infercrane.kernels.receipt import build_document
+from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.receipts.models_v3 import DecodeStep
+from infercrane.receipts.validate import check_document, write_receipt
+
+torch = pytest.importorskip("torch")
+
+PROV = {
+    "recorded_at": "2026-12-01T09:00:00+00:00", "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,
+    "command_line": ["infercrane", "kernel", "screen"], "config": {}, "config_sha256": "0" * 64, "run_id": "r1",
+    "hardware": {"gpu": "synthetic", "compute_capability": "9.0", "cpu": "x", "cpu_count": 2, "host": "h",
+                 "platform": "linux"},
+    "software": {"torch": "2"},
+}
+
+
+@pytest.fixture
+def timed_doc(monkeypatch):
+    _synthetic_device(monkeypatch, [])
+    spec = FusedAddRMSNormSpec(hidden_size=128, eps=1e-6, rows=(8, 64), num_layers=28)
+    res = screen(spec, ["eager"], modes=["graph"], trials=4, samples_per_trial=4, candidate=GOOD, isolate=False)
+    policy = load_policy("kernel")
+    doc = build_document(res, policy, provenance=PROV, model_source="test",
+                         decode_step=DecodeStep(ms=2.0, source="user: --decode-step-ms"))
+    doc[HASH_FIELD] = content_hash(doc)
+    return doc
+
+
+def _rehash(doc):
+    doc = {k: v for k, v in doc.items() if k != HASH_FIELD}
+    doc[HASH_FIELD] = content_hash(doc)
+    return doc
+
+
+def test_a_timed_v3_receipt_validates_and_decides_from_its_result(timed_doc, tmp_path):
+    model, problems = check_document(timed_doc)
+    assert problems == [] and model is not None
+    assert timed_doc["decision_code"] in ("accept", "retain") and timed_doc["amdahl"]
+    write_receipt(timed_doc, tmp_path / "k.json")  # writes: its own checks pass
+
+
+@pytest.mark.parametrize("edit,where", [
+    (lambda d: d.update(decision_code="reject"), "decision_code"),
+    (lambda d: d.update(reason=d["reason"].replace("faster", "slower")), "reason"),
+    (lambda d: d["result"]["comparisons"][0]["speedup"].update(ci_lo=d["result"]["comparisons"][0]["speedup"]["ci_lo"] * 0.5), "result.comparisons"),
+    (lambda d: d["result"]["comparisons"][0].update(verdict="SLOWER"), "result.comparisons"),
+    (lambda d: d["result"]["implementations"][0]["timings"][0]["summary"].update(
+        median=d["result"]["implementations"][0]["timings"][0]["summary"]["median"] * 1.1), "result.implementations"),
+    (lambda d: d["result"]["implementations"][0]["timings"][0].update(flags=[]) or
+     d["result"]["implementations"][0]["timings"][0]["blocks"][-1].update(second_timer_us=1e-3), "result.implementations"),
+    (lambda d: d["measurements"][0].update(speedup_vs_eager=9.0), "measurements"),
+    (lambda d: d["policy"].update(same_margin=0.3), "result.comparison"),
+    (lambda d: d["amdahl"][0].update(decode_step_source="serving receipt"), "amdahl"),
+])
+def test_an_edit_that_keeps_the_hash_right_is_still_caught(timed_doc, edit, where):
+    doc = copy.deepcopy(timed_doc)
+    edit(doc)
+    doc = _rehash(doc)
+    _, problems = check_document(doc)
+    assert problems, "the edit went unnoticed"
+    assert any(p.startswith(where) for p, _ in problems), problems
+
+
+def test_identical_trials_give_an_interval_that_holds_its_point(monkeypatch):
+    """The boundary case: a zero-width interval (every trial the same) still holds its point and validates."""
+    _synthetic_device(monkeypatch, [])
+    spec = FusedAddRMSNormSpec(hidden_size=128, eps=1e-6, rows=(8,))
+    res = screen(spec, ["eager"], modes=["graph"], trials=3, samples_per_trial=4, candidate=GOOD, isolate=False)
+    for c in res.comparisons:
+        assert c.speedup.ci_lo <= c.speedup.ratio <= c.speedup.ci_hi
+    doc = build_document(res, load_policy("kernel"), provenance=PROV, model_source="test")
+    doc[HASH_FIELD] = content_hash(doc)
+    assert check_document(doc)[1] == []
