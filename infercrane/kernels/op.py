@@ -6,7 +6,7 @@ An op is one folder ``infercrane/kernels/ops/<op>/`` with:
   contracts, input generator, tolerances) bound to the module name ``SPEC``, plus ``DEFAULT_ROWS`` and
   ``BANDWIDTH_ROWS``;
 * ``oracle.py``: the float32 reference, which ``OpSpec.oracle`` calls;
-* ``candidates.py``: ``KEYS``, ``implementations()`` and ``user_implementation(ref)`` (``infercrane.kernels.registry``);
+* ``candidates.py``: ``KEYS`` and ``implementations()`` (``infercrane.kernels.registry``);
 * the candidates and baselines themselves.
 
 Adding an op is one such folder plus one line in ``infercrane.kernels.registry.OPS``.

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 Kind = Literal["baseline", "candidate"]
 USER_KEY = "user"
 
-# op name -> module that defines ``implementations()`` and ``user_implementation(ref)`` for it.
+# op name -> module that defines ``KEYS`` and ``implementations()`` for it (a user's file: ``user_candidate``).
 OPS: dict[str, str] = {
     "fused_add_rmsnorm": "infercrane.kernels.ops.fused_add_rmsnorm.candidates",
     "rms_norm": "infercrane.kernels.ops.rms_norm.candidates",
@@ -128,15 +128,19 @@ def validate_keys(op: str, keys: list[str] | tuple[str, ...], candidate: "Candid
     return [k for k in known if k in wanted]
 
 
-def get(op: str, key: str, *, candidate: "CandidateRef | None" = None) -> Implementation:
-    """The implementation ``key`` of ``op``. For ``user`` this executes the candidate file (do it in a worker)."""
+def get(op: str, key: str, *, candidate: "CandidateRef | None" = None,
+        infer: Callable[[Callable[..., Any]], tuple[bool, str]] | None = None) -> Implementation:
+    """The implementation ``key`` of ``op``. For ``user`` this executes the candidate file (do it in a worker);
+    ``infer(fn)`` settles an undeclared contract (``user_candidate.infer_contract``)."""
     module = _op_module(op)
     if key == USER_KEY:
         if candidate is None:
             raise InputError(
                 f"implementation {USER_KEY!r} needs a candidate file", hint="pass --candidate path/to/file.py:function"
             )
-        return module.user_implementation(candidate)
+        from infercrane.kernels.user_candidate import user_implementation
+
+        return user_implementation(candidate, infer)
     by_key = {impl.key: impl for impl in module.implementations()}
     if key not in by_key:
         raise InputError(f"unknown implementation key {key!r} for {op}; known keys: {', '.join(known_keys(op))}")

@@ -3,11 +3,17 @@
 The file is loaded by path (``importlib.util.spec_from_file_location``), never by module name, so it need not be on
 ``sys.path``; its own directory is put on ``sys.path`` while it executes so that it can import sibling modules.
 
-The calling contract (``spec.py`` of the op) is **declared**, never guessed:
+The calling contract (the op's ``spec.py``: ``RETURNS`` out of place, ``IN_PLACE`` in place) is declared, or
+inferred when that is unambiguous:
 
 * a function attribute ``fn.in_place = True`` or ``False`` (wins over the module constant), or
 * a module-level constant ``IN_PLACE = True`` or ``False``, or
-* an explicit override given when screening (``in_place_override``), for files one cannot edit.
+* an explicit override given when screening (``in_place_override``; ``--candidate-in-place`` /
+  ``--candidate-out-of-place``), for files one cannot edit;
+* otherwise ``infer_contract`` calls the function once in each form on small fresh inputs, in the worker: it
+  follows the out-of-place form if it returns the op's outputs and leaves its inputs alone, the in-place form if it
+  returns None and wrote exactly the buffers that form names. Exactly one form must fit; otherwise the error names
+  both and what each call did.
 
 An override that contradicts the file's own declaration is an error, not a silent choice.
 
@@ -26,10 +32,9 @@ from typing import Any, Callable
 from infercrane.errors import InputError
 
 DECLARE_HINT = (
-    "declare the calling contract in the file: set `{fn}.in_place = True` (fn(x, residual, weight, eps) -> None; "
-    "afterwards x holds out and residual holds x + residual) or `{fn}.in_place = False` (returns (out, residual_out), "
-    "inputs untouched); or put `IN_PLACE = True`/`False` at module level; or override it when screening "
-    "(in_place_override / the screen command's in-place flag)"
+    "declare the calling contract in the file: `{fn}.in_place = True` for the op's in-place form or `False` for its "
+    "out-of-place form (`infercrane kernel list --op OP` shows both), or `IN_PLACE = True`/`False` at module level; "
+    "or pass --candidate-in-place / --candidate-out-of-place"
 )
 
 
@@ -96,11 +101,13 @@ def _declared(value: Any, where: str) -> bool:
     return value
 
 
-def load_candidate(ref: CandidateRef) -> LoadedCandidate:
-    """Execute the candidate file and return its function with the declared contract.
+def load_candidate(ref: CandidateRef, infer: Callable[[Callable[..., Any]], tuple[bool, str]] | None = None
+                   ) -> LoadedCandidate:
+    """Execute the candidate file and return its function with its contract (declared, or ``infer(fn)``).
 
     Raises InputError when the file or the function is missing, the file fails to import, the contract is
-    undeclared, or an override contradicts the declaration.
+    undeclared and cannot be inferred (no ``infer``, or both or neither form fits), or an override contradicts the
+    declaration.
     """
     check_candidate_file(ref)
     data = ref.path.read_bytes()
@@ -151,6 +158,9 @@ def load_candidate(ref: CandidateRef) -> LoadedCandidate:
         declared_by = "module constant IN_PLACE"
 
     override = ref.in_place_override
+    if declared is None and override is None and infer is not None:
+        in_place, how = infer(fn)
+        return LoadedCandidate(fn, in_place, f"inferred: {how}", ref, sha)
     if declared is None and override is None:
         raise InputError(
             f"candidate {ref.text} does not declare whether it works in place",
@@ -165,3 +175,73 @@ def load_candidate(ref: CandidateRef) -> LoadedCandidate:
     if declared is None:
         return LoadedCandidate(fn, bool(override), "override given when screening", ref, sha)
     return LoadedCandidate(fn, declared, declared_by, ref, sha)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal element by element, NaN equal to NaN."""
+    return bool(((a == b) | (a.isnan() & b.isnan())).all().item())
+
+
+def _try_form(fn: Callable[..., Any], spec: Any, in_place: bool, device: Any) -> str | None:
+    """None when one call of ``fn`` on fresh inputs follows the contract form, else what it did instead."""
+    import torch
+
+    rows = 2
+    tensors = spec.make_inputs(rows, device, 20_241_201, 1.0)
+    for name in spec.buffers(in_place):
+        tensors[name] = torch.full((rows, spec.hidden_size), float("nan"), dtype=tensors[spec.ROW_TENSORS[0]].dtype,
+                                   device=device)
+    before = {k: v.clone() for k, v in tensors.items()}
+    try:
+        value = fn(*spec.arguments(tensors, in_place))
+    except Exception as e:  # the wrong form often fails on arity; any exception means "not this form"
+        return f"raised {type(e).__name__}: {str(e)[:160]}"
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    changed = sorted(k for k in tensors if not _same(tensors[k], before[k]))
+    contract = spec.contract(in_place)
+    if in_place:
+        if value is not None:
+            return f"returned a {type(value).__name__}, not None"
+        wanted = sorted(set(contract.writes.values()))
+        return None if changed == wanted else f"changed {changed or 'nothing'}, not {wanted}"
+    n = len(contract.returns)
+    got = [value] if n == 1 and isinstance(value, torch.Tensor) else value
+    if not isinstance(got, (tuple, list)) or len(got) != n or not all(isinstance(t, torch.Tensor) for t in got):
+        return f"returned {type(value).__name__}, not {n} tensor(s)"
+    return None if not changed else f"returned its outputs but also changed {changed}"
+
+
+def infer_contract(fn: Callable[..., Any], spec: Any, device: Any, name: str = "the candidate") -> tuple[bool, str]:
+    """Which of the op's two forms ``fn`` follows, from one call in each on small fresh inputs; ``(in_place, how)``.
+    Raises InputError naming both forms when neither or both fit."""
+    outcomes = {ip: _try_form(fn, spec, ip, device) for ip in (False, True)}
+    fitting = [ip for ip, why in outcomes.items() if why is None]
+    if len(fitting) == 1:
+        ip = fitting[0]
+        return ip, f"one call followed the {'in-place' if ip else 'out-of-place'} form {spec.contract(ip).text()}"
+    said = "; ".join(f"{'in place' if ip else 'out of place'} ({spec.contract(ip).text()}): "
+                     f"{why or 'fits'}" for ip, why in outcomes.items())
+    raise InputError(f"cannot tell which calling contract {name} follows ({'both' if fitting else 'neither'} form "
+                     f"fits): {said}", hint=DECLARE_HINT.format(fn=name.split(":")[-1]))
+
+
+def user_implementation(ref: CandidateRef, infer: Callable[[Callable[..., Any]], tuple[bool, str]] | None = None
+                        ) -> Any:
+    """The user's candidate as a registry ``Implementation`` (any op: the contract is the op's). Executes the file:
+    call it in a worker."""
+    from infercrane.kernels.registry import USER_KEY, Implementation
+
+    loaded = load_candidate(ref, infer)
+    return Implementation(
+        key=USER_KEY,
+        label=f"user candidate {ref.path.name}:{ref.function}",
+        kind="candidate",
+        in_place=loaded.in_place,
+        source=ref.text,
+        available=lambda: (True, ""),
+        load=lambda spec: loaded.fn,
+        notes=(f"in_place={loaded.in_place} declared by {loaded.declared_by}",),
+        describe=lambda: {"file": str(ref.path), "function": ref.function, "sha256": loaded.sha256,
+                          "in_place_declared_by": loaded.declared_by},
+    )

@@ -85,11 +85,12 @@ def test_bad_input_fails_before_any_worker(kwargs, match):
         screen(SPEC, **{"impl_keys": ["eager"], **kwargs})
 
 
-def test_undeclared_candidate_is_an_input_error(tmp_path):
+def test_an_undeclared_candidate_whose_contract_is_unclear_is_an_input_error(tmp_path):
     p = tmp_path / "k.py"
-    p.write_text("def k(x, r, w, eps):\n    return x, r\n")
-    with pytest.raises(InputError, match="does not declare"):
+    p.write_text("def k(x, r, w, eps):\n    x.add_(1)\n    return x, r\n")  # returns, and writes its input too
+    with pytest.raises(InputError, match="cannot tell which calling contract") as e:
         screen(SPEC, ["eager"], candidate=f"{p}:k", isolate=False)
+    assert "out of place" in str(e.value) and "in place" in str(e.value)
     with pytest.raises(InputError, match="no function 'missing'"):
         screen(SPEC, ["eager"], candidate=f"{p}:missing", isolate=False)
 

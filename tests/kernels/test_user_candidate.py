@@ -100,3 +100,24 @@ def test_parse_errors(text, match):
 def test_ref_json_round_trip(tmp_path):
     ref = parse_candidate_ref(f"{tmp_path / 'k.py'}:fn", in_place_override=True)
     assert CandidateRef.from_json(ref.to_json()) == ref
+
+
+@pytest.mark.parametrize("op, body, in_place", [
+    ("fused_add_rmsnorm", "from infercrane.kernels.ops.fused_add_rmsnorm.baselines import fused_add_rmsnorm_eager as k\n",
+     False),
+    ("fused_add_rmsnorm", "from infercrane.kernels.ops.fused_add_rmsnorm.baselines import fused_add_rmsnorm_eager\n"
+                          "def k(x, r, w, eps):\n    o, n = fused_add_rmsnorm_eager(x, r, w, eps)\n"
+                          "    x.copy_(o)\n    r.copy_(n)\n", True),
+    ("rms_norm", "from infercrane.kernels.ops.rms_norm.baselines import rms_norm_eager as k\n", False),
+    ("rms_norm", "from infercrane.kernels.ops.rms_norm.baselines import rms_norm_eager\n"
+                 "def k(out, x, w, eps):\n    out.copy_(rms_norm_eager(x, w, eps))\n", True),
+])
+def test_an_undeclared_contract_is_inferred_when_one_form_fits(tmp_path, op, body, in_place):
+    pytest.importorskip("torch")
+    from infercrane.kernels import registry
+    from infercrane.kernels.user_candidate import infer_contract
+
+    spec = registry.op_module(op).SPEC(hidden_size=64, eps=1e-6)
+    p = _write(tmp_path, body)
+    c = load_candidate(parse_candidate_ref(f"{p}:k"), infer=lambda fn: infer_contract(fn, spec, "cpu"))
+    assert c.in_place is in_place and c.declared_by.startswith("inferred: one call followed the")

@@ -83,7 +83,10 @@ class WorkerSession:
         self.spec = spec_from_json(self.op, job["spec"])
         self.device = self._device(job["device"])
         candidate = CandidateRef.from_json(job["candidate"]) if job.get("candidate") else None
-        impl = registry.get(self.op, job["impl"], candidate=candidate)
+        from infercrane.kernels.user_candidate import infer_contract
+
+        impl = registry.get(self.op, job["impl"], candidate=candidate,
+                            infer=lambda fn: infer_contract(fn, self.spec, self.device, candidate.text))
         ok, reason = impl.probe()
         if ok and self.device.type == "cpu":
             ok, reason = impl.probe_cpu()

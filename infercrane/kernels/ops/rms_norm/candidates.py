@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from infercrane.kernels.ops.rms_norm import baselines
-from infercrane.kernels.registry import USER_KEY, Implementation
+from infercrane.kernels.registry import Implementation
 
-if TYPE_CHECKING:
-    from infercrane.kernels.user_candidate import CandidateRef
 
 _HERE = Path(__file__).resolve().parent
 _PKG = "infercrane.kernels.ops.rms_norm"
@@ -150,26 +148,3 @@ def implementations() -> tuple[Implementation, ...]:
     if tuple(i.key for i in impls) != KEYS:  # the listing and KEYS are one order; keep them so
         raise RuntimeError("candidates.implementations() is out of step with KEYS")
     return impls
-
-
-def user_implementation(ref: "CandidateRef") -> Implementation:
-    """The user's candidate as an Implementation. Executes the file (``load_candidate``): call it in a worker.
-
-    The file declares which contract it follows (``fn.in_place`` or ``IN_PLACE``): in place is
-    ``fn(out, x, weight, eps) -> None``, out of place ``fn(x, weight, eps) -> out``.
-    """
-    from infercrane.kernels.user_candidate import load_candidate
-
-    loaded = load_candidate(ref)
-    return Implementation(
-        key=USER_KEY,
-        label=f"user candidate {ref.path.name}:{ref.function}",
-        kind="candidate",
-        in_place=loaded.in_place,
-        source=ref.text,
-        available=lambda: (True, ""),
-        load=lambda spec: loaded.fn,
-        notes=(f"in_place={loaded.in_place} declared by {loaded.declared_by}",),
-        describe=lambda: {"file": str(ref.path), "function": ref.function, "sha256": loaded.sha256,
-                          "in_place_declared_by": loaded.declared_by},
-    )
