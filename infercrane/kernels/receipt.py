@@ -79,6 +79,9 @@ def _functional_decision(result: ScreenResult, key: str) -> tuple[str, str, str]
     phrase = CANDIDATE_PHRASES.get(key, key)
     if impl is None or impl.status == "skipped":
         return "inconclusive", f"no decision on the {phrase}", f"skipped: {impl.skip_reason if impl else 'not run'}"
+    if impl.failure == "harness":
+        return ("inconclusive", f"no decision on the {phrase}",
+                f"the harness failed, not the candidate, so nothing is decided: {impl.error}")
     bad = [c for c in impl.correctness if not c.passed]
     if impl.status == "failed" or bad:
         why = "; ".join(c.failure_summary() for c in bad) or impl.error or "failed"
@@ -122,7 +125,7 @@ def decide_all(result: ScreenResult, policy: KernelPolicy, decode_step: Any | No
     out: dict[str, tuple[str, str, str, KernelDecision | None, list[AmdahlCeiling]]] = {}
     for key in candidates_of(result):
         impl = _impl(result, key)
-        if not timed or impl is None or impl.status == "skipped":
+        if not timed or impl is None or impl.status == "skipped" or impl.failure == "harness":
             out[key] = (*_functional_decision(result, key), None, [])
             continue
         ceilings = ceilings_for(result, key, policy, decode_step)

@@ -23,7 +23,7 @@ SCREEN_RESULT_SCHEMA = "infercrane.kernel-screen-result/v2"
 Mode = Literal["launch", "graph", "cold"]
 Phase = Literal["eager", "graph"]
 Status = Literal["ok", "failed", "skipped"]
-Failure = Literal["incorrect", "crashed", "timeout", "error"]
+Failure = Literal["incorrect", "crashed", "timeout", "error", "harness"]
 CHECKED_BY = "InferCrane's own process, from the bytes the implementation's worker handed back (not its reply)"
 
 

@@ -70,3 +70,26 @@ def test_result_records_tolerance_and_stream():
     with pytest.raises(ValueError):
         C.check_implementation(fused_add_rmsnorm_eager, FusedAddRMSNormSpec(hidden_size=32, eps=1e-6), in_place=False,
                                rows=2, checks=0)
+
+
+def test_a_harness_failure_is_the_harness_s_and_a_kernel_s_exception_is_the_kernel_s():
+    from infercrane.kernels.harness.execute import HarnessFault, run_check
+    from infercrane.kernels.harness.tensor_pack import TensorPack
+
+    spec = FusedAddRMSNormSpec(hidden_size=32, eps=1e-6)
+    entries = C.pack_entries(spec, 2, False, ["eager"])
+    del entries["after.eager.weight"]  # the harness cannot hand back what it has no room for
+    pack = TensorPack.create(entries)
+    try:
+        from infercrane.kernels.ops.fused_add_rmsnorm.baselines import fused_add_rmsnorm_eager
+
+        with pytest.raises(HarnessFault, match="the eager check"):
+            run_check(fused_add_rmsnorm_eager, spec, False, 2, "cpu", pack, ["eager"])
+
+        def raises(x, residual, weight, eps):
+            raise RuntimeError("the kernel's own failure")
+
+        with pytest.raises(RuntimeError, match="the kernel's own failure"):
+            run_check(raises, spec, False, 2, "cpu", pack, ["eager"])
+    finally:
+        pack.close()

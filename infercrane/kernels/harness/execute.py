@@ -26,6 +26,43 @@ from typing import Any, Callable
 GUARD_ROWS = 1
 
 
+class HarnessFault(Exception):
+    """The harness failed (out of memory allocating inputs, a broken device) while the call itself did not: the
+    harness's error, never a verdict on the implementation."""
+
+
+class CandidateRaised(Exception):
+    """The implementation's own call raised ``original``: a verdict on the implementation."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose exceptions are marked as the implementation's (``CandidateRaised``)."""
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise CandidateRaised(e) from e
+
+    return call
+
+
+def attribute(work: Callable[[], Any], what: str) -> Any:
+    """Run harness ``work`` that calls a ``guarded`` implementation: the implementation's exceptions come out as
+    themselves, everything else as ``HarnessFault``."""
+    try:
+        return work()
+    except CandidateRaised as e:
+        raise e.original from None
+    except HarnessFault:
+        raise
+    except Exception as e:
+        raise HarnessFault(f"the harness failed during {what}: {type(e).__name__}: {e}") from e
+
+
 def _storage_ptr(t: Any) -> int:
     return int(t.untyped_storage().data_ptr())
 
@@ -156,21 +193,30 @@ def _graph(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: i
 def run_check(fn: Callable[..., Any], spec: Any, in_place: bool, rows: int, device: Any, pack: Any,
               phases: list[str]) -> dict[str, str | None]:
     """Run each phase on the pack's inputs and write back what the call touched; return each phase's contract error
-    (``None`` when the call kept to its contract as far as this process can tell). Exceptions from ``fn`` propagate."""
+    (``None`` when the call kept to its contract as far as this process can tell). Exceptions from ``fn`` propagate
+    as themselves; anything else that fails is the harness's (``HarnessFault``)."""
     import torch
 
     dev = torch.device(device)
     errors: dict[str, str | None] = {}
-    run = {"eager": _eager, "graph": _graph}
-    for phase in phases:
-        if dev.type == "cuda":
-            stream = torch.cuda.Stream(device=dev)
-            with torch.cuda.stream(stream):
-                errors[phase] = run[phase](fn, spec, pack, in_place, rows, dev)
-            stream.synchronize()
-            # The results are in the pack. Now wait for stray work a kernel left on other streams, so that it cannot
-            # write into memory the next phase reuses.
-            torch.cuda.synchronize(dev)
-        else:
-            errors[phase] = run[phase](fn, spec, pack, in_place, rows, dev)
+    call = guarded(fn)
+    for phase, run in (("eager", _eager), ("graph", _graph)):
+        if phase in phases:
+            errors[phase] = attribute(lambda: _phase(run, call, spec, pack, in_place, rows, dev), f"the {phase} check")
     return errors
+
+
+def _phase(run: Callable[..., str | None], fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: int,
+           dev: Any) -> str | None:
+    import torch
+
+    if dev.type != "cuda":
+        return run(fn, spec, pack, in_place, rows, dev)
+    stream = torch.cuda.Stream(device=dev)
+    with torch.cuda.stream(stream):
+        error = run(fn, spec, pack, in_place, rows, dev)
+    stream.synchronize()
+    # The results are in the pack. Now wait for stray work a kernel left on other streams, so that it cannot write
+    # into memory the next phase reuses.
+    torch.cuda.synchronize(dev)
+    return error

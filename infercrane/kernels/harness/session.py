@@ -12,6 +12,7 @@ import traceback
 from typing import Any
 
 from infercrane.errors import InputError
+from infercrane.kernels.harness.execute import HarnessFault, attribute, guarded
 
 def spec_to_json(spec: Any) -> dict[str, Any]:
     return spec.to_json()
@@ -50,6 +51,9 @@ class WorkerSession:
                         "traceback": traceback.format_exc()}
             # raised by a kernel while running: that implementation failed, the screen goes on
             return {"ok": False, "error_type": "InputError", "error": f"InputError: {e}", "in_kernel": True,
+                    "traceback": traceback.format_exc()}
+        except HarnessFault as e:  # the harness's own failure (e.g. out of memory allocating inputs): no verdict
+            return {"ok": False, "error_type": "HarnessFault", "error": str(e), "harness": True,
                     "traceback": traceback.format_exc()}
         except (Exception, SystemExit) as e:  # a kernel may raise anything (even exit); the parent decides
             return {"ok": False, "error_type": type(e).__name__, "error": f"{type(e).__name__}: {e}",
@@ -129,7 +133,7 @@ class WorkerSession:
         buffers it writes (None out of place)."""
         import torch
 
-        spec, fn, in_place = self.spec, self.fn, bool(self.in_place)
+        spec, fn, in_place = self.spec, guarded(self.fn), bool(self.in_place)
         tensors = spec.make_inputs(rows, self.device, seed, 1.0)
         for name in spec.buffers(in_place):
             tensors[name] = torch.empty((rows, spec.hidden_size), dtype=tensors[spec.ROW_TENSORS[0]].dtype,
@@ -171,14 +175,17 @@ class WorkerSession:
     def _do_time(self, job: dict[str, Any]) -> dict[str, Any]:
         from infercrane.kernels.harness.timing import time_cell
 
-        self._cuda_ready()
-        call, restore, finite = self._timed_call(int(job["rows"]), int(job["seed"]))
-        block = time_cell(
-            call, mode=str(job["mode"]), samples=int(job["samples"]), device=self.device, restore=restore,
-            finite_check=finite, calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)),
-            clock=self._clock, flush=self._flush, second_timer=bool(job.get("second_timer", True)),
-        )
-        return block.model_dump(mode="json")
+        def work() -> Any:
+            self._cuda_ready()
+            call, restore, finite = self._timed_call(int(job["rows"]), int(job["seed"]))
+            return time_cell(
+                call, mode=str(job["mode"]), samples=int(job["samples"]), device=self.device, restore=restore,
+                finite_check=finite, calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)),
+                clock=self._clock, flush=self._flush, second_timer=bool(job.get("second_timer", True)),
+            )
+
+        self._require_loaded()
+        return attribute(work, f"timing at rows={job['rows']} {job['mode']}").model_dump(mode="json")
 
     def _do_second_cold(self, job: dict[str, Any]) -> dict[str, Any]:
         """Cold mode's second timer (CUPTI), asked for after every trial of this worker."""
@@ -186,7 +193,7 @@ class WorkerSession:
 
         self._cuda_ready()
         call, restore, _ = self._timed_call(int(job["rows"]), int(job["seed"]))
-        warm_up(call, restore)
+        attribute(lambda: warm_up(call, restore), f"warm-up at rows={job['rows']} cold")
         value, error = time_second("cold", call, calls=1, restore=restore, flush=self._flush)
         return {"second_timer_us": value, "second_timer_error": error,
                 "second_timer_method": SECOND_TIMER_METHODS["cold"] if value is not None else None}
