@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
 from infercrane.receipts.base import Strict
 
+Kind = Literal["baseline", "candidate"]
+USER_KEY = "user"  # the key of a user's candidate file
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 COMPARISON_RULE = "|got - ref| <= atol + rtol * |ref| elementwise, atol = atol_scale * rms(ref); NaN/inf never pass"
 
@@ -214,3 +216,40 @@ def generator(device: Any, seed: int) -> Any:
     gen = torch.Generator(device=torch.device(device))
     gen.manual_seed(int(seed))
     return gen
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way to compute an op, and how to find out whether it can run here.
+
+    ``load(spec)`` returns a callable following the op's calling contract (``in_place`` says which form);
+    ``describe()`` returns what loading resolved (library path, version, compile settings) for the record.
+    """
+
+    key: str
+    label: str
+    kind: Kind
+    in_place: bool
+    source: str
+    available: Callable[[], tuple[bool, str]]
+    load: Callable[[Any], Callable[..., Any]]
+    notes: tuple[str, ...] = ()
+    describe: Callable[[], dict[str, str]] = field(default=lambda: {})
+    # Whether it can run on CPU tensors (a functional run), and if not why; most GPU kernels cannot.
+    runs_on_cpu: Callable[[], tuple[bool, str]] = field(default=lambda: (True, ""))
+
+    def probe(self) -> tuple[bool, str]:
+        """``available()``, with an unexpected exception turned into a reason instead of a crash."""
+        try:
+            ok, reason = self.available()
+        except Exception as e:  # a broken toolchain must read as "skipped: why", never as silence
+            return False, f"availability probe raised {type(e).__name__}: {e}"
+        return bool(ok), "" if ok else (reason or "unavailable (no reason given)")
+
+    def probe_cpu(self) -> tuple[bool, str]:
+        """``runs_on_cpu()`` for a functional run on CPU tensors, exceptions turned into reasons."""
+        try:
+            ok, reason = self.runs_on_cpu()
+        except Exception as e:
+            return False, f"CPU probe raised {type(e).__name__}: {e}"
+        return bool(ok), "" if ok else (reason or "cannot run on CPU tensors")

@@ -12,59 +12,20 @@ lists the known keys.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from infercrane.errors import InputError
+from infercrane.kernels.op import USER_KEY, Implementation, Kind  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from infercrane.kernels.user_candidate import CandidateRef
 
-Kind = Literal["baseline", "candidate"]
-USER_KEY = "user"
 
 # op name -> module that defines ``KEYS`` and ``implementations()`` for it (a user's file: ``user_candidate``).
 OPS: dict[str, str] = {
     "fused_add_rmsnorm": "infercrane.kernels.ops.fused_add_rmsnorm.candidates",
     "rms_norm": "infercrane.kernels.ops.rms_norm.candidates",
 }
-
-
-@dataclass(frozen=True)
-class Implementation:
-    """One way to compute an op, and how to find out whether it can run here.
-
-    ``load(spec)`` returns a callable following the op's calling contract (``in_place`` says which form);
-    ``describe()`` returns what loading resolved (library path, version, compile settings) for the record.
-    """
-
-    key: str
-    label: str
-    kind: Kind
-    in_place: bool
-    source: str
-    available: Callable[[], tuple[bool, str]]
-    load: Callable[[Any], Callable[..., Any]]
-    notes: tuple[str, ...] = ()
-    describe: Callable[[], dict[str, str]] = field(default=lambda: {})
-    # Whether it can run on CPU tensors (a functional run), and if not why; most GPU kernels cannot.
-    runs_on_cpu: Callable[[], tuple[bool, str]] = field(default=lambda: (True, ""))
-
-    def probe(self) -> tuple[bool, str]:
-        """``available()``, with an unexpected exception turned into a reason instead of a crash."""
-        try:
-            ok, reason = self.available()
-        except Exception as e:  # a broken toolchain must read as "skipped: why", never as silence
-            return False, f"availability probe raised {type(e).__name__}: {e}"
-        return bool(ok), "" if ok else (reason or "unavailable (no reason given)")
-
-    def probe_cpu(self) -> tuple[bool, str]:
-        """``runs_on_cpu()`` for a functional run on CPU tensors, exceptions turned into reasons."""
-        try:
-            ok, reason = self.runs_on_cpu()
-        except Exception as e:
-            return False, f"CPU probe raised {type(e).__name__}: {e}"
-        return bool(ok), "" if ok else (reason or "cannot run on CPU tensors")
 
 
 def known_ops() -> list[str]:

@@ -230,7 +230,7 @@ def user_implementation(ref: CandidateRef, infer: Callable[[Callable[..., Any]],
                         ) -> Any:
     """The user's candidate as a registry ``Implementation`` (any op: the contract is the op's). Executes the file:
     call it in a worker."""
-    from infercrane.kernels.registry import USER_KEY, Implementation
+    from infercrane.kernels.op import USER_KEY, Implementation
 
     loaded = load_candidate(ref, infer)
     return Implementation(

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from infercrane.kernels import registry
 from infercrane.kernels.ops import vllm_lib
 from infercrane.kernels.ops.rms_norm import baselines, candidates
 from infercrane.kernels.ops.rms_norm.oracle import rms_norm_ref
@@ -107,7 +108,7 @@ def test_user_candidate_follows_its_declared_contract(tmp_path):
         "    xf = x.float()\n"
         "    out.copy_(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float())\n"
     )
-    impl = candidates.user_implementation(CandidateRef(path, "norm"))
+    impl = registry.get("rms_norm", "user", candidate=CandidateRef(path, "norm"))
     assert impl.key == "user" and impl.in_place is True
     x, w, ref = _inputs(3, 128, seed=7)
     out = torch.full_like(x, float("nan"))

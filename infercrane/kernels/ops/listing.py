@@ -1,0 +1,127 @@
+"""The listing every norm op of InferCrane shares: eager, torch.compile and vLLM's kernel as baselines, then
+InferCrane's Triton and CUDA kernels, in that order (``STANDARD_KEYS``).
+
+An op's ``candidates.py`` calls ``standard_implementations`` with its package, its function names and its notes.
+InferCrane's kernels live in sibling modules of the op that are imported by module path only when probed or loaded,
+so a module that is missing or broken shows as "skipped: <reason>". An op whose implementations differ writes its own
+listing of ``op.Implementation``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from infercrane.kernels.op import Implementation
+
+STANDARD_KEYS: tuple[str, ...] = ("eager", "torch_compile", "vllm_vendor", "triton", "cuda")
+
+
+def module_available(package: str, module: str, attr: str) -> Callable[[], tuple[bool, str]]:
+    def available() -> tuple[bool, str]:
+        try:
+            mod = importlib.import_module(f"{package}.{module}")
+        except ImportError as e:
+            return False, f"{package}.{module} is not importable: {e}"
+        if not hasattr(mod, attr):
+            return False, f"{package}.{module} defines no {attr}()"
+        probe = getattr(mod, "available", None)
+        if probe is None:
+            return False, f"{package}.{module} defines no available()"
+        ok, reason = probe()
+        return bool(ok), reason
+
+    return available
+
+
+def module_loader(package: str, module: str, attr: str) -> Callable[[Any], Callable[..., Any]]:
+    def load(spec: Any) -> Callable[..., Any]:
+        return getattr(importlib.import_module(f"{package}.{module}"), attr)
+
+    return load
+
+
+def module_describe(package: str, module: str) -> Callable[[], dict[str, str]]:
+    """The module's own ``describe()`` (source hash, configurations compiled so far ...), if it has one."""
+
+    def describe() -> dict[str, str]:
+        fn = getattr(importlib.import_module(f"{package}.{module}"), "describe", None)
+        if fn is None:
+            return {}
+        return {str(k): v if isinstance(v, str) else json.dumps(v, default=str) for k, v in fn().items()}
+
+    return describe
+
+
+def cuda_available(package: str, attr: str) -> Callable[[], tuple[bool, str]]:
+    """The handwritten kernel compiles with NVRTC and launches through CuPy: it needs a device, whatever the module
+    says."""
+    def available() -> tuple[bool, str]:
+        try:
+            import torch
+        except Exception as e:
+            return False, f"torch is not importable: {type(e).__name__}: {e}"
+        if not torch.cuda.is_available():
+            return False, "no GPU: the handwritten CUDA kernel (NVRTC via CuPy) runs on a CUDA device only"
+        return module_available(package, "cuda_kernel", attr)()
+
+    return available
+
+
+def cuda_only() -> tuple[bool, str]:
+    return False, "functional run on CPU tensors: this kernel runs on a CUDA device only"
+
+
+def triton_on_cpu() -> tuple[bool, str]:
+    if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
+        return True, ""
+    return False, "functional run on CPU tensors: Triton runs on CPU only under TRITON_INTERPRET=1"
+
+
+def standard_implementations(package: str, here: Path, baselines: ModuleType, *, op: str, eager_note: str,
+                             vllm_name: str) -> tuple[Implementation, ...]:
+    """The five implementations of ``STANDARD_KEYS``: ``baselines`` provides eager, torch.compile and vLLM's kernel
+    (``<op>_eager``, ``eager_available``, ``load_eager``, ``torch_compile_available``, ``load_torch_compile``,
+    ``describe_torch_compile``, ``vllm_available``, ``load_vllm``, ``describe_vllm``, ``VLLM_LIB_ENV``); the op's
+    ``triton_kernel.<op>_triton`` and ``cuda_kernel.<op>_cuda`` are InferCrane's kernels."""
+    impls = (
+        Implementation(
+            key="eager", label="PyTorch eager", kind="baseline", in_place=False,
+            source=f"{here / 'baselines.py'}::{op}_eager", available=baselines.eager_available,
+            load=baselines.load_eager, notes=(eager_note,),
+        ),
+        Implementation(
+            key="torch_compile", label="torch.compile(dynamic=False)", kind="baseline", in_place=False,
+            source=f"{here / 'baselines.py'}::{op}_eager via torch.compile",
+            available=baselines.torch_compile_available, load=baselines.load_torch_compile,
+            notes=(
+                "fresh compile per row count (own code object per shape, dynamic=False, fullgraph=True)",
+                "compile happens on the first call of a shape: in the correctness checks and warm-up, never timed",
+            ),
+            describe=baselines.describe_torch_compile,
+        ),
+        Implementation(
+            key="vllm_vendor", label=f"vLLM {vllm_name} (vendor CUDA kernel)", kind="baseline", in_place=True,
+            source=f"vllm._custom_ops.{vllm_name}, or torch.ops._C.{vllm_name} from ${baselines.VLLM_LIB_ENV}",
+            available=baselines.vllm_available, load=baselines.load_vllm, describe=baselines.describe_vllm,
+            runs_on_cpu=cuda_only,
+        ),
+        Implementation(
+            key="triton", label="InferCrane Triton kernel", kind="candidate", in_place=True,
+            source=f"{here / 'triton_kernel.py'}::{op}_triton",
+            available=module_available(package, "triton_kernel", f"{op}_triton"),
+            load=module_loader(package, "triton_kernel", f"{op}_triton"),
+            describe=module_describe(package, "triton_kernel"), runs_on_cpu=triton_on_cpu,
+        ),
+        Implementation(
+            key="cuda", label="InferCrane handwritten CUDA kernel (NVRTC via CuPy)", kind="candidate", in_place=True,
+            source=f"{here / 'cuda_kernel.py'}::{op}_cuda", available=cuda_available(package, f"{op}_cuda"),
+            load=module_loader(package, "cuda_kernel", f"{op}_cuda"), describe=module_describe(package, "cuda_kernel"),
+            runs_on_cpu=cuda_only,
+        ),
+    )
+    assert tuple(i.key for i in impls) == STANDARD_KEYS  # one order: the listing and its keys
+    return impls
