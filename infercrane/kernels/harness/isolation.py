@@ -14,10 +14,19 @@ Failure handling in the parent (``SubprocessWorker``):
 
 * the process dies (segfault, abort, illegal address that kills the context, ``os._exit``) -> ``WorkerFailure``
   with kind ``crashed``, the exit status or signal name and the tail of its stderr (faulthandler traceback);
-* no reply within the job's timeout (a hang) -> the worker's process group is killed, kind ``timeout``;
+* no reply within the job's timeout (a hang) -> the worker is killed with all it started (below), kind ``timeout``;
 * the job raised (a kernel's exception, a CUDA error reported as an exception) -> kind ``error`` with the traceback;
   the parent stops using that worker (a CUDA error can leave its context unusable);
 * the job raised InputError (e.g. the user's file declares no contract) -> re-raised as InputError in the parent.
+
+Ending a worker (``reaper.py`` holds the mechanisms and says what they cannot catch): every worker runs in a session
+and process group of its own, carries a unique token in its environment (inherited by all it starts), is a child
+subreaper (orphaned descendants stay in its tree) and has a parent-death signal. Whenever the parent ends a worker
+(``close``, a timeout, a malformed reply, a crash) it freezes and kills the worker's tree, its process group and every
+process holding its token. ``close`` asks an idle worker to exit first; a worker with a job in flight (the parent was
+interrupted: Ctrl-C, SIGTERM through ``reaper.raise_on_sigterm``) is killed at once, so ``finally`` blocks stay fast.
+The worker ends its own descendants when it exits, and when InferCrane dies (even by SIGKILL) it gets SIGTERM, ends
+its descendants and exits.
 
 ``InProcessWorker`` runs the same jobs in the calling process (no crash protection), for quick functional runs.
 The user's candidate is passed to the worker as a path and function name, never as a function object.
@@ -32,11 +41,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import IO, Any, Literal
 
 from infercrane.errors import InputError
+from infercrane.kernels.harness import reaper
 from infercrane.kernels.harness.session import WorkerSession, spec_to_json  # noqa: F401  (spec_to_json: runner)
 
 FailureKind = Literal["crashed", "timeout", "error"]
@@ -59,6 +70,7 @@ class WorkerFailure(Exception):
 
 def main() -> int:
     """Worker entry point: JSON jobs on stdin, JSON replies on the original stdout."""
+    reaper.arm_worker()  # first: parent-death signal, subreaper, watchdog (before any user code can run)
     import faulthandler
 
     faulthandler.enable(file=sys.stderr, all_threads=True)
@@ -66,17 +78,20 @@ def main() -> int:
     os.dup2(2, 1)  # stray prints (Python or C) go to stderr, never into the protocol stream
     sys.stdout = sys.stderr
     session = WorkerSession()
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        job = json.loads(line)
-        if job.get("op") == "exit":
-            proto.write(json.dumps({"ok": True, "result": {}}) + "\n")
+    try:
+        for line in sys.stdin:  # EOF: the parent closed the pipe or died
+            line = line.strip()
+            if not line:
+                continue
+            job = json.loads(line)
+            if job.get("op") == "exit":
+                proto.write(json.dumps({"ok": True, "result": {}}) + "\n")
+                proto.flush()
+                break
+            proto.write(json.dumps(session.handle(job)) + "\n")
             proto.flush()
-            break
-        proto.write(json.dumps(session.handle(job)) + "\n")
-        proto.flush()
+    finally:
+        reaper.end_own_descendants()  # whatever the implementation started dies with the worker
     return 0
 
 
@@ -137,8 +152,11 @@ class SubprocessWorker:
 
         self.name = name
         self.dead = False
+        self.token = reaper.new_token()
+        self._in_flight = 0  # jobs sent whose reply has not arrived
+        self._ended = False
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        child_env = dict(os.environ if env is None else env)
+        child_env = reaper.worker_env(dict(os.environ if env is None else env), self.token)
         root = str(Path(infercrane.__file__).resolve().parent.parent)
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(
@@ -165,25 +183,49 @@ class SubprocessWorker:
         except (OSError, ValueError):
             return ""
 
-    def _kill(self) -> None:
-        if self.proc.poll() is None:
+    def _exited_unreaped(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the worker to exit, without reaping it (its pid, hence its process group
+        id, stays reserved until ``proc.wait``)."""
+        if self.proc.returncode is not None:
+            return True
+        end = time.monotonic() + timeout_s
+        while True:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker's own session: it and its children only
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
+                if os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:
+                return True
+            except AttributeError:  # no waitid (not Linux): fall back to Popen, which reaps
+                try:
+                    self.proc.wait(timeout=max(0.0, end - time.monotonic()))
+                    return True
+                except subprocess.TimeoutExpired:
+                    return False
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)
+
+    def _end(self, grace_s: float) -> None:
+        """Give the worker ``grace_s`` to exit by itself, then SIGKILL it with its tree, its process group and every
+        process holding its token; reap it. Safe to call more than once."""
+        if not self._ended:
+            self._ended = True
+            if self.proc.returncode is None:
+                self._exited_unreaped(grace_s)
+                reaper.end_processes(token=self.token, root=self.proc.pid, group=self.proc.pid)
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep in a driver): leave it
+                    pass
+            reaper.end_processes(token=self.token)  # stragglers that re-parented while the worker was reaped
         self.dead = True
 
+    def _kill(self) -> None:
+        self._end(0.0)
+
     def _died(self, what: str) -> WorkerFailure:
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._kill()
-            rc = self.proc.returncode
-        self.dead = True
+        self._end(30.0)
+        rc = self.proc.returncode
         sig = _signal_name(rc)
         status = f"signal {sig}" if sig else f"exit status {rc}"
         tail = self.stderr_tail()
@@ -196,6 +238,7 @@ class SubprocessWorker:
         if self.dead:
             raise WorkerFailure("error", f"worker {self.name!r} is no longer usable")
         assert self.proc.stdin is not None  # created with stdin=PIPE
+        self._in_flight += 1
         try:
             self.proc.stdin.write(json.dumps(job) + "\n")
             self.proc.stdin.flush()
@@ -216,6 +259,7 @@ class SubprocessWorker:
             ) from None
         if line is None:
             raise self._died(what)
+        self._in_flight -= 1
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:
@@ -232,18 +276,20 @@ class SubprocessWorker:
         return self.receive(timeout_s, what)
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Ask the worker to exit; kill its process group if it does not within ``timeout_s``."""
-        if self.proc.poll() is None and not self.dead:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.stdin.close()
-                self.proc.wait(timeout=timeout_s)
-            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
-                pass
-        if self.proc.poll() is None:
-            self._kill()
+        """End the worker and everything it started. An idle worker is asked to exit and given ``timeout_s``; one
+        with a job in flight (the caller gave up on it: an interrupt, an error elsewhere) is killed at once."""
+        if not self._ended:
+            grace = 0.0
+            if self.proc.stdin is not None and not self.proc.stdin.closed:
+                try:
+                    if self._in_flight == 0 and not self.dead:
+                        self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                        self.proc.stdin.flush()
+                        grace = timeout_s
+                    self.proc.stdin.close()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+            self._end(grace)
         self.dead = True
         try:
             self._stderr.close()
