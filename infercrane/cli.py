@@ -3,7 +3,7 @@
 Sub-commands are registered by import path and loaded only when run, so ``infercrane --help`` imports neither torch
 nor vLLM nor AIPerf. Every InferCrane error maps to an exit code here, in one place:
 0 ok · 1 internal error · 2 bad input (file, flag, recipe, receipt) · 3 a needed tool is unavailable · 4 a run failed
-· 130 interrupted.
+· 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM).
 
 Bad input is printed as one line per bad value, naming the flag and what to give instead (``usage_error_lines``):
 cyclopts' usage errors and the option models' validation errors alike, never a pydantic dump.
@@ -20,7 +20,10 @@ from . import __version__
 
 # No "--no-…" / "--empty-…" twins: a flag that is off by default needs none; an option that does (a tri-state such
 # as --candidate-in-place) names its opposite itself.
+# suppress_keyboard_interrupt=False: Ctrl-C and SIGTERM (``reaper.Terminated``) reach ``main``, so that every
+# ``finally`` that ends workers and engines runs and the exit code says which it was.
 app = App(name="infercrane", version=__version__, default_parameter=Parameter(negative=()),
+          suppress_keyboard_interrupt=False,
           help="Turn a proposed LLM-inference optimization into an auditable decision.")
 
 receipt = App(name="receipt", version_flags=[], help="Validate, show, diff receipts; print their JSON Schemas.")
@@ -55,17 +58,19 @@ app.command(serve)
 
 def main(argv: list[str] | None = None) -> int:
     from .errors import InfercraneError
+    from .kernels.harness.reaper import sigterm_as_interrupt
 
     try:
-        result = app(argv if argv is not None else sys.argv[1:], exit_on_error=False, print_error=False,
-                     result_action="return_value")
+        with sigterm_as_interrupt():  # SIGTERM (timeout, systemd, Slurm) unwinds like Ctrl-C, exit code 143
+            result = app(argv if argv is not None else sys.argv[1:], exit_on_error=False, print_error=False,
+                         result_action="return_value")
     except InfercraneError as e:
         for line in e.lines():
             _print_error(line)
         return e.exit_code
-    except KeyboardInterrupt:
-        _print_error("interrupted")
-        return 130
+    except KeyboardInterrupt as e:
+        _print_error(str(e) or "interrupted")
+        return getattr(e, "exit_code", 130)
     except Exception as e:  # cyclopts' own usage errors, the option models' validation errors among them
         from cyclopts.exceptions import CycloptsError
 

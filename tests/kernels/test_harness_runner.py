@@ -227,3 +227,21 @@ def test_decision_inputs_from_a_screen(monkeypatch):
     assert skipped == {"torch_compile": "not selected for this screen", "vllm_vendor": "not selected for this screen"}
     decision = decide_kernel(inputs)
     assert decision.decision == "retain" and "vLLM" in decision.reason  # faster, but the comparison is incomplete
+
+
+def test_a_harness_failure_in_a_worker_is_no_verdict_on_the_candidate(monkeypatch):
+    """The harness running out of memory while preparing a check is the harness's error: the implementation is marked
+    failed with failure 'harness' and its decision is inconclusive, never reject."""
+    from infercrane.decide.policy import load_policy
+    from infercrane.kernels.harness import execute
+    from infercrane.kernels.receipt import decide_all
+
+    def oom(*args, **kw):
+        raise RuntimeError("CUDA out of memory (simulated while allocating the guard buffers)")
+
+    monkeypatch.setattr(execute, "_guarded", oom)
+    res = screen(SPEC, ["eager"], trials=1, candidate=GOOD, isolate=False, device="cpu")
+    for impl in res.implementations:
+        assert impl.status == "failed" and impl.failure == "harness", impl
+    code, _, reason, _, _ = decide_all(res, load_policy("kernel"), None)["user"]
+    assert code == "inconclusive" and "the harness failed, not the candidate" in reason

@@ -244,3 +244,31 @@ def test_signal_to_the_screen_process_ends_its_workers(fn, sig, exit_code, tmp_p
             parent.wait()
         stderr.close()
         _kill_leftovers(pids)
+
+
+def test_sigterm_to_the_cli_exits_143_and_leaves_nothing(tmp_path):
+    """The same through `infercrane kernel screen` itself: SIGTERM unwinds like Ctrl-C (the CLI's handler), the screen's
+    workers and what their candidate started are ended, and the exit code says it was a SIGTERM."""
+    pid_file = tmp_path / "pids"
+    stderr = (tmp_path / "cli.stderr").open("w")
+    root = str(Path(infercrane.__file__).resolve().parent.parent)
+    env = {**os.environ, PID_FILE_ENV: str(pid_file),
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    fn = "setsid_then_hangs"
+    cli = subprocess.Popen([sys.executable, "-m", "infercrane", "kernel", "screen", "--device", "cpu", "--rows", "1",
+                            "--impls", "eager", "--checks", "1", "--candidate", f"{CANDIDATES}:{fn}",
+                            "--out", str(tmp_path / "k.json")], stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+    pids: list[int] = []
+    try:
+        pids = _wait_recorded(pid_file, _roles(fn), cli)
+        cli.send_signal(signal.SIGTERM)
+        rc = cli.wait(timeout=60)
+        assert rc == 143, (tmp_path / "cli.stderr").read_text()[-3000:]
+        assert "SIGTERM" in (tmp_path / "cli.stderr").read_text()
+        _assert_gone(pids)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        stderr.close()
+        _kill_leftovers(pids)

@@ -50,7 +50,7 @@ from infercrane.errors import InputError
 from infercrane.kernels.harness import reaper
 from infercrane.kernels.harness.session import WorkerSession, spec_to_json  # noqa: F401  (spec_to_json: runner)
 
-FailureKind = Literal["crashed", "timeout", "error"]
+FailureKind = Literal["crashed", "timeout", "error", "harness"]
 STDERR_TAIL_CHARS = 4000
 
 
@@ -104,6 +104,8 @@ def _unwrap(reply: dict[str, Any], what: str) -> dict[str, Any]:
     if reply.get("error_type") == "InputError" and not reply.get("in_kernel"):
         raise InputError(reply.get("error", "bad input"), hint=reply.get("hint"))
     tb = reply.get("traceback") or ""
+    if reply.get("harness"):  # the harness's own failure inside the worker: no verdict on the implementation
+        raise WorkerFailure("harness", f"{what}: {reply.get('error')}\n{tb}".rstrip())
     raise WorkerFailure("error", f"{what} raised {reply.get('error')}\n{tb}".rstrip())
 
 
