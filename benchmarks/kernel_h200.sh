@@ -4,6 +4,8 @@
 # importable by python3, and InferCrane's pure-Python dependencies (pydantic, cyclopts, rich, pyyaml, scipy) on
 # PYTHONPATH. vLLM's vendor kernels come from the op library of its wheel when INFERCRANE_VLLM_OPS_LIB names it.
 #   bash benchmarks/kernel_h200.sh OUTDIR            # STEPS="tests screen" (default); also "smoke"
+# OPS (default "fused_add_rmsnorm rms_norm") picks the screened ops; SERVING_RECEIPT names a serving receipt whose
+# compiled-recipe TPOT at concurrency 1 is the decode step time of the Amdahl ceiling.
 # smoke: one short fused-add screen of the decode rows (3 trials), to check the harness before a full run.
 # Each step runs even if an earlier one failed and prints its exit code; logs go to OUTDIR.
 # On a tree copied without .git, set INFERCRANE_GIT_COMMIT so the receipts name the commit.
@@ -32,9 +34,13 @@ if [[ " $steps " == *" tests "* ]]; then
 fi
 
 if [[ " $steps " == *" screen "* ]]; then
-  for op in fused_add_rmsnorm rms_norm; do
+  step_args=()
+  [ -n "${SERVING_RECEIPT:-}" ] && step_args=(--serving-receipt "$SERVING_RECEIPT" --serving-recipe compiled \
+                                              --serving-concurrency 1)
+  for op in ${OPS:-fused_add_rmsnorm rms_norm}; do
     step "screen: $op, decode + bandwidth rows, launch/graph/cold, $trials trials"
-    ic kernel screen --op "$op" --bandwidth-rows --trials "$trials" --out "$out/$op.json" 2>&1 | tee "$out/$op.log"
+    ic kernel screen --op "$op" --bandwidth-rows --trials "$trials" "${step_args[@]}" --out "$out/$op.json" 2>&1 \
+      | tee "$out/$op.log"
     echo "rc=${PIPESTATUS[0]}"
   done
 fi
