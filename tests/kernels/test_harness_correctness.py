@@ -78,7 +78,7 @@ def test_a_harness_failure_is_the_harness_s_and_a_kernel_s_exception_is_the_kern
 
     spec = FusedAddRMSNormSpec(hidden_size=32, eps=1e-6)
     entries = C.pack_entries(spec, 2, False, ["eager"])
-    del entries["after.eager.weight"]  # the harness cannot hand back what it has no room for
+    del entries["in.eager.x"]  # the harness cannot lay out an input it has no room for
     pack = TensorPack.create(entries)
     try:
         from infercrane.kernels.ops.fused_add_rmsnorm.baselines import fused_add_rmsnorm_eager
@@ -93,3 +93,20 @@ def test_a_harness_failure_is_the_harness_s_and_a_kernel_s_exception_is_the_kern
             run_check(raises, spec, False, 2, "cpu", pack, ["eager"])
     finally:
         pack.close()
+
+
+def test_a_failure_after_the_kernel_ran_is_the_kernel_s():
+    """CUDA reports a kernel's illegal access in a later call: once the kernel has run, a failure in the harness's
+    next step is the kernel's, not the harness's."""
+    from infercrane.kernels.harness.execute import HarnessFault, attribute, guarded
+
+    fn = guarded(lambda: None)
+
+    def harness_then_breaks():
+        fn()
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        attribute(harness_then_breaks, "a check", fn)
+    with pytest.raises(HarnessFault, match="before the implementation ran"):
+        attribute(lambda: [][0], "a check", guarded(lambda: None))

@@ -27,40 +27,40 @@ GUARD_ROWS = 1
 
 
 class HarnessFault(Exception):
-    """The harness failed (out of memory allocating inputs, a broken device) while the call itself did not: the
+    """The harness failed before the implementation ran (out of memory allocating inputs, a broken pack): the
     harness's error, never a verdict on the implementation."""
 
 
-class CandidateRaised(Exception):
-    """The implementation's own call raised ``original``: a verdict on the implementation."""
+class _Guarded:
+    """``fn`` that remembers whether it has been called: from its first call on, a failure is the implementation's,
+    whichever code raises it (CUDA reports a kernel's illegal access asynchronously, in a later call of the harness)."""
 
-    def __init__(self, original: BaseException) -> None:
-        super().__init__(str(original))
-        self.original = original
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.called = False
 
-
-def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` whose exceptions are marked as the implementation's (``CandidateRaised``)."""
-    def call(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as e:
-            raise CandidateRaised(e) from e
-
-    return call
+    def __call__(self, *args: Any) -> Any:
+        self.called = True
+        return self.fn(*args)
 
 
-def attribute(work: Callable[[], Any], what: str) -> Any:
-    """Run harness ``work`` that calls a ``guarded`` implementation: the implementation's exceptions come out as
-    themselves, everything else as ``HarnessFault``."""
+def guarded(fn: Callable[..., Any]) -> _Guarded:
+    """A fresh guard around ``fn`` (the flag starts unset)."""
+    return _Guarded(fn.fn if isinstance(fn, _Guarded) else fn)
+
+
+def attribute(work: Callable[[], Any], what: str, fn: _Guarded) -> Any:
+    """Run harness ``work`` around the guarded implementation ``fn``: a failure before ``fn`` first ran is a
+    ``HarnessFault``; any failure after it is the implementation's and comes out as itself."""
     try:
         return work()
-    except CandidateRaised as e:
-        raise e.original from None
     except HarnessFault:
         raise
     except Exception as e:
-        raise HarnessFault(f"the harness failed during {what}: {type(e).__name__}: {e}") from e
+        if fn.called:
+            raise
+        raise HarnessFault(f"the harness failed during {what}, before the implementation ran: "
+                           f"{type(e).__name__}: {e}") from e
 
 
 def _storage_ptr(t: Any) -> int:
@@ -194,15 +194,17 @@ def run_check(fn: Callable[..., Any], spec: Any, in_place: bool, rows: int, devi
               phases: list[str]) -> dict[str, str | None]:
     """Run each phase on the pack's inputs and write back what the call touched; return each phase's contract error
     (``None`` when the call kept to its contract as far as this process can tell). Exceptions from ``fn`` propagate
-    as themselves; anything else that fails is the harness's (``HarnessFault``)."""
+    as themselves, and so does any failure once ``fn`` has run; a failure before it first ran is the harness's
+    (``HarnessFault``)."""
     import torch
 
     dev = torch.device(device)
     errors: dict[str, str | None] = {}
-    call = guarded(fn)
+    call = fn if isinstance(fn, _Guarded) else guarded(fn)
     for phase, run in (("eager", _eager), ("graph", _graph)):
         if phase in phases:
-            errors[phase] = attribute(lambda: _phase(run, call, spec, pack, in_place, rows, dev), f"the {phase} check")
+            errors[phase] = attribute(lambda: _phase(run, call, spec, pack, in_place, rows, dev), f"the {phase} check",
+                                      call)
     return errors
 
 

@@ -32,6 +32,7 @@ class WorkerSession:
         self.spec: Any = None
         self.impl: Any = None
         self.fn: Any = None
+        self.guarded: Any = None
         self.in_place: bool | None = None
         self.device: Any = None
         self._clock: Any = None
@@ -44,7 +45,14 @@ class WorkerSession:
             handler = getattr(self, f"_do_{op}", None)
             if handler is None:
                 raise ValueError(f"unknown job {op!r}")
-            return {"ok": True, "result": handler(job)}
+            # A fresh guard per job: once the implementation has run in this job, a failure is its own.
+            self.guarded = guarded(self.fn) if self.fn is not None else None
+            result = handler(job)
+            if self.device is not None and getattr(self.device, "type", None) == "cuda":
+                import torch
+
+                torch.cuda.synchronize(self.device)  # a kernel's asynchronous CUDA error belongs to this job
+            return {"ok": True, "result": result}
         except InputError as e:
             if job.get("op") == "load":  # bad input (e.g. the user's file) is the caller's to fix: fail the screen
                 return {"ok": False, "error_type": "InputError", "error": e.message, "hint": e.hint,
@@ -121,7 +129,7 @@ class WorkerSession:
         self._require_loaded()
         pack = TensorPack.open(job["pack"])
         try:
-            errors = run_check(self.fn, self.spec, bool(self.in_place), int(job["rows"]), self.device, pack,
+            errors = run_check(self.guarded, self.spec, bool(self.in_place), int(job["rows"]), self.device, pack,
                                list(job["phases"]))
         finally:
             pack.close()
@@ -133,7 +141,7 @@ class WorkerSession:
         buffers it writes (None out of place)."""
         import torch
 
-        spec, fn, in_place = self.spec, guarded(self.fn), bool(self.in_place)
+        spec, fn, in_place = self.spec, self.guarded, bool(self.in_place)
         tensors = spec.make_inputs(rows, self.device, seed, 1.0)
         for name in spec.buffers(in_place):
             tensors[name] = torch.empty((rows, spec.hidden_size), dtype=tensors[spec.ROW_TENSORS[0]].dtype,
@@ -185,7 +193,7 @@ class WorkerSession:
             )
 
         self._require_loaded()
-        return attribute(work, f"timing at rows={job['rows']} {job['mode']}").model_dump(mode="json")
+        return attribute(work, f"timing at rows={job['rows']} {job['mode']}", self.guarded).model_dump(mode="json")
 
     def _do_second_cold(self, job: dict[str, Any]) -> dict[str, Any]:
         """Cold mode's second timer (CUPTI), asked for after every trial of this worker."""
@@ -193,7 +201,7 @@ class WorkerSession:
 
         self._cuda_ready()
         call, restore, _ = self._timed_call(int(job["rows"]), int(job["seed"]))
-        attribute(lambda: warm_up(call, restore), f"warm-up at rows={job['rows']} cold")
+        attribute(lambda: warm_up(call, restore), f"warm-up at rows={job['rows']} cold", self.guarded)
         value, error = time_second("cold", call, calls=1, restore=restore, flush=self._flush)
         return {"second_timer_us": value, "second_timer_error": error,
                 "second_timer_method": SECOND_TIMER_METHODS["cold"] if value is not None else None}
