@@ -89,8 +89,12 @@ def test_a_harness_failure_is_the_harness_s_and_a_kernel_s_exception_is_the_kern
         def raises(x, residual, weight, eps):
             raise RuntimeError("the kernel's own failure")
 
-        with pytest.raises(RuntimeError, match="the kernel's own failure"):
-            run_check(raises, spec, False, 2, "cpu", pack, ["eager"])
+        whole = TensorPack.create(C.pack_entries(spec, 2, False, ["eager"]))
+        try:
+            with pytest.raises(RuntimeError, match="the kernel's own failure"):
+                run_check(raises, spec, False, 2, "cpu", whole, ["eager"])
+        finally:
+            whole.close()
     finally:
         pack.close()
 
