@@ -40,6 +40,8 @@ TIMER_AGREEMENT_MAX = 0.05
 # A median below a physical floor measured in the same run (the mode's empty-kernel floor, the byte floor at copy
 # bandwidth) by more than this fraction is impossible: flagged, never a speedup.
 FLOOR_SLACK = 0.02
+# In launch and graph mode a call whose bytes are under this many times the L2 size is taken as served from L2.
+L2_RESIDENT_MULTIPLE = 2
 TIMING_SEED_OFFSET = 7_777_777
 INTERLEAVING = (
     "trials outer; in each trial every rows x mode cell visits every implementation once, the order rotated by one "
@@ -110,11 +112,12 @@ def summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved:
 
     copy_gbps = calibration.copy_bandwidth.median_gbps if calibration else None
     floors = {b.mode: summarize(b.samples_us).median for b in calibration.floors} if calibration else {}
-    return _summarize_cell(rows, mode, blocks, bytes_moved, copy_gbps, floors.get(mode))
+    l2 = calibration.device.l2_cache_bytes if calibration else None
+    return _summarize_cell(rows, mode, blocks, bytes_moved, copy_gbps, floors.get(mode), l2)
 
 
 def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
-                    copy_gbps: float | None, floor_us: float | None) -> TimingCell:
+                    copy_gbps: float | None, floor_us: float | None, l2_bytes: int | None = None) -> TimingCell:
     """One implementation's cell: pooled summary, bandwidth where meaningful, the second timer's agreement and the
     physical floors; a disagreement beyond ``TIMER_AGREEMENT_MAX`` or a time under a floor flags the cell."""
     from infercrane.stats import summarize
@@ -131,8 +134,16 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
     summary = summarize(kept if kept else every)
     achieved = bytes_moved / summary.median / 1e3 if bytes_moved and summary.median > 0 else None
     pct = None
+    # Launch and graph mode call the op on the same buffers again and again: a working set that L2 can hold is served
+    # from L2, faster than the device-memory copy bandwidth, so neither the byte floor nor a % of that bandwidth means
+    # anything there. Cold mode flushes L2 before each sample.
+    l2_resident = mode != "cold" and bytes_moved is not None and l2_bytes is not None and \
+        bytes_moved < L2_RESIDENT_MULTIPLE * l2_bytes
     if achieved is None or copy_gbps is None:
         note = "no byte model or no copy bandwidth"
+    elif l2_resident:
+        note = (f"{bytes_moved} bytes per call < {L2_RESIDENT_MULTIPLE} x L2 ({l2_bytes} bytes) in {mode} mode: served "
+                "from L2, so % of device-memory copy bandwidth is not reported and the byte floor does not apply")
     else:
         byte_floor_us = bytes_moved / (copy_gbps * 1e3)
         if floor_us is None:
@@ -165,7 +176,7 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         flags.append(f"timer_disagreement: trial {seconds[-1].trial} median {second * (1 + disagreement):.4g} us vs "
                      f"second timer {second:.4g} us ({disagreement:+.1%}, limit ±{TIMER_AGREEMENT_MAX:.0%}; "
                      f"{method.split(':')[0]})")
-    byte_floor_us = bytes_moved / (copy_gbps * 1e3) if bytes_moved and copy_gbps else None
+    byte_floor_us = bytes_moved / (copy_gbps * 1e3) if bytes_moved and copy_gbps and not l2_resident else None
     # The empty-kernel floor is a device floor in graph and cold mode; in launch mode it is the host cost of
     # Triton's launcher, which other launch paths undercut, so only the byte floor applies there.
     floors = [f for f in ((floor_us if mode != "launch" else None), byte_floor_us) if f is not None]
