@@ -25,6 +25,12 @@ def test_commit_of_a_tree_without_git(tmp_path: Path, monkeypatch) -> None:
     assert git_state(tmp_path) == ("0ff9ed1", None)
 
 
+def test_a_named_commit_wins_over_a_stale_git_beside_it(monkeypatch) -> None:
+    """A tree copied to a GPU machine can carry an older .git; the commit named for it is the one that ran."""
+    monkeypatch.setenv("INFERCRANE_GIT_COMMIT", "f919cd3")
+    assert git_state(Path(__file__).resolve().parent) == ("f919cd3", None)
+
+
 def test_provenance_validates_and_hashes_the_config() -> None:
     p = provenance(config={"b": 1, "a": [1, 2]}, command_line=["infercrane", "x"])
     model = Provenance.model_validate(p)

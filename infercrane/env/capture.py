@@ -121,10 +121,13 @@ def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[
 
 
 def git_state(start: Path | None = None) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout InferCrane runs from. A copy without ``.git`` (a tree shipped to a GPU
-    machine) may name its commit in ``INFERCRANE_GIT_COMMIT``; dirtiness is then unknown. (None, None) otherwise."""
+    """(commit, dirty) of the git checkout InferCrane runs from. A tree shipped to a GPU machine names its commit in
+    ``INFERCRANE_GIT_COMMIT``, which then wins over any ``.git`` beside it; dirtiness is then unknown. (None, None)
+    when neither is known."""
     where = start or Path(__file__).resolve().parent
     shipped = os.environ.get("INFERCRANE_GIT_COMMIT") or None
+    if shipped:  # named explicitly: it wins over whatever .git a copied tree carries (seen: a stale one)
+        return shipped, None
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
         if commit.returncode != 0:

@@ -63,8 +63,9 @@ class TimingBlock(Strict):
     outputs_finite: bool | None = Field(description="in-place buffers all finite after the cell; None if out of place")
     l2_flush_bytes: int | None = None
     sizing: str | None = Field(None, description="how calls_per_sample was chosen")
-    graph_fixed_cost_us: float | None = Field(None, description="graph mode: the replay's fixed cost, the intercept "
-                                              "of replay time over calls per graph (graphs of 16 and 32 calls)")
+    graph_fixed_cost_us: float | None = Field(None, description="graph mode: the replay's fixed cost this cell was "
+                                              "sized against: max(the calibration's, this cell's own intercept over "
+                                              "graphs of 16 and 32 calls)")
     graph_fixed_cost_fraction: float | None = Field(None, description="graph_fixed_cost_us / the sample's duration")
     second_timer_us: float | None = Field(None, description="per-call time by the independent second timer")
     second_timer_method: str | None = None
@@ -79,6 +80,10 @@ class Calibration(Strict):
     dispatcher_floors: list[TimingBlock] = Field(
         default_factory=list, description="floor of one tiny kernel via torch's dispatcher, one block per mode")
     copy_bandwidth: CopyBandwidth
+    graph_fixed_cost_us: float | None = Field(
+        None, description="the fixed cost of one CUDA graph replay: intercept of replay time over graphs of "
+                          "GRAPH_FIXED_PROBE_CALLS empty-kernel nodes, median of many replays; every graph is sized "
+                          "so that it stays under 1 % of a sample")
     clock_source: str
     clock_before_mhz: int | None
     clock_after_mhz: int | None

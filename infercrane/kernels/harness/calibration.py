@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes, time_cell
+from infercrane.kernels.harness.timing import ClockReader, graph_fixed_cost, l2_flush_bytes, time_cell
 from infercrane.kernels.result import Calibration, CopyBandwidth, DeviceInfo, TimingBlock  # noqa: F401
 
 COPY_BYTES = 1 << 30  # 1 GiB source + 1 GiB destination: 2 GiB moved per copy
@@ -108,6 +108,7 @@ def calibrate(device: Any, modes: list[str] | tuple[str, ...], *, samples: int =
 
     dispatcher = blocks(dispatcher_call)
     empty = blocks(empty_call) if empty_call is not None else None
+    fixed = graph_fixed_cost(empty_call or dispatcher_call) if "graph" in modes else None
     del flush
     torch.cuda.empty_cache()
     bw = copy_bandwidth(dev)
@@ -116,7 +117,8 @@ def calibrate(device: Any, modes: list[str] | tuple[str, ...], *, samples: int =
         device=info, floor_kernel=FLOOR_KERNEL if empty is not None else DISPATCHER_FLOOR_KERNEL,
         floors=empty if empty is not None else dispatcher,
         dispatcher_floor_kernel=DISPATCHER_FLOOR_KERNEL, dispatcher_floors=dispatcher,
-        copy_bandwidth=bw, clock_source=clock.source, clock_before_mhz=before, clock_after_mhz=after,
+        copy_bandwidth=bw, graph_fixed_cost_us=fixed, clock_source=clock.source, clock_before_mhz=before,
+        clock_after_mhz=after,
     )
 
 

@@ -397,7 +397,8 @@ def screen(
                         cell = (r, m)
                         job = {"op": "time", "rows": r, "mode": m, "samples": samples_per_trial, "trial": t,
                                "seed": timing_seed, "calls_per_sample": im.calls.get(cell),
-                               "second_timer": t == trials - 1}
+                               "second_timer": t == trials - 1,
+                               "graph_fixed_us": calibration.graph_fixed_cost_us if calibration else None}
                         try:
                             block = TimingBlock.model_validate(
                                 im.worker.request(job, timeout_s, f"timing of {im.key} rows={r} mode={m} trial={t}"))

@@ -190,6 +190,7 @@ class WorkerSession:
                 call, mode=str(job["mode"]), samples=int(job["samples"]), device=self.device, restore=restore,
                 finite_check=finite, calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)),
                 clock=self._clock, flush=self._flush, second_timer=bool(job.get("second_timer", True)),
+                graph_fixed_us=job.get("graph_fixed_us"),
             )
 
         self._require_loaded()

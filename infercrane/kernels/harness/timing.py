@@ -38,6 +38,8 @@ COLD_SPIN_CYCLES = 200_000  # ~100 us at 2 GHz: GPU busy while the CPU enqueues 
 # Graph mode: calls per graph are sized from a graph-mode estimate (``estimate_graph``), so that a sample lasts about
 # TARGET_SAMPLE_US of device time and the replay's fixed cost stays under GRAPH_FIXED_COST_MAX_FRACTION of a sample.
 GRAPH_PROBE_CALLS = 16
+GRAPH_FIXED_PROBE_CALLS = (8, 1024)  # calibration: empty-kernel graphs of these sizes give the replay's fixed cost
+GRAPH_FIXED_REPLAYS = 25
 MAX_GRAPH_CALLS = 8192
 GRAPH_FIXED_COST_MAX_FRACTION = 0.01
 GRAPH_FIXED_COST_SIZING_FRACTION = 0.005  # sized to half the limit: the intercept is re-estimated and noisy
@@ -192,6 +194,24 @@ def estimate_graph(call: Callable[[], Any], restore: Callable[[], None] | None) 
     per_call = max((t2 - t1) / GRAPH_PROBE_CALLS, t2 / (2 * GRAPH_PROBE_CALLS) * 1e-3, 1e-3)
     fixed = max(t1 - GRAPH_PROBE_CALLS * per_call, 0.0)
     return per_call, fixed
+
+
+def graph_fixed_cost(call: Callable[[], Any]) -> float:
+    """The fixed cost of one graph replay, from graphs of ``GRAPH_FIXED_PROBE_CALLS`` calls of a kernel that does
+    nothing: the intercept of replay time over calls, each replay time the median of ``GRAPH_FIXED_REPLAYS``. A
+    per-cell intercept over small graphs is too noisy for this (seen on an H200: 0 to 48 us for the same cell)."""
+    small_n, large_n = GRAPH_FIXED_PROBE_CALLS
+    small, large = capture_graph(call, small_n), capture_graph(call, large_n)
+    try:
+        small.replay()
+        large.replay()
+        _sync()
+        t1 = _replay_us(small, None, GRAPH_FIXED_REPLAYS)
+        t2 = _replay_us(large, None, GRAPH_FIXED_REPLAYS)
+    finally:
+        del small, large
+    per_node = (t2 - t1) / (large_n - small_n)
+    return max(t1 - small_n * per_node, 0.0)
 
 
 def graph_calls(per_call_us: float, fixed_us: float) -> int:
@@ -409,6 +429,7 @@ def time_cell(
     clock: ClockReader | None = None,
     flush: Any = None,
     second_timer: bool = True,
+    graph_fixed_us: float | None = None,
 ) -> TimingBlock:
     """Warm up, then take ``samples`` samples of ``call`` in ``mode``; clocks read around and between samples.
 
@@ -418,6 +439,8 @@ def time_cell(
     ``l2_flush_bytes`` bytes; one is allocated when not given. With ``second_timer`` a launch or graph cell is also
     timed by an independent timer (``SECOND_TIMER_METHODS``) right after its samples, so the two figures share the
     trial's conditions; cold mode's second timer (CUPTI) runs after every trial instead (``time_second``).
+    ``graph_fixed_us`` is the calibration's replay fixed cost: a graph is sized against the larger of it and its own
+    intercept, and the fraction recorded is of that.
     """
     import torch
 
@@ -433,7 +456,8 @@ def time_cell(
     elif calls_per_sample is not None:
         n_calls, sizing = int(calls_per_sample), "given (the cell's first trial)"
     elif mode == "graph":
-        per_call, fixed_us = estimate_graph(call, restore)
+        per_call, own_fixed = estimate_graph(call, restore)
+        fixed_us = max(own_fixed, graph_fixed_us or 0.0)
         n_calls = graph_calls(per_call, fixed_us)
         sizing = (f"graph-mode estimate: {per_call:.4g} us per call, {fixed_us:.4g} us fixed replay cost -> "
                   f"{n_calls} calls (target {TARGET_SAMPLE_US:g} us a sample, fixed cost < "
@@ -445,7 +469,8 @@ def time_cell(
     if restore is not None:
         restore()
     if mode == "graph" and fixed_us is None:
-        _, fixed_us = estimate_graph(call, restore)
+        _, own_fixed = estimate_graph(call, restore)
+        fixed_us = max(own_fixed, graph_fixed_us or 0.0)
         if restore is not None:
             restore()
     flush_bytes = None
