@@ -63,10 +63,12 @@ class TimingBlock(Strict):
     outputs_finite: bool | None = Field(description="in-place buffers all finite after the cell; None if out of place")
     l2_flush_bytes: int | None = None
     sizing: str | None = Field(None, description="how calls_per_sample was chosen")
-    graph_fixed_cost_us: float | None = Field(None, description="graph mode: the replay's fixed cost this cell was "
-                                              "sized against: max(the calibration's, this cell's own intercept over "
-                                              "graphs of 16 and 32 calls)")
-    graph_fixed_cost_fraction: float | None = Field(None, description="graph_fixed_cost_us / the sample's duration")
+    graph_fixed_cost_us: float | None = Field(None, description="graph mode: the replay's fixed cost this trial "
+                                              "used: in the first trial max(the calibration's, this cell's own "
+                                              "intercept over graphs of 16 and 32 calls), which sizes the graph; "
+                                              "later, the calibration's")
+    graph_fixed_cost_fraction: float | None = Field(None, description="the calibration's replay fixed cost (else "
+                                                    "graph_fixed_cost_us) / the sample's duration")
     second_timer_us: float | None = Field(None, description="per-call time by the independent second timer")
     second_timer_method: str | None = None
     second_timer_error: str | None = Field(None, description="why the second timer gave no figure")

@@ -439,8 +439,8 @@ def time_cell(
     ``l2_flush_bytes`` bytes; one is allocated when not given. With ``second_timer`` a launch or graph cell is also
     timed by an independent timer (``SECOND_TIMER_METHODS``) right after its samples, so the two figures share the
     trial's conditions; cold mode's second timer (CUPTI) runs after every trial instead (``time_second``).
-    ``graph_fixed_us`` is the calibration's replay fixed cost: a graph is sized against the larger of it and its own
-    intercept, and the fraction recorded is of that.
+    ``graph_fixed_us`` is the calibration's replay fixed cost: the first trial sizes its graph against the larger of
+    it and the cell's own intercept; the fraction recorded is of the calibration's figure.
     """
     import torch
 
@@ -469,10 +469,12 @@ def time_cell(
     if restore is not None:
         restore()
     if mode == "graph" and fixed_us is None:
-        _, own_fixed = estimate_graph(call, restore)
-        fixed_us = max(own_fixed, graph_fixed_us or 0.0)
-        if restore is not None:
-            restore()
+        if graph_fixed_us is not None:  # the calibration's robust figure; a cell's own intercept is noisy
+            fixed_us = graph_fixed_us
+        else:
+            _, fixed_us = estimate_graph(call, restore)
+            if restore is not None:
+                restore()
     flush_bytes = None
     before = clock.read_mhz()
     if mode == "launch":
@@ -498,7 +500,9 @@ def time_cell(
     if fixed_us is not None and times:
         import statistics
 
-        fraction = fixed_us / (statistics.median(times) * n_calls)
+        # the share of a sample the replay's fixed cost takes: of the calibration's figure where there is one
+        basis = graph_fixed_us if graph_fixed_us is not None else fixed_us
+        fraction = basis / (statistics.median(times) * n_calls)
     return TimingBlock(
         mode=mode, trial=trial, calls_per_sample=n_calls, warmup_calls=warm, samples_us=times,
         sample_clock_mhz=clocks, rejected=rejected, clock_before_mhz=before, clock_after_mhz=after,
