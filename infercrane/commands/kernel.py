@@ -301,21 +301,10 @@ def _compile_cuda_without_gpu(result: Any, spec: Any, con: Any, op: str) -> None
 
 
 def _run_device(device: str) -> tuple[str, str]:
-    """Where a screen with --device ``device`` runs: ("cuda" | "cpu", why) — the harness's own rule, decided here
-    without creating a CUDA context. --device cuda without a GPU is refused (exit 3) before anything runs."""
-    import torch
+    """Where a screen with --device ``device`` runs: the harness's own rule (``runner.resolve_device``)."""
+    from ..kernels.harness.runner import resolve_device
 
-    from ..errors import UnavailableError
-
-    has_cuda = bool(torch.cuda.is_available())
-    if device == "cuda" and not has_cuda:
-        raise UnavailableError("--device cuda: torch sees no CUDA device",
-                               hint="run on a GPU machine, or use --device auto / cpu for a functional run")
-    if device == "cpu":
-        return "cpu", "--device cpu was asked for: correctness only on CPU tensors"
-    if has_cuda:
-        return "cuda", "CUDA device present: correctness and timing"
-    return "cpu", "no CUDA device visible to torch: correctness only on CPU tensors"
+    return resolve_device(device, flag="--device")
 
 
 def _triton_interpreter_needed(device: str) -> bool:

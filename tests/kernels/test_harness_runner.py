@@ -131,7 +131,7 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
 
     from infercrane.kernels.harness import correctness
 
-    monkeypatch.setattr(runner, "_resolve_device", lambda device: ("cuda", "synthetic device for the test"))
+    monkeypatch.setattr(runner, "resolve_device", lambda device: ("cuda", "synthetic device for the test"))
     monkeypatch.setattr(correctness, "phases_for", lambda device_type: ["eager"])  # no graph replay on CPU tensors
     monkeypatch.setattr(isolation.WorkerSession, "_device", lambda self, name: torch.device("cpu"))
     base_us = {"eager": 10.0, "torch_compile": 10.0, "user": 5.0}

@@ -88,20 +88,23 @@ def _validate(
     return keys, modes, rows, candidate
 
 
-def _resolve_device(device: str) -> tuple[str, str]:
+def resolve_device(device: str, flag: str = "device") -> tuple[str, str]:
+    """Where a screen with ``device`` runs: ``("cuda" | "cpu", why)``, without creating a CUDA context. ``flag`` is how
+    errors and reasons name the option (``--device`` from the CLI). Asking for CUDA without a GPU is refused."""
     if device not in ("auto", "cuda", "cpu"):
-        raise InputError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+        raise InputError(f"{flag} must be 'auto', 'cuda' or 'cpu', got {device!r}")
     import torch
 
     has_cuda = bool(torch.cuda.is_available())
     if device == "cuda" and not has_cuda:
-        raise UnavailableError("device='cuda' was asked for but torch sees no CUDA device",
-                               hint="run on a GPU machine, or use device='auto'/'cpu' for a functional run")
+        raise UnavailableError(f"{flag} cuda was asked for but torch sees no CUDA device",
+                               hint=f"run on a GPU machine, or use {flag} auto / cpu for a functional run")
     if device == "cpu":
-        return "cpu", "device='cpu' was asked for: correctness only on CPU tensors, no timing"
+        return "cpu", f"{flag} cpu was asked for: correctness only on CPU tensors, no timing"
     if has_cuda:
         return "cuda", "CUDA device present: correctness and timing"
     return "cpu", "no CUDA device visible to torch: correctness only on CPU tensors, no timing"
+
 
 
 def summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
@@ -294,7 +297,7 @@ def screen(
         from infercrane.decide.policy import load_policy
 
         policy = load_policy("kernel")
-    dev, dev_reason = _resolve_device(device)
+    dev, dev_reason = resolve_device(device)
     timed = dev == "cuda"
     timed_modes = modes if timed else []
     timing_seed = seed + TIMING_SEED_OFFSET
