@@ -58,17 +58,6 @@ class KernelPolicy(BaseModel):
         """Whether the decision reads this row count (see ``decision_max_rows``, ``decide_on_bandwidth_rows``)."""
         return rows <= self.decision_max_rows or self.decide_on_bandwidth_rows
 
-    # The kernel lab's intervals are trial-level t intervals (``infercrane.stats.trials``): nothing is bootstrapped.
-    # These two read as None so that a screen result's ``comparison_policy`` says so; they are not policy keys (a
-    # policy file naming them fails as an unknown key).
-    @property
-    def bootstrap_resamples(self) -> None:
-        return None
-
-    @property
-    def bootstrap_seed(self) -> None:
-        return None
-
 
 class ServingPolicy(BaseModel):
     """How the serving lab turns repeated runs of recipes A and B into accept / reject / inconclusive."""
