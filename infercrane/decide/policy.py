@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 

@@ -12,7 +12,7 @@ lists the known keys.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable
 
 from infercrane.errors import InputError
 from infercrane.kernels.op import USER_KEY, Implementation, Kind  # noqa: F401  (re-exported)

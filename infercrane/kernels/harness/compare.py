@@ -14,7 +14,7 @@ decision itself uses), so that a receipt can show both.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from infercrane.kernels.result import Comparison, FamilyMark  # noqa: F401  (the result model)
 from infercrane.stats.compare import Verdict

@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from infercrane.kernels.harness.execute import GUARD_ROWS
-from infercrane.kernels.op import COMPARISON_RULE, Tolerance  # noqa: F401  (re-exported: the rule is data)
-from infercrane.kernels.result import CHECKED_BY, CheckResult, CorrectnessResult, TensorCheck  # noqa: F401
+from infercrane.kernels.op import Tolerance
+from infercrane.kernels.result import CheckResult, CorrectnessResult, TensorCheck
 
 # Input scale ``s`` of check i is CHECK_SCALES[i % len]: large and small magnitudes, both well inside bf16's range.
 CHECK_SCALES: tuple[float, ...] = (1.0, 16.0, 1.0 / 16.0)

@@ -42,7 +42,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import IO, Any, Literal
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-from infercrane.kernels.result import Mode, TimingBlock  # noqa: F401  (the result model)
+from infercrane.kernels.result import TimingBlock
 
 MODES: tuple[str, ...] = ("launch", "graph", "cold")
 
