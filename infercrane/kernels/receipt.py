@@ -138,8 +138,17 @@ def decide_all(result: ScreenResult, policy: KernelPolicy, decode_step: Any | No
 
 
 def primary_of(result: ScreenResult, policy: KernelPolicy, decided: dict[str, tuple]) -> str:
+    """The receipt's candidate: the user's when one was screened; else the best decision, a screened candidate
+    before a skipped one, then the lower mean log time, then screening order."""
+    order = candidates_of(result)
+
+    def skipped(k: str) -> bool:
+        impl = _impl(result, k)
+        return impl is None or impl.status == "skipped"
+
     return "user" if "user" in decided else min(
-        decided, key=lambda k: (DECISION_RANK[decided[k][0]], _mean_log_time(result, k, policy.timing_mode), k))
+        decided, key=lambda k: (DECISION_RANK[decided[k][0]], skipped(k), _mean_log_time(result, k, policy.timing_mode),
+                                order.index(k)))
 
 
 def _correctness_text(result: ScreenResult, impl: ImplementationResult | None) -> str:

@@ -246,3 +246,12 @@ def test_a_candidate_raising_markup_is_reported_not_crashing(tmp_path: Path, cap
                  "--candidate", f"{bad}:fused_add_rmsnorm", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "boom [/oops]" in text and load_receipt(out).document["decision_code"] == "reject"
+
+
+def test_a_functional_screen_names_a_screened_candidate_not_a_skipped_one(tmp_path: Path) -> None:
+    out = tmp_path / "k.json"
+    assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager,triton,cuda", "--checks", "1",
+                 "--out", str(out)]) == 0
+    doc = load_receipt(out).document
+    assert doc["candidate"]["key"] == "triton" and "functional check only" in doc["decision"]
+    assert [o["implementation"] for o in doc["other_candidates"]] == ["cuda"]
