@@ -120,7 +120,14 @@ def _base_args(chain: tuple[str, ...], tmp_path: Path, skip: str) -> list[str]:
         if x.name == skip or not x.required:
             continue
         base, _, _ = _shape(x.field_info.annotation)
-        if isinstance(base, type) and issubclass(base, Path):
+        if x.name in ("--key", "--pub"):  # a real signing key pair
+            from infercrane.receipts.signing import keygen
+
+            keys = tmp_path / "keys"
+            if not (keys / "infercrane.key").exists():
+                keygen(keys)
+            value = str(keys / ("infercrane.key" if x.name == "--key" else "infercrane.pub"))
+        elif isinstance(base, type) and issubclass(base, Path):
             value = str(tmp_path / "out" / "written.json") if x.name == "--out" else str(SEED_SCREENING)
         elif _is_positional(x):
             assert x.name in POSITIONALS, f"{' '.join(chain)}: add a valid value for {x.name} to POSITIONALS"

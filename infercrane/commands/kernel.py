@@ -10,7 +10,7 @@ from cyclopts import Parameter
 from cyclopts.validators import Number
 
 from ..kernels.config import OpOptions, ScreenConfig
-from .options import plain
+from .options import check_sign_key, plain, sign_written
 
 
 def list_impls(*, config: Annotated[OpOptions, Parameter(name="*")] = OpOptions()) -> int:
@@ -134,6 +134,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
     out = config.out or Path("runs") / run_id / "kernel-screen.json"
     check_output_file(out, "--out")
+    check_sign_key(config.sign_key)
     device, _ = _run_device(config.device)
     _check_memory(spec, device, con)
     _interpret_triton_without_gpu(config.device, con)
@@ -164,6 +165,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     decode_step = DecodeStep(ms=step_ms, source=step_source) if step_ms else None
     receipt = write_receipt(build_document(result, policy, provenance=prov, model_source=mc.source,
                                            decode_step=decode_step), out)
+    sign_written(receipt.path, config.sign_key, con)
     _print_summary(con, receipt.document)
     con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0
@@ -190,7 +192,7 @@ def decide(receipt: Path, /, *,
            decode_step_ms: Annotated[float | None, Parameter(validator=Number(gt=0))] = None,
            serving_receipt: Path | None = None, serving_recipe: str | None = None,
            serving_concurrency: Annotated[int | None, Parameter(validator=Number(gte=1))] = None,
-           policy: Path | None = None, out: Path) -> int:
+           policy: Path | None = None, out: Path, sign_key: Path | None = None) -> int:
     """Decide again on a finished screen, without re-measuring: load its receipt, compare and decide again with a
     decode step time from a serving receipt (or --decode-step-ms) and/or another policy. The new receipt carries the
     same result, the measuring machine's hardware and software, the original run id, and names the receipt it was
@@ -212,6 +214,8 @@ def decide(receipt: Path, /, *,
         A kernel policy file overriding the packaged thresholds.
     out
         Where to write the new receipt.
+    sign_key
+        Sign the new receipt as it is written (an ed25519 private key from `infercrane receipt keygen`).
     """
     from ..decide.policy import load_policy
     from ..env.capture import provenance
@@ -225,6 +229,7 @@ def decide(receipt: Path, /, *,
 
     # the options first, then the evidence they apply to
     check_output_file(out, "--out")
+    check_sign_key(sign_key)
     for name, value in (("--serving-recipe", serving_recipe), ("--serving-concurrency", serving_concurrency)):
         if value is not None and serving_receipt is None:
             raise InputError(f"{name} is read only with --serving-receipt; give the serving receipt too, or drop it")
@@ -258,6 +263,7 @@ def decide(receipt: Path, /, *,
                          decided_from={"receipt": str(receipt), "content_sha256": doc["content_sha256"]})
     written = write_receipt(new, out)
     con = console()
+    sign_written(written.path, sign_key, con)
     _print_summary(con, written.document)
     con.print(f"receipt: {plain(written.path)}")
     return 0

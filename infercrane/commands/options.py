@@ -83,3 +83,25 @@ def _check_creatable(folder: Path, option: str, what: str) -> None:
         raise InputError(f"{what}: cannot create its folder, {probe} is a file; give a path under a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{what}: {probe} is not writable; give a path you can write to")
+
+
+def check_sign_key(key: Path | None, flag: str = "--sign-key") -> None:
+    """Refuse a signing key that cannot sign, before anything runs."""
+    if key is None:
+        return
+    from ..errors import about
+    from ..receipts.signing import _load_private
+
+    with about(flag):
+        _load_private(key)
+
+
+def sign_written(path: Path, key: Path | None, con: Any = None) -> None:
+    """Sign a receipt just written, when a key was given (``<receipt>.dsse.json`` beside it)."""
+    if key is None:
+        return
+    from ..receipts.signing import sign
+
+    out = sign(path, key)
+    if con is not None:
+        con.print(f"signed: {plain(out)}")

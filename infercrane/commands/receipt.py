@@ -1,4 +1,4 @@
-"""``infercrane receipt …``: validate, show, diff, schema."""
+"""``infercrane receipt …``: validate, show, diff, schema; keygen, sign, verify."""
 from __future__ import annotations
 
 import json
@@ -36,7 +36,7 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
             print(f"INVALID {e.message}")
         else:
             if not quiet:
-                print(f"ok      {f}: {r.schema_version}")
+                print(f"ok      {f}: {r.schema_version}; {_signature_line(f)}")
     if failed:
         print(f"{failed} of {len(files)} receipt(s) invalid")
         return 2
@@ -115,4 +115,86 @@ def schema(*, version: str | None = None, write: Path | None = None) -> int:
     with about("--version"):
         model_for(version)
     print(json.dumps(json_schema(version), indent=2))
+    return 0
+
+
+def _signature_line(receipt: Path) -> str:
+    """What validation can say of a signature without a public key: the key ids an envelope beside the receipt claims
+    over exactly its bytes (``receipt verify --pub`` checks them), or "unsigned"."""
+    from ..receipts.signing import signed_by
+
+    try:
+        ids = signed_by(receipt)
+    except InfercraneError as e:
+        return f"signature envelope INVALID: {e.message}"
+    return "unsigned" if ids is None else f"signed by {', '.join(ids)} (not verified: receipt verify --pub)"
+
+
+def keygen(*, out: Path = Path("."), name: str = "infercrane") -> int:
+    """Write an ed25519 key pair for signing receipts: NAME.key (private, 0600) and NAME.pub.
+
+    Parameters
+    ----------
+    out
+        Folder for the two files (created; existing keys are never overwritten).
+    name
+        File name stem of the two files.
+    """
+    from ..errors import about
+    from ..receipts.signing import keygen as make, keyid_of, load_public
+
+    with about("--out"):
+        private, public = make(out, name)
+    print(f"wrote {plain(private)} (keep private) and {plain(public)}; key id {keyid_of(load_public(public))}")
+    return 0
+
+
+def sign(file: Path, /, *, key: Path) -> int:
+    """Sign a receipt (its exact bytes, ed25519, a DSSE envelope written beside it as FILE.dsse.json).
+
+    Parameters
+    ----------
+    file
+        A receipt JSON file; it is validated first, and only a valid receipt is signed.
+    key
+        The private key (from `infercrane receipt keygen`).
+    """
+    from ..errors import about
+    from ..receipts.signing import sign as do_sign
+    from ..receipts.validate import load_receipt
+
+    load_receipt(file)
+    with about("--key"):
+        out = do_sign(file, key)
+    print(f"signed  {plain(file)} -> {plain(out)}")
+    return 0
+
+
+def verify(file: Path, /, *, pub: Path, envelope: Path | None = None) -> int:
+    """Verify a receipt's signature: the envelope must sign exactly the file's bytes with the key in --pub; the
+    receipt must also validate.
+
+    Parameters
+    ----------
+    file
+        A receipt JSON file.
+    pub
+        The signer's public key.
+    envelope
+        The DSSE envelope (default: FILE.dsse.json beside the receipt).
+    """
+    from ..errors import about
+    from ..receipts.signing import envelope_path, load_public, read_envelope
+    from ..receipts.signing import verify as do_verify
+    from ..receipts.validate import load_receipt
+
+    with about("--pub"):  # the options first, then the evidence they apply to
+        load_public(pub)
+    if envelope is not None:
+        with about("--envelope"):
+            read_envelope(envelope)
+    load_receipt(file)
+    read_envelope(envelope_path(file) if envelope is None else envelope)
+    v = do_verify(file, pub, envelope)
+    print(f"ok      {plain(file)}: signed by {v.keyid} ({plain(v.envelope)})")
     return 0

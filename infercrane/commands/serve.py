@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..serving.config import ServeConfig
-from .options import check_output_file, plain
+from .options import check_output_file, check_sign_key, plain, sign_written
 
 
 def recipes() -> int:
@@ -53,7 +53,7 @@ def bench(recipe: str, /, *, config: Annotated[ServeConfig, Parameter(name="*")]
     return _serve([recipe], config, kind="bench")
 
 
-def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
+def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key: Path | None = None) -> int:
     """Decide again on a finished serving receipt, without re-measuring: its statistics, decision and (for serve
     bench) the drivers' agreement, recomputed from its raw runs under the packaged or another policy. The new receipt
     keeps the measuring machine's hardware and software, the original run id, every run and every engine record; its
@@ -67,6 +67,8 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
         Where to write the new receipt.
     policy
         A serving policy file overriding the packaged one (e.g. another equivalence margin).
+    sign_key
+        Sign the new receipt as it is written (an ed25519 private key from `infercrane receipt keygen`).
     """
     from ..decide.policy import load_policy
     from ..env.capture import provenance
@@ -76,6 +78,7 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
     from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block
 
     check_output_file(out, "--out")
+    check_sign_key(sign_key)
     with about("--policy"):
         pol = load_policy("serving", policy)
     old = load_receipt(receipt).document
@@ -90,6 +93,7 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None) -> int:
     doc["engines"] = old["engines"]  # the engines' lifetimes as recorded; nothing was launched here
     written = write_receipt(doc, out)
     con = console()
+    sign_written(written.path, sign_key, con)
     _print_summary(con, written.document)
     con.print(f"receipt: {plain(written.path)}  (decided again from {plain(receipt)})")
     return 0
@@ -122,6 +126,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
     out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
     check_output_file(out, "--out")
+    check_sign_key(config.sign_key)
     recs = [load_recipe(n) for n in names]
     if len({r.name for r in recs}) != len(recs):
         raise InputError(f"the two recipes share the name {recs[0].name!r}", hint="give B a different name")
@@ -144,7 +149,9 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
         prov = provenance(config=_config_record(config, kind, recs, workload), run_id=run_id, model=model_prov)
         doc = build_document(result, kind=kind, policy=policy, provenance=prov, incomplete_reason=incomplete)
-        return write_receipt(doc, out)
+        written = write_receipt(doc, out)
+        sign_written(written.path, config.sign_key)
+        return written
 
     partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(config.drivers),
                          order="sequential" if kind == "bench" else workload.arm_order, plan=plan)

@@ -68,6 +68,8 @@ class ScreenConfig(OpOptions):
     seed: int = Field(0, ge=0, description="Base seed of the random inputs.")
     timeout_s: float = Field(600.0, gt=0, description="Per-implementation worker timeout.")
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/kernel-screen.json).")
+    sign_key: Path | None = Field(None, description="Sign the receipt as it is written (an ed25519 private key from "
+                                                    "`infercrane receipt keygen`); checked before anything runs.")
 
     @field_validator("impls")
     @classmethod

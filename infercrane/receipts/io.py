@@ -82,9 +82,13 @@ def _umask_mode() -> int:
 
 
 def write_atomic(path: Path, document: dict[str, Any]) -> Path:
+    return write_atomic_bytes(path, (json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode())
+
+
+def write_atomic_bytes(path: Path, payload: bytes) -> Path:
+    """Write ``payload`` to ``path`` atomically: a temporary file beside it, fsync, rename, fsync of the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = (json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -34,6 +34,8 @@ class ServeConfig(BaseModel):
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
     startup_timeout_s: float = Field(900.0, gt=0, description="Engine start-up limit (health + first completion).")
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
+    sign_key: Path | None = Field(None, description="Sign the receipt each time it is written (an ed25519 private key "
+                                                    "from `infercrane receipt keygen`); checked before anything runs.")
 
     @field_validator("drivers")
     @classmethod
