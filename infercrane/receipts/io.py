@@ -47,23 +47,106 @@ def non_finite_paths(data: Any, path: str = "") -> list[str]:
     return []
 
 
+MAX_RECEIPT_BYTES = 64 * 1024 * 1024  # the largest receipt InferCrane reads (its own are a few MiB)
+MAX_JSON_DEPTH = 64  # receipts nest about a dozen levels; deeper is not a receipt
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def _depth_exceeds(text: str, limit: int) -> bool:
+    """Whether brackets outside strings nest deeper than ``limit`` (checked before parsing, so a deep document
+    cannot exhaust the parser's recursion)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def _lone_surrogate(data: Any, path: str = "") -> str | None:
+    if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "<root>"
+        return None
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found = _lone_surrogate(k, f"{path}.{k}" if path else str(k)) or _lone_surrogate(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    if isinstance(data, list):
+        for i, v in enumerate(data):
+            found = _lone_surrogate(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def read_json(path: Path) -> dict[str, Any]:
-    """Parse one receipt file into a dict, or raise InputError naming the file and what is wrong with it."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
+    """Parse one receipt file into a dict, or raise InputError naming the file and what is wrong with it.
+
+    Reads are bounded: only a regular file (never a FIFO or a device), at most ``MAX_RECEIPT_BYTES``, nested at most
+    ``MAX_JSON_DEPTH`` deep, without duplicate keys or strings that are not Unicode (a lone surrogate)."""
+    import stat
+
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{path}: is a directory, not a receipt file", hint="pass the JSON files inside it")
-    text = path.read_bytes()
-    if not text.strip():
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: not a regular file (a FIFO, socket or device); a receipt is a file")
+    if st.st_size > MAX_RECEIPT_BYTES:
+        raise InputError(f"{path}: {st.st_size} bytes, more than the {MAX_RECEIPT_BYTES} a receipt may have")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_RECEIPT_BYTES + 1)
+    if len(raw) > MAX_RECEIPT_BYTES:
+        raise InputError(f"{path}: more than the {MAX_RECEIPT_BYTES} bytes a receipt may have")
+    if not raw.strip():
         raise InputError(f"{path}: empty file")
     try:
-        data = json.loads(text.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if _depth_exceeds(text, MAX_JSON_DEPTH):
+        raise InputError(f"{path}: nested more than {MAX_JSON_DEPTH} levels deep; not a receipt")
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno} (truncated file?)") from None
+    except ValueError as e:  # a duplicate key
+        raise InputError(f"{path}: {e}: a receipt names each field once") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: <root>: a receipt is a JSON object, got {type(data).__name__}")
+    bad = _lone_surrogate(data)
+    if bad:
+        raise InputError(f"{path}: {bad}: a string that is not Unicode text (a lone surrogate)")
     return data
 
 
