@@ -98,7 +98,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..decide.policy import load_policy
-    from ..env.capture import hardware, new_run_id, provenance
+    from ..env.capture import hardware, new_run_id, provenance, run_id_from_env
     from ..errors import InputError, about
     from ..kernels import registry
     from ..kernels.harness.runner import screen as run_screen
@@ -131,7 +131,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
         with about("--candidate"):
             candidate = parse_candidate_ref(config.candidate, in_place_override=config.candidate_in_place)
             check_candidate_file(candidate)
-    run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
+    run_id = run_id_from_env() or new_run_id()
     out = config.out or Path("runs") / run_id / "kernel-screen.json"
     check_output_file(out, "--out")
     check_sign_key(config.sign_key)
@@ -228,7 +228,7 @@ def decide(receipt: Path, /, *,
     from .options import check_output_file
 
     # the options first, then the evidence they apply to
-    check_output_file(out, "--out")
+    check_output_file(out, "--out", not_over=receipt)
     check_sign_key(sign_key)
     for name, value in (("--serving-recipe", serving_recipe), ("--serving-concurrency", serving_concurrency)):
         if value is not None and serving_receipt is None:

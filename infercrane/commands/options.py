@@ -50,12 +50,15 @@ def plain(text: Any) -> str:
     return escape(str(text))
 
 
-def check_output_file(path: Path, option: str) -> None:
+def check_output_file(path: Path, option: str, *, not_over: Path | None = None) -> None:
     """Refuse, before any work, an output file that could not be written: an existing directory, or a parent folder
-    that cannot be created or written. Creates nothing."""
+    that cannot be created or written; and the measured receipt ``not_over`` (deciding again never overwrites the
+    evidence it decides from). Creates nothing."""
     from ..errors import InputError
 
     path = Path(path)
+    if not_over is not None and path.exists() and Path(not_over).exists() and path.samefile(not_over):
+        raise InputError(f"{option} {path}: is the receipt being decided again; write the new receipt elsewhere")
     if path.is_dir():
         raise InputError(f"{option} {path}: is an existing directory; give a file path, e.g. {path / 'receipt.json'}")
     _check_creatable(path.parent, option, f"{option} {path}")

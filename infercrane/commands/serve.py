@@ -77,7 +77,7 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     from ..receipts.validate import load_receipt, write_receipt
     from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block
 
-    check_output_file(out, "--out")
+    check_output_file(out, "--out", not_over=receipt)
     check_sign_key(sign_key)
     with about("--policy"):
         pol = load_policy("serving", policy)
@@ -103,7 +103,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from ..decide.policy import load_policy
-    from ..env.capture import new_run_id, provenance
+    from ..env.capture import new_run_id, provenance, run_id_from_env
     from ..errors import InfercraneError, InputError, about
     from ..models.catalog import load_model_config
     from ..receipts.render import console
@@ -123,7 +123,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     if config.model is not None:
         with about("--model"):
             load_model_config(config.model)
-    run_id = os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
+    run_id = run_id_from_env() or new_run_id()
     out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
     check_output_file(out, "--out")
     check_sign_key(config.sign_key)

@@ -139,6 +139,24 @@ def git_state(start: Path | None = None) -> tuple[str | None, bool | None]:
         return shipped, None
 
 
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+def run_id_from_env() -> str | None:
+    """``INFERCRANE_RUN_ID`` when set (a remote app's id); it names an output folder, so it must be one plain name."""
+    import re
+
+    from ..errors import InputError
+
+    value = os.environ.get("INFERCRANE_RUN_ID")
+    if not value:
+        return None
+    if not re.match(RUN_ID_PATTERN, value) or value in (".", ".."):
+        raise InputError(f"INFERCRANE_RUN_ID {value!r}: give one plain name (letters, digits, '.', '_', '-'; "
+                         "no '/' or '..'), it names the run's folder under runs/")
+    return value
+
+
 def new_run_id() -> str:
     """A local run id: UTC time plus random bits. A remote GPU cloud's app id replaces it there."""
     return "local-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(4)
@@ -163,7 +181,7 @@ def provenance(
     from ..receipts.io import config_hash
 
     commit, dirty = git_state()
-    run_id = run_id or os.environ.get("INFERCRANE_RUN_ID") or new_run_id()
+    run_id = run_id or run_id_from_env() or new_run_id()
     return {
         "recorded_at": (recorded_at or now()).isoformat(),
         "infercrane_version": __version__,

@@ -255,3 +255,20 @@ def test_a_functional_screen_names_a_screened_candidate_not_a_skipped_one(tmp_pa
     doc = load_receipt(out).document
     assert doc["candidate"]["key"] == "triton" and "functional check only" in doc["decision"]
     assert [o["implementation"] for o in doc["other_candidates"]] == ["cuda"]
+
+
+def test_decide_never_overwrites_the_receipt_it_decides_from(tmp_path: Path, capsys) -> None:
+    doc = _screen(tmp_path, f"{FIXTURES / 'good_candidate.py'}:fused_add_rmsnorm", "own")
+    measured = tmp_path / "own" / "kernel-screen.json"
+    before = measured.read_bytes()
+    assert main(["kernel", "decide", str(measured), "--out", str(measured)]) == 2
+    assert "the receipt being decided again" in capsys.readouterr().err and measured.read_bytes() == before
+    assert doc["content_sha256"]
+
+
+@pytest.mark.parametrize("run_id", ["../../x", "a/b", ".."])
+def test_a_run_id_that_would_leave_runs_is_refused(tmp_path: Path, capsys, monkeypatch, run_id: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("INFERCRANE_RUN_ID", run_id)
+    assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager,triton"]) == 2
+    assert "INFERCRANE_RUN_ID" in capsys.readouterr().err and not (tmp_path / "runs").exists()
