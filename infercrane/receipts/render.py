@@ -23,12 +23,22 @@ MAX_ROWS = 40
 MAX_TEXT = 240
 
 
+_CONTROL = {c: "?" for c in (*range(0x00, 0x09), 0x0B, 0x0C, 0x0D, *range(0x0E, 0x20), *range(0x7F, 0xA0))}
+
+
+def safe(text: Any) -> str:
+    """Text from a receipt as the terminal may show it: control characters (escape sequences, carriage returns) turned
+    into '?', so a receipt cannot clear the screen or forge colours. Rich markup is not interpreted: callers put the
+    result in ``Text``."""
+    return str(text).translate(_CONTROL)
+
+
 def _fmt(v: Any, show_all: bool = True) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
         return f"[{len(v)} values]" if len(v) > 8 else ", ".join(_fmt(x) for x in v)
-    text = str(v)
+    text = safe(v)
     if not show_all and len(text) > MAX_TEXT:
         return f"{text[:MAX_TEXT]}… ({len(text)} characters; --all shows all)"
     return text
@@ -42,9 +52,9 @@ def _table(title: str, records: list[dict[str, Any]], show_all: bool) -> Table:
     cols: list[str] = []
     for r in records:
         cols += [k for k, v in r.items() if k not in cols and not isinstance(v, dict) and not _is_table(v)]
-    t = Table(title=title, title_justify="left", show_lines=False)
+    t = Table(title=Text(safe(title)), title_justify="left", show_lines=False)
     for c in cols:
-        t.add_column(c, overflow="fold")
+        t.add_column(Text(safe(c)), overflow="fold")
     shown = records if show_all else records[:MAX_ROWS]
     for r in shown:
         t.add_row(*[Text("" if r.get(c) is None else (f"[{len(r[c])} samples]" if c in RAW_KEYS and isinstance(r[c], list)
@@ -68,13 +78,14 @@ def _sections(doc: dict[str, Any], prefix: str, show_all: bool) -> Iterator[Any]
         elif _is_table(v):
             nested.append((k, v))
         elif isinstance(v, dict):
-            scalars.add_row(k, Text(", ".join(f"{a}={_fmt(b, show_all)}" for a, b in v.items()) or "{}"))
+            scalars.add_row(Text(safe(k)), Text(", ".join(f"{safe(a)}={_fmt(b, show_all)}" for a, b in v.items()) or "{}"))
             has_scalars = True
         else:
-            scalars.add_row(k, Text(f"[{len(v)} values]" if k in RAW_KEYS and isinstance(v, list) else _fmt(v, show_all)))
+            scalars.add_row(Text(safe(k)), Text(f"[{len(v)} values]" if k in RAW_KEYS and isinstance(v, list)
+                                                else _fmt(v, show_all)))
             has_scalars = True
     if has_scalars:
-        yield Panel(scalars, title=prefix or "receipt", title_align="left")
+        yield Panel(scalars, title=Text(safe(prefix or "receipt")), title_align="left")
     for k, v in nested:
         name = f"{prefix}.{k}" if prefix else k
         if _is_table(v):
@@ -89,7 +100,7 @@ def render_show(doc: dict[str, Any], *, show_all: bool = False) -> Group:
     for k in VERDICT_KEYS:
         if doc.get(k) is not None:
             verdict.append(f"{k}: ", style="bold")
-            verdict.append(f"{doc[k]}\n", style="bold green" if k.startswith("decision") else "")
+            verdict.append(f"{safe(doc[k])}\n", style="bold green" if k.startswith("decision") else "")
     if verdict:
         parts.append(Panel(verdict, title="decision", title_align="left"))
     return Group(*parts)
@@ -133,13 +144,14 @@ def diff_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any,
 
 
 def render_diff(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str, *, changed_only: bool) -> Table:
-    t = Table(title=f"A = {name_a}\nB = {name_b}", title_justify="left")
+    t = Table(title=Text(safe(f"A = {name_a}") + "\n" + safe(f"B = {name_b}")), title_justify="left")
     for c, j in (("field", "left"), ("A", "right"), ("B", "right"), ("B - A", "right"), ("B / A", "right")):
         t.add_column(c, justify=j, overflow="fold")
     for path, va, vb, delta, ratio in diff_rows(a, b):
         if changed_only and va == vb:
             continue
-        t.add_row(Text(path), "—" if va is None else _fmt(va), "—" if vb is None else _fmt(vb), delta, ratio)
+        t.add_row(Text(safe(path)), Text("—" if va is None else _fmt(va)), Text("—" if vb is None else _fmt(vb)),
+                  Text(delta), Text(ratio))
     return t
 
 

@@ -223,6 +223,9 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     out: list[Problem] = []
     if not r.complete and not r.incomplete_reason:
         out.append(("incomplete_reason", "an incomplete receipt says why it is incomplete"))
+    if not r.complete and r.paired_aiperf is not None and r.paired_aiperf.decision_code in ("accept", "retain"):
+        out.append(("paired_aiperf.decision_code", f"is {r.paired_aiperf.decision_code!r} but the receipt is "
+                                                   "incomplete: an interrupted run decides nothing"))
     if r.custom_kernel is not None:
         for name, gpu in r.custom_kernel.gpus.items():
             for i, m in enumerate(gpu.measurements):

@@ -1,0 +1,38 @@
+"""Nothing a receipt holds reaches the terminal as control: escape sequences are shown as '?', rich markup as text."""
+from __future__ import annotations
+
+from rich.console import Console
+
+from infercrane.receipts.render import render_diff, render_show, safe
+
+
+def test_escape_sequences_and_markup_are_shown_not_obeyed() -> None:
+    doc = {"schema_version": "x", "reason": "\x1b[2J\x1b[31mFAKE: ACCEPTED\x1b[0m", "note[/oops]": "[bold]x[/bold]",
+           "runs": [{"recipe": "\x1b]0;title\x07eager", "[red]k": 1}]}
+    con = Console(record=True, width=200, force_terminal=True)
+    con.print(render_show(doc, show_all=True))
+    con.print(render_diff(doc, {**doc, "reason": "plain"}, "a\x1b[2J.json", "[b]b.json", changed_only=False))
+    out = con.export_text()
+    assert "\x1b" not in out and "\x07" not in out
+    assert "?[2J?[31mFAKE: ACCEPTED?[0m" in out and "[bold]x[/bold]" in out and "note[/oops]" in out
+    assert "[b]b.json" in out and "[red]k" in out
+
+
+def test_safe_keeps_text_and_newlines() -> None:
+    assert safe("a\tb\nc é") == "a\tb\nc é" and safe("\r\x1b") == "??"
+
+
+def test_an_incomplete_receipt_cannot_accept() -> None:
+    import json
+    from pathlib import Path
+
+    from infercrane.receipts.io import HASH_FIELD, content_hash
+    from infercrane.receipts.validate import check_document
+
+    path = Path(__file__).parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"
+    doc = json.loads(path.read_text())
+    assert doc["paired_aiperf"]["decision_code"] == "accept" and check_document(doc)[1] == []
+    doc.update(complete=False, incomplete_reason="interrupted")
+    doc.pop(HASH_FIELD)
+    doc[HASH_FIELD] = content_hash(doc)
+    assert any(p == "paired_aiperf.decision_code" for p, _ in check_document(doc)[1])
