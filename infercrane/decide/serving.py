@@ -54,6 +54,24 @@ class ServingArm(BaseModel):
         return len(next(iter(self.runs.values()))) if self.runs else 0
 
 
+def interval_method(policy: ServingPolicy | dict) -> str:
+    """How a serving B/A interval is made, as every statistic records it (from a policy, or a receipt's policy
+    mapping)."""
+    p = policy if isinstance(policy, dict) else policy.model_dump()
+    return (f"percentile bootstrap of median(B) / median(A), each arm's runs resampled independently (the run is the "
+            f"replicate), {p['bootstrap_resamples']} resamples, seed {p['bootstrap_seed']}")
+
+
+def verdict_rule(policy: ServingPolicy | dict) -> str:
+    """How a serving verdict reads the interval and the rank test, as every statistic records it."""
+    p = policy if isinstance(policy, dict) else policy.model_dump()
+    margin, confidence = p["equivalence_margin"], p["confidence"]
+    return (f"BETTER/WORSE: the whole {confidence * 100:g} % interval beyond ±{margin:g} on one side and the "
+            f"two-sided Mann-Whitney p < {1 - confidence:g}; EQUIVALENT: the interval inside ±{margin:g} (TOST-style); "
+            "INCONCLUSIVE otherwise; each concurrency and metric is its own comparison, no family-wise adjustment "
+            "across them")
+
+
 class MetricComparison(BaseModel):
     """B against A on one metric."""
 

@@ -333,6 +333,11 @@ class MetricStatistic(Strict):
     min_achievable_p: float = Field(ge=0, le=1)
     equivalence_margin: float = Field(ge=0, lt=1)
     verdict: Literal["BETTER", "WORSE", "EQUIVALENT", "INCONCLUSIVE"]
+    # How the interval, the test and the verdict were made (absent from receipts written before they were recorded).
+    interval_method: str | None = None
+    test_method: Literal["Mann-Whitney U, two-sided, exact-permutation",
+                         "Mann-Whitney U, two-sided, asymptotic"] | None = None
+    verdict_rule: str | None = None
 
 
 class RunRecord(Strict):

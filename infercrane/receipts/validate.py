@@ -219,10 +219,38 @@ def _rules_screening_v2(r: v2.CudaKernelScreeningReceiptV2) -> list[Problem]:
     return out
 
 
+def _statistic_labels(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
+    """A statistic that names its interval method and verdict rule names the ones the receipt's own policy gives."""
+    from ..decide.serving import interval_method, verdict_rule
+
+    stated = [(i, s) for i, s in enumerate(r.paired_aiperf.statistics) if s.interval_method or s.verdict_rule]
+    if not stated:
+        return []
+    needed = ("bootstrap_resamples", "bootstrap_seed", "equivalence_margin", "confidence")
+    missing = [k for k in needed if k not in r.policy]
+    if missing:
+        return [("policy", f"the statistics name their methods, but the policy holds no {', '.join(missing)}")]
+    policy = r.policy
+    out: list[Problem] = []
+    for i, s in stated:
+        p = f"paired_aiperf.statistics[{i}]"
+        if s.interval_method != interval_method(policy):
+            out.append((f"{p}.interval_method", f"is {s.interval_method!r} but the receipt's policy gives "
+                                                f"{interval_method(policy)!r}"))
+        if s.verdict_rule != verdict_rule(policy):
+            out.append((f"{p}.verdict_rule", f"is {s.verdict_rule!r} but the receipt's policy gives "
+                                             f"{verdict_rule(policy)!r}"))
+        if s.test_method is None:
+            out.append((f"{p}.test_method", "a statistic that names its interval method names its test too"))
+    return out
+
+
 def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     out: list[Problem] = []
     if not r.complete and not r.incomplete_reason:
         out.append(("incomplete_reason", "an incomplete receipt says why it is incomplete"))
+    if r.paired_aiperf is not None:
+        out += _statistic_labels(r)
     if not r.complete and r.paired_aiperf is not None and r.paired_aiperf.decision_code in ("accept", "retain"):
         out.append(("paired_aiperf.decision_code", f"is {r.paired_aiperf.decision_code!r} but the receipt is "
                                                    "incomplete: an interrupted run decides nothing"))

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..decide.derived import latency_p95_reduction_percent, throughput_speedup, ttft_p95_reduction_percent
 from ..decide.policy import ServingPolicy
-from ..decide.serving import ServingArm, ServingDecision, compare_metric, decide_serving
+from ..decide.serving import ServingArm, ServingDecision, compare_metric, decide_serving, interval_method, verdict_rule
 from ..receipts.models_v2 import POC_V2
 from .metrics import RunMetrics
 from .workload import PlanResult
@@ -206,7 +206,9 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
                     "b_median": mc.b_median, "ratio_b_over_a": mc.ratio_b_over_a, "ci_low": mc.ci_lo,
                     "ci_high": mc.ci_hi, "confidence": mc.confidence, "p_value": mc.p_value,
                     "min_achievable_p": mc.min_achievable_p, "equivalence_margin": policy.equivalence_margin,
-                    "verdict": mc.verdict.value,
+                    "verdict": mc.verdict.value, "interval_method": interval_method(policy),
+                    "test_method": f"Mann-Whitney U, two-sided, {mc.rank_test_method}",
+                    "verdict_rule": verdict_rule(policy),
                 })
             decisions[c] = decide_serving(arm_a, arm_b, policy, workload=f"this workload at concurrency {c}")
         code, text, reason = _combine(decisions, a, b, "this workload")

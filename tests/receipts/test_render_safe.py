@@ -36,3 +36,28 @@ def test_an_incomplete_receipt_cannot_accept() -> None:
     doc.pop(HASH_FIELD)
     doc[HASH_FIELD] = content_hash(doc)
     assert any(p == "paired_aiperf.decision_code" for p, _ in check_document(doc)[1])
+
+
+def test_a_statistic_s_method_label_must_be_its_policy_s() -> None:
+    import json
+    from pathlib import Path
+
+    from infercrane.decide.serving import interval_method, verdict_rule
+    from infercrane.receipts.io import HASH_FIELD, content_hash
+    from infercrane.receipts.validate import check_document
+
+    path = Path(__file__).parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"
+    doc = json.loads(path.read_text())
+    policy = doc["policy"]
+    for s in doc["paired_aiperf"]["statistics"]:
+        s.update(interval_method=interval_method(policy), test_method="Mann-Whitney U, two-sided, exact-permutation",
+                 verdict_rule=verdict_rule(policy))
+
+    def problems(d):
+        d = {k: v for k, v in d.items() if k != HASH_FIELD}
+        d[HASH_FIELD] = content_hash(d)
+        return check_document(d)[1]
+
+    assert problems(doc) == []
+    doc["paired_aiperf"]["statistics"][0]["interval_method"] = "BCa bootstrap, 10 resamples"
+    assert any(p.endswith("interval_method") for p, _ in problems(doc))

@@ -22,7 +22,13 @@ def test_redeciding_with_the_same_policy_reproduces_the_paired_block(tmp_path: P
     out = tmp_path / "again.json"
     assert main(["serve", "decide", str(AB), "--out", str(out)]) == 0
     old, new = load_receipt(AB).document, load_receipt(out).document
-    assert new["paired_aiperf"] == old["paired_aiperf"]
+    labels = ("interval_method", "test_method", "verdict_rule")  # recorded since; the old receipt predates them
+    for s in new["paired_aiperf"]["statistics"]:
+        assert s["interval_method"].startswith("percentile bootstrap") and s["test_method"].startswith("Mann-Whitney")
+        assert "TOST" in s["verdict_rule"]
+    strip = lambda block: {**block, "statistics": [{k: v for k, v in s.items() if k not in labels}  # noqa: E731
+                                                   for s in block["statistics"]]}
+    assert strip(new["paired_aiperf"]) == old["paired_aiperf"]
     assert new["runs"] == old["runs"] and new["engines"] == old["engines"] and new["model"] == old["model"]
     cfg = new["provenance"]["config"]
     assert cfg["decided_from"] == {"receipt": str(AB), "receipt_sha256": old["content_sha256"]}
