@@ -115,10 +115,15 @@ def flatten(data: Any, path: str = "") -> dict[str, Any]:
                 continue
             out.update(flatten(v, f"{path}.{k}" if path else k))
     elif isinstance(data, list):
+        seen: dict[str, int] = {}
         for i, v in enumerate(data):
             if isinstance(v, dict):
                 ident = ",".join(f"{k}={v[k]}" for k in IDENTITY_KEYS if k in v and not isinstance(v[k], (dict, list)))
-                key = f"{path}[{ident or i}]"
+                ident = ident or str(i)
+                # records that share their identity (a sandwich A/B's two engines of one recipe) stay apart: the
+                # second is "#2", in order, so one cannot hide a change in the other
+                seen[ident] = seen.get(ident, 0) + 1
+                key = f"{path}[{ident}]" if seen[ident] == 1 else f"{path}[{ident} #{seen[ident]}]"
             else:
                 key = f"{path}[{i}]"
             out.update(flatten(v, key))

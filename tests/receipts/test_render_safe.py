@@ -61,3 +61,12 @@ def test_a_statistic_s_method_label_must_be_its_policy_s() -> None:
     assert problems(doc) == []
     doc["paired_aiperf"]["statistics"][0]["interval_method"] = "BCa bootstrap, 10 resamples"
     assert any(p.endswith("interval_method") for p, _ in problems(doc))
+
+
+def test_diff_shows_a_change_in_the_second_of_two_records_that_share_their_identity() -> None:
+    from infercrane.receipts.render import diff_rows
+
+    a = {"engines": [{"recipe": "eager", "pid": 1}, {"recipe": "eager", "pid": 2}]}
+    b = {"engines": [{"recipe": "eager", "pid": 1}, {"recipe": "eager", "pid": 3}]}
+    changed = [r for r in diff_rows(a, b) if r[1] != r[2]]
+    assert changed and changed[0][0] == "engines[recipe=eager #2].pid" and changed[0][1:3] == (2, 3)
