@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from .base import AwareDatetime, NonEmptyStr, Strict
 from .models_v1 import (
@@ -235,6 +235,21 @@ class CudaKernelScreeningReceiptV2(Strict):
 
 # --- optimization-poc-receipt/v2 -------------------------------------------------------------------------------------
 
+class RuntimeFindingV2(RuntimeFinding):
+    """A compatibility ledger entry. ``applied``: the run applied the workaround (a recipe's, or InferCrane's own);
+    the finding was not seen in this run. ``observed``: this run saw it, and ``evidence`` quotes what showed it (an
+    engine-log line, an error, a failed probe)."""
+
+    status: Literal["applied", "observed"] = "applied"
+    evidence: str | None = None
+
+    @model_validator(mode="after")
+    def _observed_has_evidence(self) -> "RuntimeFindingV2":
+        if self.status == "observed" and not (self.evidence and self.evidence.strip()):
+            raise ValueError("a finding observed in this run quotes its evidence (an engine-log line, an error)")
+        return self
+
+
 class PocModelV2(PocModel):
     weights: Literal["real", "dummy"] = "real"
     tokenizer: Literal["real", "stand-in"] = "real"
@@ -431,7 +446,7 @@ class OptimizationPocReceiptV2(Strict):
     paired_aiperf: PairedServingV2 | None = None
     bench: BenchServingV2 | None = None
     public_workload_reproduction: PublicWorkloadReproductionV2 | None = None
-    runtime_compatibility: list[RuntimeFinding] = Field(default_factory=list)
+    runtime_compatibility: list[RuntimeFindingV2] = Field(default_factory=list)
     qualification_boundary: NonEmptyStr
     complete: bool
     incomplete_reason: str | None = None

@@ -133,17 +133,21 @@ def provenance_model_from_block(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _findings(result: PlanResult, stand_in: bool) -> list[dict[str, Any]]:
+    """The compatibility ledger: every workaround this run applied, as ``applied`` (a recipe's entry is what the
+    recipe guards against, not something this run saw)."""
     seen, out = set(), []
     for r in result.recipes.values():
         for w in r.workarounds:
             key = (w.finding, w.workaround)
             if key not in seen:
                 seen.add(key)
-                out.append({"finding": w.finding, "workaround": w.workaround, "upstream_issue": w.upstream_issue})
+                out.append({"finding": w.finding, "workaround": w.workaround, "upstream_issue": w.upstream_issue,
+                            "status": "applied", "evidence": None})
     if stand_in and "aiperf" in result.drivers:
         from ..models.standin import AIPERF_OFFLINE_TOKENIZER_FINDING as f
 
-        out.append({"finding": f["finding"], "workaround": f["workaround"], "upstream_issue": None})
+        out.append({"finding": f["finding"], "workaround": f["workaround"], "upstream_issue": None,
+                    "status": "applied", "evidence": None})
     return out
 
 

@@ -70,3 +70,16 @@ def test_diff_shows_a_change_in_the_second_of_two_records_that_share_their_ident
     b = {"engines": [{"recipe": "eager", "pid": 1}, {"recipe": "eager", "pid": 3}]}
     changed = [r for r in diff_rows(a, b) if r[1] != r[2]]
     assert changed and changed[0][0] == "engines[recipe=eager #2].pid" and changed[0][1:3] == (2, 3)
+
+
+def test_the_ledger_tells_a_workaround_applied_from_a_finding_observed() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from infercrane.receipts.models_v2 import RuntimeFindingV2
+
+    applied = RuntimeFindingV2(finding="f", workaround="w")
+    assert applied.status == "applied" and applied.evidence is None
+    with pytest.raises(ValidationError, match="quotes its evidence"):
+        RuntimeFindingV2(finding="f", workaround="w", status="observed")
+    assert RuntimeFindingV2(finding="f", workaround="w", status="observed", evidence="engine log: x").evidence
