@@ -246,8 +246,8 @@ def decide(receipt: Path, /, *,
     with about("receipt"):
         old = load_receipt(receipt)
     if old.document["schema_version"] != SCREENING_V3:
-        raise InputError(f"{receipt} is {old.document['schema_version']}: kernel decide reads a {SCREENING_V3} "
-                         "receipt, which carries the screen's result", hint="screen again with this InferCrane")
+        raise InputError(f"{receipt} is {old.document['schema_version']}: kernel decide reads {SCREENING_V3} "
+                         "receipts, which carry the screen's result", hint="screen again with this InferCrane")
     model = old.model
     decode_step = new_step or model.decode_step
     result = with_comparisons(model.result, pol) if model.result.run_kind == "timed" else model.result
