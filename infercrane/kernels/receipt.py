@@ -167,7 +167,7 @@ def derive(result: ScreenResult, policy: KernelPolicy, decode_step: Any | None) 
     primary = primary_of(result, policy, decided)
     code, text, reason, _, ceilings = decided[primary]
     impl = _impl(result, primary)
-    launch = {k: v for k, v in (impl.provenance if impl else {}).items()}
+    launch = dict(impl.provenance) if impl else {}
     return {
         "evidence_class": "real-gpu-microbenchmark" if timed else "cpu-functional-check",
         "candidate": {

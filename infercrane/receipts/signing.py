@@ -162,16 +162,19 @@ def signed_by(receipt: Path | str) -> list[str] | None:
     if not path.exists():
         return None
     env = read_envelope(path)
-    if _payload(env, path) != Path(receipt).read_bytes():
-        raise SignatureInvalid(f"{path}: the envelope signs another payload, not {receipt} as it is now")
+    _receipt_payload(env, path, Path(receipt))
     return [s["keyid"] for s in env["signatures"]]
 
 
-def _payload(env: dict[str, Any], path: Path) -> bytes:
+def _receipt_payload(env: dict[str, Any], path: Path, receipt: Path) -> bytes:
+    """The envelope's payload, which must be exactly the receipt's bytes as they are now."""
     try:
-        return base64.b64decode(env["payload"], validate=True)
+        payload = base64.b64decode(env["payload"], validate=True)
     except ValueError:
         raise SignatureInvalid(f"{path}: the payload is not valid base64 (truncated?)") from None
+    if payload != receipt.read_bytes():
+        raise SignatureInvalid(f"{path}: the envelope signs another payload, not {receipt} as it is now")
+    return payload
 
 
 def verify(receipt: Path | str, public_path: Path | str, envelope: Path | str | None = None) -> Verified:
@@ -183,9 +186,7 @@ def verify(receipt: Path | str, public_path: Path | str, envelope: Path | str | 
     env = read_envelope(path)
     key = load_public(public_path)
     keyid = keyid_of(key)
-    payload = _payload(env, path)
-    if payload != receipt.read_bytes():
-        raise SignatureInvalid(f"{path}: the envelope signs another payload, not {receipt} as it is now")
+    payload = _receipt_payload(env, path, receipt)
     mine = [s for s in env["signatures"] if s["keyid"] == keyid]
     if not mine:
         claimed = ", ".join(s["keyid"] for s in env["signatures"])

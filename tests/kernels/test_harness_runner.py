@@ -239,7 +239,7 @@ def test_a_harness_failure_in_a_worker_is_no_verdict_on_the_candidate(monkeypatc
     def oom(*args, **kw):
         raise RuntimeError("CUDA out of memory (simulated while allocating the guard buffers)")
 
-    monkeypatch.setattr(execute, "_guarded", oom)
+    monkeypatch.setattr(execute, "_framed_args", oom)
     res = screen(SPEC, ["eager"], trials=1, candidate=GOOD, isolate=False, device="cpu")
     for impl in res.implementations:
         assert impl.status == "failed" and impl.failure == "harness", impl

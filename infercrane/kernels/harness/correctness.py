@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from infercrane.kernels.harness.execute import GUARD_ROWS
-from infercrane.kernels.op import Tolerance
+from infercrane.kernels.op import Tolerance, torch_dtype
 from infercrane.kernels.result import CheckResult, CorrectnessResult, TensorCheck
 
 # Input scale ``s`` of check i is CHECK_SCALES[i % len]: large and small magnitudes, both well inside bf16's range.
@@ -84,7 +84,7 @@ def compare(name: str, got: Any, ref: Any, tol: Tolerance) -> TensorCheck:
 
 def pack_entries(spec: Any, rows: int, in_place: bool, phases: list[str]) -> dict[str, tuple[tuple[int, ...], str]]:
     """Layout of one check's pack: inputs per phase, and everything the worker hands back."""
-    dt = str(_torch_dtype(spec.dtype)).removeprefix("torch.")
+    dt = str(torch_dtype(spec.dtype)).removeprefix("torch.")
     h = spec.hidden_size
     row_args = [*spec.ROW_TENSORS, *spec.buffers(in_place)]
     entries: dict[str, tuple[tuple[int, ...], str]] = {}
@@ -101,12 +101,6 @@ def pack_entries(spec: Any, rows: int, in_place: bool, phases: list[str]) -> dic
             for name in spec.RETURNS.returns:
                 entries[f"ret.{phase}.{name}"] = ((rows, h), dt)
     return entries
-
-
-def _torch_dtype(name: str) -> Any:
-    from infercrane.kernels.op import torch_dtype
-
-    return torch_dtype(name)
 
 
 def _judge(spec: Any, in_place: bool, pack: Any, phase: str, inputs: dict[str, Any], ref: dict[str, Any],

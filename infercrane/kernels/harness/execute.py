@@ -75,7 +75,7 @@ def _poison_allocator(shape: tuple[int, ...], dt: Any, device: Any, blocks: int 
     del held
 
 
-def _guarded(spec: Any, pack: Any, phase: str, in_place: bool, rows: int, device: Any) -> tuple[dict, dict]:
+def _framed_args(spec: Any, pack: Any, phase: str, in_place: bool, rows: int, device: Any) -> tuple[dict, dict]:
     """Argument tensors for ``phase`` (row tensors framed by NaN guard rows) and their backing buffers."""
     import torch
 
@@ -145,7 +145,7 @@ def _hand_back(spec: Any, pack: Any, phase: str, in_place: bool, tensors: dict, 
 
 
 def _eager(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: int, device: Any) -> str | None:
-    tensors, frames = _guarded(spec, pack, "eager", in_place, rows, device)
+    tensors, frames = _framed_args(spec, pack, "eager", in_place, rows, device)
     if not in_place:
         ref = tensors[spec.ROW_TENSORS[0]]
         _poison_allocator((rows, spec.hidden_size), ref.dtype, device)
@@ -162,7 +162,7 @@ def _eager(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: i
 def _graph(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: int, device: Any) -> str | None:
     import torch
 
-    scratch, _ = _guarded(spec, pack, "graph", in_place, rows, device)
+    scratch, _ = _framed_args(spec, pack, "graph", in_place, rows, device)
     side = torch.cuda.Stream(device=device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -170,7 +170,7 @@ def _graph(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: i
     torch.cuda.current_stream(device).wait_stream(side)
     side.synchronize()
     del scratch
-    tensors, frames = _guarded(spec, pack, "graph", in_place, rows, device)
+    tensors, frames = _framed_args(spec, pack, "graph", in_place, rows, device)
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
