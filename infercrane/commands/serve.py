@@ -84,8 +84,11 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     old = load_receipt(receipt).document
     result, kind = plan_result_from_receipt(old)
     model = old["provenance"].get("model") or provenance_model_from_block(old["model"])
-    prov = provenance(config={"decided_from": {"receipt": str(receipt), "receipt_sha256": old["content_sha256"]},
-                              "command": f"serve {kind}", "measured_config": old["provenance"]["config"],
+    old_config = old["provenance"]["config"]
+    prov = provenance(config={"decided_from": {"receipt": str(receipt), "receipt_sha256": old["content_sha256"],
+                                               "which_was_decided_from": old_config.get("decided_from")},
+                              "command": f"serve {kind}",
+                              "measured_config": old_config.get("measured_config", old_config),
                               "policy": str(policy) if policy else "packaged"},
                       hardware_info=old["provenance"]["hardware"], software=old["software"],
                       run_id=old["provenance"]["run_id"], model=model)
@@ -108,7 +111,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from ..models.catalog import load_model_config
     from ..receipts.render import console
     from ..receipts.validate import write_receipt
-    from ..serving.receipt import build_document, model_provenance
+    from ..serving.receipt import build_document, model_provenance, plan_config
     from ..serving.recipes import load_recipe
     from ..serving.workload import PlanResult, load_workload, plan_runs, run_plan
 
@@ -147,7 +150,8 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         con.print(f"  note: {plain(note)}")
 
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
-        prov = provenance(config=_config_record(config, kind, recs, workload), run_id=run_id, model=model_prov)
+        prov = provenance(config=plan_config(kind, recs, workload, config.model_dump(mode="json")), run_id=run_id,
+                          model=model_prov)
         doc = build_document(result, kind=kind, policy=policy, provenance=prov, incomplete_reason=incomplete)
         written = write_receipt(doc, out)
         sign_written(written.path, config.sign_key)
@@ -214,10 +218,6 @@ def _stand_in_for(model_id: str) -> str:
     return str(path.resolve())
 
 
-def _config_record(config: ServeConfig, kind: str, recs: list, workload: Any) -> dict[str, Any]:
-    return {"command": f"serve {kind}", "options": config.model_dump(mode="json"),
-            "recipes": {r.name: r.model_dump(mode="json") for r in recs},
-            "workload": workload.model_dump(mode="json")}
 
 
 def _print_summary(con: Any, doc: dict[str, Any]) -> None:

@@ -307,6 +307,25 @@ class DriverAgreement(Strict):
     target_percent: PositiveFloat = Field(description="the policy's driver_agreement_percent")
     within_target: bool = Field(description="|difference_percent| <= target_percent")
     within_run_spread: bool = Field(description="|difference_percent| <= the larger of the two run spreads")
+    # The agreement as a comparison with evidence (absent from receipts written before it was recorded).
+    ratio: PositiveFloat | None = Field(default=None, description="median / reference_median")
+    ci_low: PositiveFloat | None = Field(default=None, description="lower end of the ratio's interval")
+    ci_high: PositiveFloat | None = Field(default=None, description="upper end of the ratio's interval")
+    confidence: float | None = Field(default=None, gt=0, lt=1)
+    runs: PositiveInt | None = Field(default=None, description="this driver's ok runs")
+    reference_runs: PositiveInt | None = Field(default=None, description="the reference driver's ok runs")
+    interval_method: str | None = None
+    verdict: Literal["AGREE", "DISAGREE", "UNDECIDED", "INSUFFICIENT"] | None = Field(
+        default=None, description="the interval against the band ±target_percent (see verdict_rule)")
+    verdict_rule: str | None = None
+
+    @model_validator(mode="after")
+    def _interval_complete(self) -> "DriverAgreement":
+        if self.verdict is not None and self.verdict != "INSUFFICIENT" and (self.ci_low is None or self.ci_high is None):
+            raise ValueError(f"the verdict {self.verdict} stands on an interval, and the record holds none")
+        if self.ci_low is not None and self.ci_high is not None and not self.ci_low <= self.ci_high:
+            raise ValueError(f"ci_low {self.ci_low} is above ci_high {self.ci_high}")
+        return self
 
 
 class BenchServingV2(Strict):

@@ -277,6 +277,72 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
                 out.append((f"{p}.ratio_b_over_a", f"{s.ratio_b_over_a!r} lies outside [{s.ci_low!r}, {s.ci_high!r}]"))
     if r.bench is not None:
         out += _bench_rules(r.bench, r.runs)
+    if r.complete:
+        out += _serving_rederived(r)
+    return out
+
+
+STATISTIC_LABELS = ("interval_method", "test_method", "verdict_rule")
+
+
+def _in_stated_shape(derived: dict[str, Any], stated: dict[str, Any]) -> dict[str, Any]:
+    """The derived fields in the shape of a receipt written before statistics named their methods or driver
+    agreement carried an interval: a record that holds none of those later fields is compared without them (it makes
+    no claim they would back), and the public block's agreement lines are derived from the records as they stand."""
+    from ..serving.receipt import AGREEMENT_INTERVAL_FIELDS, agreement_line
+
+    d = dict(derived)
+    for key, fields, marker in (("paired_aiperf", STATISTIC_LABELS, "interval_method"),
+                                ("bench", AGREEMENT_INTERVAL_FIELDS, "verdict")):
+        inner = "statistics" if key == "paired_aiperf" else "driver_agreement"
+        mine, theirs = d.get(key), stated.get(key)
+        if not (mine and theirs) or len(mine.get(inner, [])) != len(theirs.get(inner, [])):
+            continue
+        records = [({**m, **{f: None for f in fields}} if t.get(marker) is None else m)
+                   for m, t in zip(mine[inner], theirs[inner])]
+        d[key] = {**mine, inner: records}
+        if key == "bench" and d.get("public_workload_reproduction"):
+            d["public_workload_reproduction"] = {**d["public_workload_reproduction"],
+                                                 "driver_agreement": [agreement_line(a) for a in records]}
+    return d
+
+
+def _token_count_sources(doc: dict[str, Any]) -> list[Problem]:
+    """Each run's token-count source is the one its driver used: the recorded workload's for AIPerf, the server's
+    usage for ``vllm bench serve`` (it has no other)."""
+    config = doc["provenance"]["config"]
+    workload = config.get("measured_config", config).get("workload") or {}
+    asked = workload.get("token_count_source", "server")
+    out: list[Problem] = []
+    for i, run in enumerate(doc["runs"]):
+        want = asked if run["driver"] == "aiperf" else "server"
+        if run.get("token_count_source") != want:
+            out.append((f"runs[{i}].token_count_source", f"is {run.get('token_count_source')!r} but the {run['driver']} "
+                                                         f"run of this workload counted tokens from {want!r}"))
+    return out
+
+
+def _serving_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
+    """Every conclusion of a complete ``serve ab`` / ``serve bench`` receipt decided again from its raw runs, its
+    recorded configuration and the policy it embeds; each disagreement names its field path and both values."""
+    from ..serving.receipt import DERIVED_FIELDS, rederive
+
+    doc = r.model_dump(mode="json")
+    out = _token_count_sources(doc)
+    try:
+        derived = rederive(doc)
+    except InputError as e:
+        return [("provenance.config", f"the receipt's conclusions cannot be derived again from it: {e.message}")]
+    except (KeyError, TypeError, ValueError, ValidationError) as e:
+        return [("provenance.config", f"the receipt's conclusions cannot be derived again from it: "
+                                      f"{type(e).__name__}: {e}")]
+    try:  # through the receipt's own types, so that absent and default read alike
+        again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
+    except ValidationError as e:
+        return [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
+    again = _in_stated_shape(again, doc)
+    for field in DERIVED_FIELDS:
+        out += _differs(field, doc[field], again[field], "deciding again from the runs under the receipt's policy")
     return out
 
 

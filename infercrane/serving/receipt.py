@@ -16,6 +16,7 @@ from ..decide.derived import latency_p95_reduction_percent, throughput_speedup, 
 from ..decide.policy import ServingPolicy
 from ..decide.serving import ServingArm, ServingDecision, compare_metric, decide_serving, interval_method, verdict_rule
 from ..receipts.models_v2 import POC_V2
+from ..stats.compare import Band, b_over_a_ci, classify_band
 from .metrics import RunMetrics
 from .workload import PlanResult
 
@@ -226,7 +227,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         arm = arms[0]
         measurements = [m | {"driver": d} for c in w.concurrency for d in result.drivers
                         if (m := measurement(result, arm, c, d))]
-        agreement = driver_agreement(result, arm, policy.driver_agreement_percent)
+        agreement = driver_agreement(result, arm, policy)
         doc["bench"] = {
             "gpu": provenance["hardware"]["gpu"], "app_id": provenance["run_id"], "recipe": arm,
             "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
@@ -238,13 +239,32 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
 
 
 AGREEMENT_METRICS = ("output_tokens_per_second", "request_throughput", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")
+# Fields an agreement entry gained when it became a comparison with an interval; a receipt written before holds none.
+AGREEMENT_INTERVAL_FIELDS = ("ratio", "ci_low", "ci_high", "confidence", "runs", "reference_runs", "interval_method",
+                             "verdict", "verdict_rule")
+BAND_AGREEMENT = {Band.INSIDE: "AGREE", Band.ABOVE: "DISAGREE", Band.BELOW: "DISAGREE", Band.STRADDLES: "UNDECIDED"}
 
 
-def driver_agreement(result: PlanResult, arm: str, target_percent: float) -> list[dict[str, Any]]:
+def agreement_interval_method(policy: ServingPolicy) -> str:
+    return (f"percentile bootstrap of median(driver) / median(reference driver), each driver's runs resampled "
+            f"independently (the run is the replicate), {policy.bootstrap_resamples} resamples, "
+            f"seed {policy.bootstrap_seed}")
+
+
+def agreement_verdict_rule(policy: ServingPolicy) -> str:
+    t = policy.driver_agreement_percent
+    return (f"AGREE: the whole {policy.confidence * 100:g} % interval inside 1 ± {t:g} percent (TOST-style "
+            f"equivalence); DISAGREE: the whole interval outside it on one side; UNDECIDED: the interval overlaps an "
+            f"edge; INSUFFICIENT: fewer than {policy.min_runs_per_arm} runs of a driver; each concurrency and metric "
+            "is its own comparison, no family-wise adjustment across them")
+
+
+def driver_agreement(result: PlanResult, arm: str, policy: ServingPolicy) -> list[dict[str, Any]]:
     """Every other driver against the first, per concurrency and metric: medians over ok runs, the difference in
-    percent, each driver's run spread ((max - min) / median), and whether the difference is within the target and
-    within the larger run spread (a difference smaller than the runs' own scatter says nothing about the drivers)."""
+    percent, each driver's run spread ((max - min) / median), and the ratio's bootstrap interval read against the band
+    ±``driver_agreement_percent``: "agree within 2 percent" is a verdict with its evidence, not a point estimate."""
     reference, *others = result.drivers
+    target = policy.driver_agreement_percent
     out = []
     for c in result.workload.concurrency:
         ref = [run_record(m) for m in _ok_runs(result, arm, c, reference)]
@@ -257,23 +277,43 @@ def driver_agreement(result: PlanResult, arm: str, target_percent: float) -> lis
                 ma, mb = _median(a), _median(b)
                 diff = (mb / ma - 1) * 100
                 sa, sb = (max(a) - min(a)) / ma * 100, (max(b) - min(b)) / mb * 100
-                out.append({
+                entry = {
                     "concurrency": c, "metric": f, "reference_driver": reference, "driver": d,
                     "reference_median": ma, "median": mb, "difference_percent": diff,
-                    "reference_spread_percent": sa, "spread_percent": sb, "target_percent": target_percent,
-                    "within_target": abs(diff) <= target_percent, "within_run_spread": abs(diff) <= max(sa, sb),
-                })
+                    "reference_spread_percent": sa, "spread_percent": sb, "target_percent": target,
+                    "within_target": abs(diff) <= target, "within_run_spread": abs(diff) <= max(sa, sb),
+                    "ratio": mb / ma, "ci_low": None, "ci_high": None, "confidence": policy.confidence,
+                    "runs": len(b), "reference_runs": len(a), "interval_method": agreement_interval_method(policy),
+                    "verdict": "INSUFFICIENT", "verdict_rule": agreement_verdict_rule(policy),
+                }
+                if min(len(a), len(b)) >= 2:
+                    ci = b_over_a_ci(a, b, confidence=policy.confidence, n_resamples=policy.bootstrap_resamples,
+                                     seed=policy.bootstrap_seed)
+                    entry["ci_low"], entry["ci_high"] = ci.ci_lo, ci.ci_hi
+                    if min(len(a), len(b)) >= policy.min_runs_per_arm:
+                        entry["verdict"] = BAND_AGREEMENT[classify_band(ci.ci_lo, ci.ci_hi, margin=target / 100)]
+                out.append(entry)
     return out
 
 
 def agreement_line(a: dict[str, Any]) -> str:
     """One agreement entry as a sentence with its numbers."""
-    verdict = "within" if a["within_target"] else "beyond"
-    spread = "inside" if a["within_run_spread"] else "outside"
-    return (f"c={a['concurrency']} {a['metric']}: {a['driver']} {a['median']:.4g} vs {a['reference_driver']} "
-            f"{a['reference_median']:.4g} ({a['difference_percent']:+.2f} percent; {verdict} the "
-            f"{a['target_percent']:g} percent target; {spread} the run spread of {a['spread_percent']:.1f} / "
-            f"{a['reference_spread_percent']:.1f} percent)")
+    head = (f"c={a['concurrency']} {a['metric']}: {a['driver']} {a['median']:.4g} vs {a['reference_driver']} "
+            f"{a['reference_median']:.4g} ({a['difference_percent']:+.2f} percent")
+    if a.get("verdict") is None:  # a receipt written before agreement carried an interval
+        verdict = "within" if a["within_target"] else "beyond"
+        spread = "inside" if a["within_run_spread"] else "outside"
+        return (f"{head}; {verdict} the {a['target_percent']:g} percent target; {spread} the run spread of "
+                f"{a['spread_percent']:.1f} / {a['reference_spread_percent']:.1f} percent)")
+    runs = f"{a['runs']} v {a['reference_runs']} runs"
+    if a["ci_low"] is None:
+        return f"{head}; {runs}, no interval): INSUFFICIENT to judge agreement within {a['target_percent']:g} percent"
+    interval = f"{a['confidence'] * 100:g} percent CI of the ratio {a['ci_low']:.4f}-{a['ci_high']:.4f}, {runs}"
+    said = {"AGREE": f"AGREE within {a['target_percent']:g} percent",
+            "DISAGREE": f"DISAGREE beyond {a['target_percent']:g} percent",
+            "UNDECIDED": f"UNDECIDED: the interval crosses the {a['target_percent']:g} percent edge",
+            "INSUFFICIENT": "INSUFFICIENT runs to judge agreement"}[a["verdict"]]
+    return f"{head}; {interval}): {said}"
 
 
 def _public_reproduction(result: PlanResult, arm: str, provenance: dict[str, Any],
@@ -312,6 +352,14 @@ def _driver_version(result: PlanResult, driver: str) -> str:
     return next((m.driver_version for m in result.runs if m.driver == driver), "not run")
 
 
+def plan_config(kind: str, recipes: list[Any], workload: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """What a serving receipt records of its plan (``provenance.config``): enough to rebuild the plan and decide again
+    (``plan_result_from_receipt``)."""
+    return {"command": f"serve {kind}", "options": options,
+            "recipes": {r.name: r.model_dump(mode="json") for r in recipes},
+            "workload": workload.model_dump(mode="json")}
+
+
 def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
     """The finished plan behind a complete serving receipt, rebuilt from its recorded config and raw runs, and the
     receipt's kind (``ab`` or ``bench``): what ``serve decide`` re-analyses without re-measuring.
@@ -324,6 +372,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
 
     config = doc["provenance"]["config"]
     command = str(config.get("command", ""))
+    config = config.get("measured_config", config)  # a receipt decided again keeps the measured run's config
     if command not in ("serve ab", "serve bench"):
         raise InputError(f"not a serving receipt of serve ab / serve bench (its command is {command!r})")
     if not doc.get("complete"):
@@ -361,3 +410,36 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
                         plan=plan_runs(list(recipes), workload, order), runs=runs,
                         notes=list(doc.get("policy", {}).get("workload_notes", [])), complete=True)
     return result, kind
+
+
+# What re-deciding a receipt recomputes: everything but the raw evidence (runs, engines) and the provenance.
+DERIVED_FIELDS = ("model", "runtime_compatibility", "qualification_boundary", "paired_aiperf", "bench",
+                  "public_workload_reproduction")
+
+
+def receipt_policy(doc: dict[str, Any]) -> ServingPolicy:
+    """The serving policy a receipt was decided under, from the policy it embeds (its workload notes aside).
+
+    A receipt written before ``driver_agreement_percent`` was a policy field states it as its agreement entries'
+    ``target_percent``; an A/B receipt of that time has none, and the packaged value stands in (an A/B never uses it).
+    """
+    from ..decide.policy import load_policy
+    from ..errors import InputError
+
+    raw = {k: v for k, v in doc.get("policy", {}).items() if k != "workload_notes"}
+    if "driver_agreement_percent" not in raw:
+        targets = {a["target_percent"] for a in (doc.get("bench") or {}).get("driver_agreement", [])}
+        if len(targets) > 1:
+            raise InputError(f"the agreement entries name several targets {sorted(targets)} and the policy none")
+        raw["driver_agreement_percent"] = targets.pop() if targets else load_policy("serving").driver_agreement_percent
+    return ServingPolicy.model_validate(raw)
+
+
+def rederive(doc: dict[str, Any]) -> dict[str, Any]:
+    """The derived fields of a complete ``serve ab`` / ``serve bench`` receipt, decided again from its own raw runs,
+    recorded configuration and embedded policy (``DERIVED_FIELDS``; a field the kind does not fill is None)."""
+    result, kind = plan_result_from_receipt(doc)
+    prov = dict(doc["provenance"])
+    prov["model"] = prov.get("model") or provenance_model_from_block(doc["model"])
+    again = build_document(result, kind=kind, policy=receipt_policy(doc), provenance=prov)
+    return {k: again.get(k) for k in DERIVED_FIELDS}

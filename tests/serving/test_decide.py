@@ -31,7 +31,8 @@ def test_redeciding_with_the_same_policy_reproduces_the_paired_block(tmp_path: P
     assert strip(new["paired_aiperf"]) == old["paired_aiperf"]
     assert new["runs"] == old["runs"] and new["engines"] == old["engines"] and new["model"] == old["model"]
     cfg = new["provenance"]["config"]
-    assert cfg["decided_from"] == {"receipt": str(AB), "receipt_sha256": old["content_sha256"]}
+    assert cfg["decided_from"] == {"receipt": str(AB), "receipt_sha256": old["content_sha256"],
+                                   "which_was_decided_from": None}
     assert new["provenance"]["run_id"] == old["provenance"]["run_id"]
     assert new["provenance"]["hardware"] == old["provenance"]["hardware"]
 

@@ -10,7 +10,7 @@ from infercrane.decide.policy import load_policy
 from infercrane.env.capture import provenance
 from infercrane.receipts.validate import write_receipt
 from infercrane.serving.metrics import RunMetrics
-from infercrane.serving.receipt import build_document
+from infercrane.serving.receipt import build_document, plan_config
 from infercrane.serving.workload import PlanResult, load_workload, plan_runs
 
 
@@ -31,8 +31,9 @@ def _plan(stand_in_dir: Path, ts_recipe, arms: list[str], workload, drivers: lis
                       plan=plan_runs(arms, workload, "sequential"))
 
 
-def _prov() -> dict:
-    p = provenance(config={"test": True}, command_line=["test"])
+def _prov(result: PlanResult, kind: str) -> dict:
+    config = plan_config(kind, list(result.recipes.values()), result.workload, {"order": result.order})
+    p = provenance(config=config, command_line=["test"])
     p["hardware"] = p["hardware"] | {"gpu": "test-gpu"}
     return p
 
@@ -43,7 +44,7 @@ def test_ab_receipt_from_five_runs_each(tmp_path: Path, stand_in_dir: Path, ts_r
     result.runs += [_run("slow", i, 8, 400 + i, ttft=100 + i) for i in range(5)]
     result.runs += [_run("fast", i, 8, 2400 + 10 * i, ttft=60 + i) for i in range(5)]
     result.complete = True
-    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=_prov())
+    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=_prov(result, "ab"))
     r = write_receipt(doc, tmp_path / "ab.json").document
     pa = r["paired_aiperf"]
     assert [m["output_tokens_per_second"] for m in pa["measurements"]] == [402, 2420]
@@ -60,14 +61,14 @@ def test_bench_receipt_sets_two_drivers_side_by_side(tmp_path: Path, stand_in_di
     for i in range(3):
         result.runs += [_run("compiled", i, 100, 15000 + i), _run("compiled", i, 100, 15300 + i, "vllm-bench")]
     result.complete = True
-    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov())
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
     r = write_receipt(doc, tmp_path / "bench.json").document
     pw = r["public_workload_reproduction"]
     assert [(a["driver"], a["output_tokens_per_second"]) for a in pw["arms"]] == [("aiperf", 15001),
                                                                                    ("vllm-bench", 15301)]
     assert pw["driver_agreement"][0].startswith("c=100 output_tokens_per_second: vllm-bench 1.53e+04 vs aiperf 1.5e+04")
-    assert "(+2.00 percent; within the 2 percent target; outside the run spread of 0.0 / 0.0 percent)" in \
-        pw["driver_agreement"][0]
+    assert "(+2.00 percent; 95 percent CI of the ratio" in pw["driver_agreement"][0]
+    assert pw["driver_agreement"][0].endswith("3 v 3 runs): INSUFFICIENT runs to judge agreement")
     tput = r["bench"]["driver_agreement"][0]
     assert tput["metric"] == "output_tokens_per_second" and tput["within_target"] is True
     assert tput["difference_percent"] == (15301 / 15001 - 1) * 100
@@ -85,7 +86,7 @@ def test_bench_over_several_concurrencies_compares_drivers_at_each(tmp_path: Pat
             spread = 0.3 * base * (i - 1) if c == 32 else 0.0
             result.runs += [_run("compiled", i, c, base + spread), _run("compiled", i, c, base * scale, "vllm-bench")]
     result.complete = True
-    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov())
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
     r = write_receipt(doc, tmp_path / "bench.json").document
     assert r.get("public_workload_reproduction") is None  # the seed's block holds one concurrency
     b = r["bench"]
@@ -106,7 +107,7 @@ def test_validator_catches_a_bench_agreement_that_its_runs_do_not_support(tmp_pa
     for i in range(3):
         result.runs += [_run("compiled", i, 100, 15000 + 100 * i), _run("compiled", i, 100, 15900 + i, "vllm-bench")]
     result.complete = True
-    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov())
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
     doc = json.loads(json.dumps(write_receipt(doc, tmp_path / "ok.json").document))
     assert check_document(doc)[1] == []
     doc["bench"]["driver_agreement"][0]["within_target"] = True  # +5.9 % is not within 2 %
@@ -122,9 +123,32 @@ def test_partial_plan_gives_an_incomplete_receipt_without_decision(tmp_path: Pat
     w = load_workload("seed-paired").with_overrides(concurrency=[8])
     result = _plan(stand_in_dir, ts_recipe, ["slow", "fast"], w, ["aiperf"])
     result.runs += [_run("slow", 0, 8, 400)]
-    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=_prov(),
+    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=_prov(result, "ab"),
                          incomplete_reason="interrupted")
     r = write_receipt(doc, tmp_path / "partial.json").document
     assert r["complete"] is False and r["incomplete_reason"] == "interrupted"
     assert r.get("paired_aiperf") is None and len(r["runs"]) == 1
     assert json.loads((tmp_path / "partial.json").read_text())["content_sha256"] == r["content_sha256"]
+
+
+def _agreement_of(tmp_path: Path, stand_in_dir: Path, ts_recipe, aiperf: list[float], vllm: list[float]) -> dict:
+    w = load_workload("public-1000").with_overrides(runs_per_arm=len(aiperf))
+    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
+    for i, (a, b) in enumerate(zip(aiperf, vllm)):
+        result.runs += [_run("compiled", i, 100, a), _run("compiled", i, 100, b, "vllm-bench")]
+    result.complete = True
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
+    r = write_receipt(doc, tmp_path / "bench.json").document
+    return next(a for a in r["bench"]["driver_agreement"] if a["metric"] == "output_tokens_per_second")
+
+
+def test_driver_agreement_is_a_verdict_on_an_interval(tmp_path: Path, stand_in_dir: Path, ts_recipe) -> None:
+    base = [15000.0, 15010.0, 15020.0, 15030.0, 15040.0]
+    agree = _agreement_of(tmp_path, stand_in_dir, ts_recipe, base, [x * 1.005 for x in base])
+    assert agree["verdict"] == "AGREE" and 0.98 <= agree["ci_low"] <= agree["ci_high"] <= 1.02
+    far = _agreement_of(tmp_path, stand_in_dir, ts_recipe, base, [x * 1.10 for x in base])
+    assert far["verdict"] == "DISAGREE" and far["ci_low"] > 1.02
+    # one driver's runs scatter across the 2 percent edge: the interval crosses it, no verdict either way
+    wide = _agreement_of(tmp_path, stand_in_dir, ts_recipe, base, [14700.0, 15000.0, 15300.0, 15600.0, 15900.0])
+    assert wide["verdict"] == "UNDECIDED" and wide["ci_low"] < 1.02 < wide["ci_high"]
+    assert wide["within_target"] is True  # the point estimate alone would have said "agree"

@@ -1,0 +1,167 @@
+"""``receipt validate`` decides a serving receipt again from its raw runs under the policy it embeds: an edit of a
+conclusion, re-hashed so that the content hash agrees, is caught and named by its field path."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.receipts.validate import check_document
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-serving"
+AB = DOCS / "seed-paired-eager-vs-compiled.json"        # serve ab, compiled vs eager, accepted
+BENCH = DOCS / "public-1000-compiled.json"               # serve bench, two drivers on one engine
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _rehashed(doc: dict) -> dict:
+    doc = {k: v for k, v in doc.items() if k != HASH_FIELD}
+    return doc | {HASH_FIELD: content_hash(doc)}
+
+
+def _problems(doc: dict) -> list[tuple[str, str]]:
+    model, problems = check_document(_rehashed(doc))
+    assert model is not None, problems
+    return problems
+
+
+@pytest.mark.parametrize("path", [AB, BENCH], ids=["ab", "bench"])
+def test_committed_receipt_decides_again_to_itself(path: Path) -> None:
+    assert _problems(_load(path)) == []
+
+
+def _stat(doc: dict, metric: str = "output_tok_s", c: int = 1) -> dict:
+    return next(s for s in doc["paired_aiperf"]["statistics"] if s["metric"] == metric and s["concurrency"] == c)
+
+
+def _accept_to_reject(d: dict) -> None:
+    d["paired_aiperf"]["decision_code"] = "reject"
+
+
+def _code_without_text(d: dict) -> None:
+    d["paired_aiperf"]["decision_code"] = "inconclusive"  # the text still says "accept ..."
+
+
+def _better_to_worse(d: dict) -> None:
+    s = _stat(d)
+    s["verdict"], s["p_value"] = "WORSE", 0.5
+
+
+def _narrowed_into_band(d: dict) -> None:
+    s = _stat(d)
+    s["ci_low"], s["ci_high"] = s["ratio_b_over_a"] * 0.999, s["ratio_b_over_a"] * 1.001
+
+
+def _widened(d: dict) -> None:
+    s = _stat(d, "tpot_p95_ms")
+    s["ci_low"], s["ci_high"] = 0.01, 12.0
+
+
+def _values_rewritten(d: dict) -> None:
+    s = _stat(d)
+    s["a_values"] = [v * 0.5 for v in s["a_values"]]
+    s["a_median"] *= 0.5
+    s["ratio_b_over_a"] = s["b_median"] / s["a_median"]
+
+
+def _reason_rewritten(d: dict) -> None:
+    d["paired_aiperf"]["reason"] = d["paired_aiperf"]["reason"].replace("BETTER", "EQUIVALENT", 1)
+
+
+def _policy_margin(d: dict) -> None:
+    d["policy"]["equivalence_margin"] = 0.2  # every statistic still says BETTER at the old margin
+
+
+def _client_counts(d: dict) -> None:
+    for run in d["runs"]:
+        run["token_count_source"] = "client"
+
+
+EDITS_AB: dict[str, tuple[Callable[[dict], None], str]] = {
+    "accept->reject": (_accept_to_reject, "paired_aiperf.decision_code"),
+    "code-without-text": (_code_without_text, "paired_aiperf.decision_code"),
+    "BETTER->WORSE, p 0.0079->0.5": (_better_to_worse, "paired_aiperf.statistics"),
+    "interval narrowed": (_narrowed_into_band, "paired_aiperf.statistics"),
+    "interval widened": (_widened, "paired_aiperf.statistics"),
+    "a_values rewritten": (_values_rewritten, "paired_aiperf.statistics"),
+    "reason rewritten": (_reason_rewritten, "paired_aiperf.reason"),
+    "policy margin": (_policy_margin, "paired_aiperf"),
+    "token counts from the client": (_client_counts, "runs[0].token_count_source"),
+}
+
+
+@pytest.mark.parametrize("name", list(EDITS_AB))
+def test_edited_ab_receipt_is_caught(name: str) -> None:
+    edit, field = EDITS_AB[name]
+    doc = copy.deepcopy(_load(AB))
+    edit(doc)
+    problems = _problems(doc)
+    assert any(p.startswith(field) for p, _ in problems), problems
+
+
+def _agreement(d: dict, metric: str = "output_tokens_per_second") -> dict:
+    return next(a for a in d["bench"]["driver_agreement"] if a["metric"] == metric)
+
+
+def _says_agree(d: dict) -> None:
+    _agreement(d)["verdict"] = "AGREE"
+
+
+def _agreement_narrowed(d: dict) -> None:
+    a = _agreement(d)
+    a["ci_low"], a["ci_high"] = 1.004, 1.006
+
+
+def _public_line(d: dict) -> None:
+    lines = d["public_workload_reproduction"]["driver_agreement"]
+    lines[0] = lines[0].replace("INSUFFICIENT runs to judge agreement", "AGREE within 2 percent")
+
+
+def _run_numbers(d: dict) -> None:
+    d["runs"][0]["output_tokens_per_second"] *= 1.5
+
+
+def _finding_observed(d: dict) -> None:
+    d["runtime_compatibility"][0]["status"] = "observed"
+    d["runtime_compatibility"][0]["evidence"] = "engine log: DeepGEMM backend incomplete"
+
+
+EDITS_BENCH: dict[str, tuple[Callable[[dict], None], str]] = {
+    "agreement verdict": (_says_agree, "bench.driver_agreement"),
+    "agreement interval": (_agreement_narrowed, "bench.driver_agreement"),
+    "public agreement line": (_public_line, "public_workload_reproduction.driver_agreement"),
+    "a run's throughput": (_run_numbers, "bench."),
+    "a workaround turned into an observed finding": (_finding_observed, "runtime_compatibility"),
+}
+
+
+@pytest.mark.parametrize("name", list(EDITS_BENCH))
+def test_edited_bench_receipt_is_caught(name: str) -> None:
+    edit, field = EDITS_BENCH[name]
+    doc = copy.deepcopy(_load(BENCH))
+    edit(doc)
+    problems = _problems(doc)
+    assert any(p.startswith(field) for p, _ in problems), problems
+
+
+def test_agreement_carries_an_interval_and_says_when_runs_cannot_support_it() -> None:
+    doc = _load(BENCH)
+    a = _agreement(doc)
+    assert a["ci_low"] < a["ratio"] < a["ci_high"]
+    assert "percentile bootstrap" in a["interval_method"] and "TOST" in a["verdict_rule"]
+    assert a["runs"] == a["reference_runs"] == 3 < doc["policy"]["min_runs_per_arm"]
+    assert a["verdict"] == "INSUFFICIENT"
+
+
+def test_receipt_without_its_configuration_cannot_be_decided_again() -> None:
+    doc = copy.deepcopy(_load(AB))
+    del doc["provenance"]["config"]["recipes"]
+    problems = _problems(doc)
+    assert any(p == "provenance.config" and "cannot be derived again" in m for p, m in problems), problems
