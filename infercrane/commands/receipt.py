@@ -21,7 +21,7 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
     quiet
         Print failures only.
     """
-    from ..receipts.validate import load_receipt
+    from ..receipts.validate import load_receipt, policy_state
 
     failed = 0
     for f in files:
@@ -36,7 +36,8 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
             print(f"INVALID {e.message}")
         else:
             if not quiet:
-                print(f"ok      {f}: {r.schema_version}; {_signature_line(f)}")
+                policy = policy_state(r.document)[0]
+                print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{_signature_line(f)}")
     if failed:
         print(f"{failed} of {len(files)} receipt(s) invalid")
         return 2

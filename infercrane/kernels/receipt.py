@@ -15,7 +15,7 @@ from typing import Any
 
 from ..decide.amdahl import AmdahlCeiling, amdahl_ceiling
 from ..decide.kernel import KernelDecision, decide_kernel
-from ..decide.policy import KernelPolicy
+from ..decide.policy import KernelPolicy, policy_sha256
 from ..receipts.models_v2 import IMPL_KEYS
 from ..receipts.models_v3 import SCREENING_V3
 from .harness.compare import decision_inputs
@@ -221,6 +221,7 @@ def build_document(
         **derive(result, policy, decode_step),
         "decode_step": decode_step.model_dump(mode="json") if decode_step is not None else None,
         "policy": policy.model_dump(mode="json"),
+        "policy_sha256": policy_sha256(policy),
         "result": result.model_dump(mode="json"),
         "decided_from": decided_from,
         "provenance": provenance,

@@ -473,5 +473,7 @@ class OptimizationPocReceiptV2(Strict):
     engines: list[EngineRecord] = Field(default_factory=list)
     runs: list[RunRecord] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=dict)
+    policy_sha256: str | None = Field(default=None, description="sha256 of the policy's canonical JSON (its workload "
+                                                                "notes aside)")
     provenance: Provenance
     content_sha256: str = SHA256

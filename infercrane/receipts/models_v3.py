@@ -77,6 +77,7 @@ class CudaKernelScreeningReceiptV3(Strict):
     decode_step: DecodeStep | None = None
     amdahl: list[AmdahlRecord] = Field(default_factory=list)
     policy: KernelPolicy
+    policy_sha256: str | None = Field(default=None, description="sha256 of the policy's canonical JSON")
     result: ScreenResult
     decided_from: DecidedFrom | None = None
     provenance: Provenance

@@ -24,10 +24,22 @@ def family(schema_version: str) -> str:
     return schema_version.rsplit("/", 1)[0]
 
 
+def _version_number(schema_version: str) -> int | None:
+    tail = schema_version.rsplit("/v", 1)[-1]
+    return int(tail) if "/v" in schema_version and tail.isdigit() else None
+
+
 def model_for(schema_version: str) -> type[BaseModel]:
     try:
         return MODELS[schema_version]
     except KeyError:
+        known = [v for v in MODELS if family(v) == family(schema_version)]
+        newest = max((_version_number(v) or 0 for v in known), default=0)
+        number = _version_number(schema_version)
+        if known and number is not None and number > newest:
+            raise InputError(
+                f"{schema_version!r} was written by a newer InferCrane: this one reads {family(schema_version)} up "
+                f"to v{newest}", hint="upgrade InferCrane (pip install -U infercrane) to read it") from None
         raise InputError(
             f"unknown schema_version {schema_version!r}; known: {', '.join(MODELS)}",
             hint="check the file's schema_version, or upgrade InferCrane",

@@ -512,6 +512,28 @@ RULES: dict[type[BaseModel], Callable[[Any], list[Problem]]] = {
 }
 
 
+def policy_state(doc: dict[str, Any]) -> tuple[str | None, list[Problem]]:
+    """Whether a receipt's embedded policy is InferCrane's packaged one ("packaged", or "custom (sha256 …)"; None for a
+    receipt without a policy hash), and a problem when the policy does not match the hash the receipt states."""
+    from ..decide.policy import KernelPolicy, ServingPolicy, load_policy, policy_sha256
+
+    stated = doc.get("policy_sha256")
+    if stated is None or not isinstance(doc.get("policy"), dict):
+        return None, []
+    kernel = "screening" in str(doc.get("schema_version"))
+    raw = {k: v for k, v in doc["policy"].items() if k != "workload_notes"}
+    try:
+        policy = (KernelPolicy if kernel else ServingPolicy).model_validate(raw)
+    except ValidationError as e:
+        return None, [(f"policy{p if p.startswith('.') else '.' + p}", m) for p, m in _pydantic_problems(e)]
+    actual = policy_sha256(policy)
+    if actual != stated:
+        return None, [("policy_sha256", f"is {stated} but the embedded policy hashes to {actual}: the policy was "
+                                        "changed after the receipt was decided")]
+    packaged = policy_sha256(load_policy("kernel" if kernel else "serving"))
+    return ("packaged policy" if actual == packaged else f"custom policy (sha256 {actual[:12]}…)"), []
+
+
 def _pydantic_problems(err: ValidationError) -> list[Problem]:
     out = []
     for e in err.errors():
@@ -555,7 +577,7 @@ def check_document(doc: dict[str, Any]) -> tuple[BaseModel | None, list[Problem]
         model = model_cls.model_validate(doc)
     except ValidationError as e:
         return None, problems + _pydantic_problems(e)
-    return model, problems + RULES[model_cls](model)
+    return model, problems + policy_state(doc)[1] + RULES[model_cls](model)
 
 
 def load_receipt(path: Path | str) -> Receipt:

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..decide.derived import latency_p95_reduction_percent, throughput_speedup, ttft_p95_reduction_percent
-from ..decide.policy import ServingPolicy
+from ..decide.policy import ServingPolicy, policy_sha256
 from ..decide.serving import ServingArm, ServingDecision, compare_metric, decide_serving, interval_method, verdict_rule
 from ..receipts.models_v2 import POC_V2
 from ..stats.compare import Band, b_over_a_ci, classify_band
@@ -174,6 +174,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         "engines": [engine_record(e) for e in result.engines],
         "runs": [run_record(m) for m in result.runs],
         "policy": policy.model_dump(mode="json") | {"workload_notes": result.notes},
+        "policy_sha256": policy_sha256(policy),
         "provenance": provenance,
     }
     if not complete:

@@ -165,3 +165,35 @@ def test_receipt_without_its_configuration_cannot_be_decided_again() -> None:
     del doc["provenance"]["config"]["recipes"]
     problems = _problems(doc)
     assert any(p == "provenance.config" and "cannot be derived again" in m for p, m in problems), problems
+
+
+def test_policy_hash_names_a_changed_policy_and_validate_says_whose_policy(tmp_path: Path, capsys) -> None:
+    from infercrane.cli import main
+
+    out = tmp_path / "again.json"
+    assert main(["serve", "decide", str(AB), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["receipt", "validate", str(out)]) == 0
+    assert "packaged policy" in capsys.readouterr().out
+    doc = _load(out)
+    doc["policy"]["bootstrap_resamples"] = 5000
+    problems = _problems(doc)
+    assert any(p == "policy_sha256" and "changed after the receipt was decided" in m for p, m in problems), problems
+    loose = tmp_path / "loose.yaml"
+    loose.write_text("schema_version: infercrane.serving-policy/v1\nequivalence_margin: 0.05\n")
+    custom = tmp_path / "custom.json"
+    assert main(["serve", "decide", str(AB), "--out", str(custom), "--policy", str(loose)]) == 0
+    capsys.readouterr()
+    assert main(["receipt", "validate", str(custom)]) == 0
+    assert "custom policy (sha256 " in capsys.readouterr().out
+
+
+def test_a_receipt_from_a_newer_infercrane_asks_for_an_upgrade(tmp_path: Path, capsys) -> None:
+    from infercrane.cli import main
+
+    doc = _load(AB) | {"schema_version": "infercrane.optimization-poc-receipt/v9"}
+    f = tmp_path / "new.json"
+    f.write_text(json.dumps(doc))
+    assert main(["receipt", "validate", str(f)]) == 2
+    out = capsys.readouterr().out
+    assert "written by a newer InferCrane" in out and "up to v2" in out

@@ -73,9 +73,9 @@ def test_extra_key(seed_poc: Path, tmp_path: Path) -> None:
 
 def test_unknown_schema_version(seed_poc: Path, tmp_path: Path) -> None:
     def edit(d):
-        d["schema_version"] = "infercrane.optimization-poc-receipt/v9"
+        d["schema_version"] = "infercrane.optimization-poc-receipt-x/v1"
     [(_, path, reason)] = _problems(_edit(seed_poc, tmp_path, edit))
-    assert path == "schema_version" and "v9" in reason and "known:" in reason
+    assert path == "schema_version" and "receipt-x/v1" in reason and "known:" in reason
 
 
 def test_wrong_type_and_nan(seed_screening: Path, tmp_path: Path) -> None:
