@@ -338,6 +338,7 @@ class BenchServingV2(Strict):
     failures: NonNegativeInt
     measurements: list[BenchMeasurementV2] = Field(min_length=1)
     driver_agreement: list[DriverAgreement] = Field(default_factory=list)
+    drift: list[ArmDrift] = Field(default_factory=list)
 
 
 class PairedComparisonV2(Strict):
@@ -414,6 +415,34 @@ class EngineRecord(Strict):
     log_path: NonEmptyStr
     startup_s: NonNegativeFloat | None = None
     exit_status: str | None = None
+    # What identifies the engine and what can change the program it runs (absent from receipts written before).
+    launched_by_infercrane: bool = Field(default=True, description="False for a server given with --url")
+    served_models: list[str] = Field(default_factory=list, description="the model ids its GET /v1/models listed")
+    program_env: dict[str, str] = Field(
+        default_factory=dict, description="variables in the engine's environment that change which program or "
+                                          "libraries run (PYTHONPATH, PATH, LD_PRELOAD, LD_LIBRARY_PATH, …)")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1,
+                                                 description="the share of GPU memory the engine was given")
+    coresident_with: list[str] = Field(default_factory=list,
+                                       description="recipes whose engines were up on the same GPU at the same time")
+
+
+class ArmDrift(Strict):
+    """Drift within one arm: its first run against its last, at one concurrency and metric, set against the spread
+    of its other runs. Flagged when the first-to-last change exceeds that spread: the engine was not steady."""
+
+    recipe: NonEmptyStr
+    concurrency: PositiveInt
+    metric: NonEmptyStr
+    driver: NonEmptyStr
+    first_run_index: NonNegativeInt
+    last_run_index: NonNegativeInt
+    first: PositiveFloat
+    last: PositiveFloat
+    change_percent: float = Field(description="(last / first - 1) x 100")
+    other_runs_spread_percent: NonNegativeFloat | None = Field(
+        description="(max - min) / median x 100 over the arm's other runs; None with fewer than 2 others")
+    flagged: bool = Field(description="|change| exceeds the other runs' spread")
 
 
 class PairedServingV2(Strict):
@@ -430,6 +459,7 @@ class PairedServingV2(Strict):
     decision: NonEmptyStr
     decision_code: DecisionCode
     reason: NonEmptyStr
+    drift: list[ArmDrift] = Field(default_factory=list)
 
 
 class PublicArmV2(Strict):
