@@ -265,6 +265,10 @@ class ServingWorkload(Strict):
     concurrency: list[PositiveInt] = Field(min_length=1)
     requests_per_point: dict[str, PositiveInt] = Field(default_factory=dict)
     warmup_requests: NonNegativeInt = 0
+    window_s: PositiveFloat | None = Field(default=None, description="seconds of load per point, when the window "
+                                                                    "is a time (requests_per_point is then unused)")
+    warmup_s: PositiveFloat | None = Field(default=None, description="seconds of warm-up per point, when warm-up is "
+                                                                    "a time")
     ignore_eos: bool = True
     order: Literal["sequential", "interleaved", "sandwich"] = "sequential"
     preset: str | None = None
