@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Iterator
 
@@ -86,6 +87,33 @@ def decode_step_from_receipt(path: Path, recipe: str, concurrency: int) -> tuple
                      hint="it has: " + (", ".join(f"{r} at {c}" for r, c in have) or "none"))
 
 
+def per_row_steps(path: Path, recipe: str, rows: list[int]) -> list[Any]:
+    """One decode step per row count from a serving receipt (``kernels.receipt.tpot_decode_steps``): the TPOT of
+    ``recipe`` at the concurrency equal to each row count. InputError when no row count is one of its concurrencies."""
+    from ..errors import InputError, about
+    from ..kernels.receipt import tpot_decode_steps
+    from ..receipts.validate import load_receipt
+
+    with about("--serving-receipt"):
+        doc = load_receipt(path).document
+    steps = tpot_decode_steps(doc, recipe, rows, f"serving receipt {path}")
+    if not steps:
+        have = sorted({(x["recipe"], x["concurrency"]) for x in doc.get("runs", []) if x.get("tpot_p50_ms")})
+        raise InputError(f"--per-row: {path} has no TPOT of recipe {recipe!r} at a concurrency equal to a decision "
+                         f"row count ({', '.join(map(str, rows))})",
+                         hint="it has: " + (", ".join(f"{r} at {c}" for r, c in have) or "none"))
+    return steps
+
+
+def _dump_steps(step: Any) -> Any:
+    """A decode step (or a list of per-row steps) as recorded in provenance."""
+    if step is None:
+        return None
+    if isinstance(step, list):
+        return [s.model_dump(mode="json") for s in step]
+    return step.model_dump(mode="json")
+
+
 def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfig()) -> int:
     """Screen an op's candidate kernels (--op, default fused residual-add + RMSNorm; see `infercrane kernel list`):
     correctness against the op's float32 oracle on every shape, timing in launch / graph / cold modes against its
@@ -95,22 +123,43 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     On a machine without a CUDA GPU this is a functional screen: correctness only, clearly labelled, no speed claims.
     Every input (options, files, the output path, the memory the row counts need) is checked before anything runs.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..decide.policy import load_policy
-    from ..env.capture import hardware, new_run_id, provenance, run_id_from_env
-    from ..errors import InputError, about
-    from ..kernels import registry
-    from ..kernels.harness.runner import screen as run_screen
-    from ..kernels.receipt import build_document
-    from ..models.catalog import load_model_config
-    from ..receipts.models_v3 import DecodeStep
+    from ..env.capture import new_run_id, run_id_from_env
     from ..receipts.render import console
-    from ..receipts.validate import write_receipt
-    from .options import check_output_file
 
     con = console()
-    # 1. every input, before any worker starts
+    run_id = run_id_from_env() or new_run_id()
+    prepared = prepare_screen(config, out=config.out or Path("runs") / run_id / "kernel-screen.json", con=con)
+    receipt = run_prepared_screen(prepared, run_id=run_id, con=con)
+    _print_summary(con, receipt.document)
+    con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
+    return 0
+
+
+@dataclass(frozen=True)
+class PreparedScreen:
+    """A screen whose every input has been checked (``prepare_screen``), ready to run (``run_prepared_screen``)."""
+
+    config: ScreenConfig
+    out: Path
+    policy: Any
+    model: Any
+    spec: Any
+    candidate: Any
+    decode_step: Any
+    device: str
+
+
+def prepare_screen(config: ScreenConfig, *, out: Path, con: Any) -> PreparedScreen:
+    """Check every input of a screen before any worker starts: the policy, the model and the shapes it gives, the
+    decode step's source, a user candidate's file, the output path, the signing key, and the memory the row counts
+    need where the screen runs. Raises InputError naming the option; starts nothing."""
+    from ..decide.policy import load_policy
+    from ..errors import InputError, about
+    from ..kernels import registry
+    from ..models.catalog import load_model_config
+    from ..receipts.models_v3 import DecodeStep
+    from .options import check_output_file
+
     with about("--policy"):
         policy = load_policy("kernel", config.policy)
     with about("--model"):
@@ -131,15 +180,27 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
         with about("--candidate"):
             candidate = parse_candidate_ref(config.candidate, in_place_override=config.candidate_in_place)
             check_candidate_file(candidate)
-    run_id = run_id_from_env() or new_run_id()
-    out = config.out or Path("runs") / run_id / "kernel-screen.json"
     check_output_file(out, "--out")
     check_sign_key(config.sign_key)
     device, _ = _run_device(config.device)
     _check_memory(spec, device, con)
-    _interpret_triton_without_gpu(config.device, con)
+    return PreparedScreen(config=config, out=Path(out), policy=policy, model=mc, spec=spec, candidate=candidate,
+                          decode_step=DecodeStep(ms=step_ms, source=step_source) if step_ms else None, device=device)
 
-    # 2. the screen
+
+def run_prepared_screen(prepared: PreparedScreen, *, run_id: str, con: Any,
+                        extra_config: dict[str, Any] | None = None) -> Any:
+    """Run a prepared screen and write (and sign, with --sign-key) its v3 receipt; returns the written receipt.
+    ``extra_config`` is recorded in the receipt's ``provenance.config`` beside the screen's options."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..env.capture import hardware, provenance
+    from ..kernels.harness.runner import screen as run_screen
+    from ..kernels.receipt import build_document
+    from ..receipts.validate import write_receipt
+
+    config, spec, out = prepared.config, prepared.spec, prepared.out
+    _interpret_triton_without_gpu(config.device, con)
     con.print(f"[bold]kernel screen[/bold] {plain(config.op)} {plain(spec.model_id)} hidden={spec.hidden_size} "
               f"eps={spec.eps:g} {spec.dtype} rows={list(spec.rows)} modes={list(config.modes)} → {plain(out)}")
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
@@ -150,25 +211,25 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
             bar.update(task, completed=done, total=total, description=what[:60])
 
         result = run_screen(spec, list(config.impls) if config.impls else None, modes=list(config.modes),
-                            rows=list(spec.rows), trials=config.trials, candidate=candidate, progress=progress,
-                            samples_per_trial=config.samples, checks=config.checks, seed=config.seed,
-                            device=config.device, timeout_s=config.timeout_s, policy=policy)
+                            rows=list(spec.rows), trials=config.trials, candidate=prepared.candidate,
+                            progress=progress, samples_per_trial=config.samples, checks=config.checks,
+                            seed=config.seed, device=config.device, timeout_s=config.timeout_s,
+                            policy=prepared.policy)
     if result.run_kind == "functional":
         con.print(f"[bold yellow]FUNCTIONAL RUN[/bold yellow] — {plain(result.run_kind_reason)}. Correctness only; "
                   "no timing, no speed claims.")
         _compile_cuda_without_gpu(result, spec, con, config.op)
-    prov = provenance(config=config.model_dump(mode="json") | {"rows_resolved": list(spec.rows)},
+    mc = prepared.model
+    prov = provenance(config=config.model_dump(mode="json") | {"rows_resolved": list(spec.rows)}
+                      | (extra_config or {}),
                       hardware_info=hardware(probe_gpu=result.run_kind == "timed"), run_id=run_id,
                       model={"id": spec.model_id or config.model, "revision": spec.model_revision,
                              "source": mc.source, "config_fields": spec.config_fields,
                              "weights": "none", "tokenizer": "none"})
-    decode_step = DecodeStep(ms=step_ms, source=step_source) if step_ms else None
-    receipt = write_receipt(build_document(result, policy, provenance=prov, model_source=mc.source,
-                                           decode_step=decode_step), out)
+    receipt = write_receipt(build_document(result, prepared.policy, provenance=prov, model_source=mc.source,
+                                           decode_step=prepared.decode_step), out)
     sign_written(receipt.path, config.sign_key, con)
-    _print_summary(con, receipt.document)
-    con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
-    return 0
+    return receipt
 
 
 def _check_memory(spec: Any, device: str, con: Any) -> None:
@@ -192,6 +253,7 @@ def decide(receipt: Path, /, *,
            decode_step_ms: Annotated[float | None, Parameter(validator=Number(gt=0))] = None,
            serving_receipt: Path | None = None, serving_recipe: str | None = None,
            serving_concurrency: Annotated[int | None, Parameter(validator=Number(gte=1))] = None,
+           per_row: bool = False,
            policy: Path | None = None, out: Path, sign_key: Path | None = None) -> int:
     """Decide again on a finished screen, without re-measuring: load its receipt, compare and decide again with a
     decode step time from a serving receipt (or --decode-step-ms) and/or another policy. The new receipt carries the
@@ -210,6 +272,10 @@ def decide(receipt: Path, /, *,
         Recipe whose TPOT is the decode step time (with --serving-receipt; default compiled).
     serving_concurrency
         Concurrency whose TPOT is the decode step time (with --serving-receipt; default 1).
+    per_row
+        With --serving-receipt: one decode step per decision row instead of one for all, each the TPOT at the
+        concurrency equal to the row count (a decode batch of c sequences is c rows); rows the serving receipt did
+        not run get no end-to-end ceiling.
     policy
         A kernel policy file overriding the packaged thresholds.
     out
@@ -235,12 +301,18 @@ def decide(receipt: Path, /, *,
             raise InputError(f"{name} is read only with --serving-receipt; give the serving receipt too, or drop it")
     if serving_receipt is not None and decode_step_ms is not None:
         raise InputError("--decode-step-ms and --serving-receipt both set the decode step time; give one")
+    if per_row and serving_receipt is None:
+        raise InputError("--per-row reads one decode step per row count from a serving receipt; give "
+                         "--serving-receipt too, or drop --per-row")
+    if per_row and serving_concurrency is not None:
+        raise InputError("--per-row takes each row's step at the concurrency equal to the row count; drop "
+                         "--serving-concurrency")
     with about("--policy"):
         pol = load_policy("kernel", policy)
-    new_step = None
+    new_step: Any = None
     if decode_step_ms is not None:
         new_step = DecodeStep(ms=decode_step_ms, source="user: --decode-step-ms")
-    elif serving_receipt is not None:
+    elif serving_receipt is not None and not per_row:
         ms, source = decode_step_from_receipt(serving_receipt, serving_recipe or "compiled", serving_concurrency or 1)
         new_step = DecodeStep(ms=ms, source=source)
     with about("receipt"):
@@ -249,12 +321,15 @@ def decide(receipt: Path, /, *,
         raise InputError(f"{receipt} is {old.document['schema_version']}: kernel decide reads {SCREENING_V3} "
                          "receipts, which carry the screen's result", hint="screen again with this InferCrane")
     model = old.model
-    decode_step = new_step or model.decode_step
+    if per_row:
+        new_step = per_row_steps(serving_receipt, serving_recipe or "compiled",
+                                 [r for r in model.result.rows if pol.decides_on(r)])
+    decode_step = new_step or model.decode_steps or model.decode_step
     result = with_comparisons(model.result, pol) if model.result.run_kind == "timed" else model.result
     doc = old.document
     prov = provenance(config={"decided_from": {"receipt": str(receipt), "content_sha256": doc["content_sha256"]},
                               "measured_config": doc["provenance"]["config"],
-                              "decode_step": decode_step.model_dump(mode="json") if decode_step else None,
+                              "decode_step": _dump_steps(decode_step),
                               "policy": str(policy) if policy else "packaged"},
                       hardware_info=doc["hardware"], software=doc["software"], run_id=doc["app_id"],
                       model=doc["provenance"].get("model"))

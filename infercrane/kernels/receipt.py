@@ -7,10 +7,16 @@ otherwise the best-decided of ours; the others go to ``other_candidates``), the 
 medians — a description; the decision reads the trial-level comparisons) and the Amdahl ceilings.
 ``build_document`` writes them beside the result; ``receipts.validate`` calls ``derive`` again on the receipt's own
 result and policy, so a receipt whose decision does not follow from its evidence does not validate.
+
+The decode step is one step for every decision row (``decode_step``), or one per row count (``decode_steps``): a
+decode batch of ``c`` sequences is ``c`` rows, so the step measured at concurrency ``c`` (``tpot_decode_steps``) is
+the step of ``rows = c``, and each row's ceiling divides by its own step. A row without a step gets no ceiling.
 """
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from ..decide.amdahl import AmdahlCeiling, amdahl_ceiling
@@ -47,9 +53,20 @@ def candidates_of(result: ScreenResult) -> list[str]:
     return [i.key for i in result.implementations if i.kind == "candidate"]
 
 
+def step_at(decode_step: Any | None, rows: int) -> Any | None:
+    """The decode step for a batch of ``rows``: the one step (``DecodeStep`` without rows) or, from a sequence of
+    per-row steps, the one naming ``rows`` (None when there is none)."""
+    if decode_step is None:
+        return None
+    if isinstance(decode_step, Sequence):
+        return next((s for s in decode_step if s.rows == rows), None)
+    return decode_step
+
+
 def ceilings_for(result: ScreenResult, key: str, policy: KernelPolicy,
                  decode_step: Any | None) -> list[AmdahlCeiling]:
-    """One Amdahl ceiling per decision row, against the fastest counted baseline measured there (medians)."""
+    """One Amdahl ceiling per decision row that has a decode step, against the fastest counted baseline measured
+    there (medians)."""
     calls = result.spec.calls_per_decode_step
     impl = _impl(result, key)
     if decode_step is None or calls is None or result.run_kind != "timed" or impl is None:
@@ -57,7 +74,8 @@ def ceilings_for(result: ScreenResult, key: str, policy: KernelPolicy,
     out = []
     for rows in (r for r in result.rows if policy.decides_on(r)):
         mine = _cell_median(impl, rows, policy.timing_mode)
-        if mine is None:
+        step = step_at(decode_step, rows)
+        if mine is None or step is None:
             continue
         best: tuple[float, str] | None = None
         for b in result.implementations:
@@ -69,7 +87,7 @@ def ceilings_for(result: ScreenResult, key: str, policy: KernelPolicy,
         if best is None:
             continue
         out.append(amdahl_ceiling(calls_per_step=calls, candidate_t_us=mine, baseline_t_us=best[0], baseline=best[1],
-                                  decode_step_ms=decode_step.ms, decode_step_source=decode_step.source, rows=rows,
+                                  decode_step_ms=step.ms, decode_step_source=step.source, rows=rows,
                                   timing_mode=policy.timing_mode))
     return out
 
@@ -161,7 +179,8 @@ def _correctness_text(result: ScreenResult, impl: ImplementationResult | None) -
 
 
 def derive(result: ScreenResult, policy: KernelPolicy, decode_step: Any | None) -> dict[str, Any]:
-    """The receipt fields that follow from the result, the policy and the decode step (``DERIVED_FIELDS``)."""
+    """The receipt fields that follow from the result, the policy and the decode step (``DERIVED_FIELDS``).
+    ``decode_step``: one ``DecodeStep`` for every row, a sequence of per-row ones, or None."""
     timed = result.run_kind == "timed"
     decided = decide_all(result, policy, decode_step)
     primary = primary_of(result, policy, decided)
@@ -205,8 +224,12 @@ def build_document(
     decode_step: Any | None = None,
     decided_from: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The v3 receipt: the result as measured, the policy and decode step, and everything ``derive`` gives."""
+    """The v3 receipt: the result as measured, the policy and decode step, and everything ``derive`` gives.
+    ``decode_step``: one ``DecodeStep`` (``decode_step``), a sequence of per-row ones (``decode_steps``), or None."""
     spec = result.spec
+    per_row = isinstance(decode_step, Sequence)
+    if per_row:
+        decode_step = sorted(decode_step, key=lambda s: s.rows)
     doc: dict[str, Any] = {
         "schema_version": SCREENING_V3,
         "recorded_at": provenance["recorded_at"],
@@ -219,7 +242,8 @@ def build_document(
         "hardware": provenance["hardware"],
         "software": provenance["software"],
         **derive(result, policy, decode_step),
-        "decode_step": decode_step.model_dump(mode="json") if decode_step is not None else None,
+        "decode_step": decode_step.model_dump(mode="json") if decode_step is not None and not per_row else None,
+        **({"decode_steps": [s.model_dump(mode="json") for s in decode_step]} if per_row else {}),
         "policy": policy.model_dump(mode="json"),
         "policy_sha256": policy_sha256(policy),
         "result": result.model_dump(mode="json"),
@@ -227,3 +251,23 @@ def build_document(
         "provenance": provenance,
     }
     return doc
+
+
+def tpot_decode_steps(doc: dict[str, Any], recipe: str, rows: Sequence[int], label: str) -> list[Any]:
+    """Per-row decode steps from a serving receipt: for each row count ``r`` that is one of its concurrencies, the
+    median over the ok runs of ``recipe`` at concurrency ``r`` (of its primary driver) of TPOT p50 — the wall time of
+    one decode step of a batch of ``r`` sequences, so of ``r`` rows. ``label`` names the receipt in each step's
+    source. Row counts the receipt did not run give no step."""
+    from ..receipts.models_v3 import DecodeStep
+
+    primary = next(iter(doc.get("drivers") or {}), None)
+    out = []
+    for r in sorted(set(rows)):
+        runs = [x for x in doc.get("runs", []) if x["recipe"] == recipe and x["concurrency"] == r
+                and x["status"] == "ok" and x.get("tpot_p50_ms") and (primary is None or x["driver"] == primary)]
+        if runs:
+            ms = statistics.median(x["tpot_p50_ms"] for x in runs)
+            out.append(DecodeStep(ms=ms, rows=r, source=(
+                f"{label}: median over {len(runs)} runs of tpot_p50_ms, recipe {recipe!r}, concurrency {r} "
+                f"(a decode batch of {r} rows)")))
+    return out

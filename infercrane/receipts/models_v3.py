@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from infercrane.decide.policy import KernelPolicy
 from infercrane.kernels.result import ScreenResult
@@ -45,10 +45,15 @@ class ModelShapeSourceV3(Strict):
 
 
 class DecodeStep(Strict):
-    """The decode step wall time the Amdahl ceiling divides by, and where it came from."""
+    """The decode step wall time the Amdahl ceiling divides by, and where it came from.
+
+    Without ``rows`` the step stands for every decision row (``decode_step``); with ``rows`` it is the step of a
+    decode batch of that many rows (``decode_steps``, one per row count): in decode each sequence in flight
+    contributes one row, so the step at concurrency ``c`` is the step of ``rows = c``."""
 
     ms: PositiveFloat
     source: NonEmptyStr
+    rows: PositiveInt | None = Field(default=None, description="the row count (decode batch) this step is for")
 
 
 class DecidedFrom(Strict):
@@ -75,6 +80,8 @@ class CudaKernelScreeningReceiptV3(Strict):
     qualification_boundary: NonEmptyStr
     other_candidates: list[CandidateDecision] = Field(default_factory=list)
     decode_step: DecodeStep | None = None
+    decode_steps: list[DecodeStep] = Field(default_factory=list, description="one decode step per row count "
+                                                                              "(instead of decode_step)")
     amdahl: list[AmdahlRecord] = Field(default_factory=list)
     policy: KernelPolicy
     policy_sha256: str | None = Field(default=None, description="sha256 of the policy's canonical JSON")
@@ -82,3 +89,18 @@ class CudaKernelScreeningReceiptV3(Strict):
     decided_from: DecidedFrom | None = None
     provenance: Provenance
     content_sha256: str = SHA256
+
+    @model_validator(mode="after")
+    def _one_kind_of_step(self) -> "CudaKernelScreeningReceiptV3":
+        if self.decode_step is not None and self.decode_steps:
+            raise ValueError("decode_step (one step for every row) and decode_steps (one per row count) both given; "
+                             "a receipt holds one or the other")
+        if self.decode_step is not None and self.decode_step.rows is not None:
+            raise ValueError("decode_step stands for every row and names none; a step for one row count goes in "
+                             "decode_steps")
+        rows = [s.rows for s in self.decode_steps]
+        if any(r is None for r in rows):
+            raise ValueError("each of decode_steps names the row count it is for (rows)")
+        if len(set(rows)) != len(rows):
+            raise ValueError(f"decode_steps names a row count more than once: {rows}")
+        return self

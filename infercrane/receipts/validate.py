@@ -292,6 +292,10 @@ def _in_stated_shape(derived: dict[str, Any], stated: dict[str, Any]) -> dict[st
     from ..serving.receipt import AGREEMENT_INTERVAL_FIELDS, agreement_line
 
     d = dict(derived)
+    if stated.get("policy_sha256") is None:  # written before drift was recorded
+        for key in ("paired_aiperf", "bench"):
+            if d.get(key) and stated.get(key) and not stated[key].get("drift"):
+                d[key] = {**d[key], "drift": []}
     for key, fields, marker in (("paired_aiperf", STATISTIC_LABELS, "interval_method"),
                                 ("bench", AGREEMENT_INTERVAL_FIELDS, "verdict")):
         inner = "statistics" if key == "paired_aiperf" else "driver_agreement"
@@ -490,7 +494,7 @@ def _rules_screening_v3(r: Any) -> list[Problem]:
             out += _differs(f"result.{field}", _dump(getattr(res, field)), _dump(getattr(want, field)),
                             "comparing the timing cells under the policy")
     try:
-        derived = derive(res, r.policy, r.decode_step)
+        derived = derive(res, r.policy, r.decode_steps or r.decode_step)
     except Exception as e:
         return out + [("result", f"no decision can be derived from it: {type(e).__name__}: {e}")]
     doc = r.model_dump(mode="json")
