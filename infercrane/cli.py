@@ -34,6 +34,8 @@ receipt.command("infercrane.commands.receipt:schema", name="schema", help="Print
 receipt.command("infercrane.commands.receipt:keygen", name="keygen", help="Write an ed25519 key pair for signing receipts.")
 receipt.command("infercrane.commands.receipt:sign", name="sign", help="Sign a receipt (DSSE envelope beside it).")
 receipt.command("infercrane.commands.receipt:verify", name="verify", help="Verify a receipt's signature against a public key.")
+receipt.command("infercrane.commands.receipt:merge", name="merge",
+                help="Join PoC or kernel receipts of different GPU types into one PoC receipt.")
 app.command(receipt)
 
 app.command("infercrane.commands.env:env", name="env", help="What this machine is, as receipts record it.")
@@ -57,6 +59,9 @@ serve.command("infercrane.commands.serve:decide", name="decide",
               help="Decide again on a finished serving receipt (another policy), without re-measuring.")
 serve.command("infercrane.commands.serve:recipes", name="recipes", help="List the shipped recipes and workload presets.")
 app.command(serve)
+
+app.command("infercrane.commands.poc:poc", name="poc",
+            help="Run a PoC config: kernel screen, paired A/B and public-workload A/B, joined in one receipt.")
 
 
 def main(argv: list[str] | None = None) -> int:

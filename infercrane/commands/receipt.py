@@ -199,3 +199,37 @@ def verify(file: Path, /, *, pub: Path, envelope: Path | None = None) -> int:
     v = do_verify(file, pub, envelope)
     print(f"ok      {plain(file)}: signed by {v.keyid} ({plain(v.envelope)})")
     return 0
+
+
+def merge(files: list[Path], /, *, out: Path, sign_key: Path | None = None) -> int:
+    """Join PoC receipts (infercrane poc) or kernel receipts made on different machines or GPU types into one PoC
+    receipt with custom_kernel.<gpu> per GPU type (h100, l40s, h200, …, from each receipt's measured hardware). Refuses
+    receipts of different models, model revisions or policies, and two receipts of one GPU type for the same section.
+    The merged receipt records its inputs (path and content hash) and validates like any PoC receipt: each section
+    derived again from the embedded evidence.
+
+    Parameters
+    ----------
+    files
+        Two or more PoC or kernel (v3) receipt files.
+    out
+        The merged PoC receipt.
+    sign_key
+        Sign the merged receipt as it is written (an ed25519 private key from `infercrane receipt keygen`).
+    """
+    from ..receipts.merge import merge as do_merge
+    from ..receipts.validate import write_receipt
+    from .options import check_output_file, check_sign_key, sign_written
+
+    check_output_file(out, "--out")
+    check_sign_key(sign_key)
+    if any(out.exists() and f.exists() and out.samefile(f) for f in files):
+        raise InputError(f"--out {out}: is one of the receipts being merged; write the merged receipt elsewhere")
+    written = write_receipt(do_merge(list(files)), out)
+    sign_written(written.path, sign_key)
+    doc = written.document
+    gpus = [k for k in (doc.get("custom_kernel") or {}) if k not in ("operator", "correctness", "decision", "reason",
+                                                                        "decision_code")]
+    print(f"merged {len(files)} receipts -> {plain(out)}: custom_kernel for {', '.join(gpus) or 'no GPU'}; "
+          f"complete: {doc['complete']}" + (f" ({doc['incomplete_reason']})" if not doc["complete"] else ""))
+    return 0

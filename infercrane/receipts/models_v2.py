@@ -14,6 +14,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 from .base import AwareDatetime, NonEmptyStr, Strict
 from .models_v1 import (
     CustomKernelV1,
+    GpuKernelResult,
     PocModel,
     PublishedExample,
     PublicWorkloadV1,
@@ -251,8 +252,64 @@ class RuntimeFindingV2(RuntimeFinding):
 
 
 class PocModelV2(PocModel):
-    weights: Literal["real", "dummy"] = "real"
-    tokenizer: Literal["real", "stand-in"] = "real"
+    """``none``: no serving evidence used the model (a PoC receipt holding a kernel section only)."""
+
+    weights: Literal["real", "dummy", "none"] = "real"
+    tokenizer: Literal["real", "stand-in", "none"] = "real"
+
+
+class KernelMeasurementV2(Strict):
+    """One row of a GPU's kernel table in the seed's names: the candidate's median time per call (``custom_ms``),
+    vLLM's kernel's (``vllm_ms``) and the other baselines', in the section's ``timing_mode``; every speedup is
+    ``<baseline>_ms / custom_ms``. A baseline that did not run here (vLLM not installed) has no time."""
+
+    rows: PositiveInt
+    custom_ms: PositiveFloat
+    vllm_ms: PositiveFloat | None = None
+    speedup_vs_vllm: PositiveFloat | None = None
+    speedup_vs_eager: PositiveFloat | None = None
+    eager_ms: PositiveFloat | None = None
+    torch_compile_ms: PositiveFloat | None = None
+    speedup_vs_torch_compile: PositiveFloat | None = None
+
+
+class GpuKernelResultV2(GpuKernelResult):
+    """A GPU type's kernel section of a PoC receipt, derived from that GPU's kernel receipt (``evidence.kernel``): the
+    seed's fields plus the candidate, its decision on this GPU and the Amdahl ceilings per decode batch it rests on.
+    A functional check (no GPU) carries no measurements."""
+
+    measurements: list[KernelMeasurementV2] = Field(default_factory=list)  # type: ignore[assignment]
+    evidence_class: Literal["real-gpu-microbenchmark", "cpu-functional-check"] | None = None
+    candidate: str | None = None
+    implementation: str | None = None
+    timing_mode: TimingMode | None = None
+    correctness: str | None = None
+    decision: str | None = None
+    decision_code: DecisionCode | None = None
+    reason: str | None = None
+    amdahl: list[AmdahlRecord] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _measured_unless_functional(self) -> "GpuKernelResultV2":
+        if not self.measurements and self.evidence_class != "cpu-functional-check":
+            raise ValueError("a GPU's kernel section carries measurements unless it is a cpu-functional-check")
+        if self.measurements and self.evidence_class == "cpu-functional-check":
+            raise ValueError("a cpu-functional-check times nothing, so it carries no measurements")
+        return self
+
+
+class CustomKernelV2(CustomKernelV1):
+    """The seed's ``custom_kernel`` block, per-GPU sections keyed by GPU type (``h100``, ``l40s``, ``cpu`` for a
+    functional check), each a ``GpuKernelResultV2``. ``decision_code`` is the one decision every GPU reached (None
+    when they differ: the decision text then names each GPU's)."""
+
+    __pydantic_extra__: dict[str, GpuKernelResultV2]  # type: ignore[assignment]
+
+    decision_code: DecisionCode | None = None
+
+    @property
+    def gpus(self) -> dict[str, GpuKernelResultV2]:  # type: ignore[override]
+        return dict(self.__pydantic_extra__ or {})
 
 
 class ServingWorkload(Strict):
@@ -482,12 +539,38 @@ class PublicArmV2(Strict):
 
 
 class PublicWorkloadReproductionV2(Strict):
+    """``serve bench`` sets one recipe against the published example (no decision); ``infercrane poc`` A/Bs two
+    recipes on the workload and decides (``decision_code``, ``reason``: the A/B's, from ``evidence.public``)."""
+
     workload: PublicWorkloadV1
     published_example: PublishedExample | None = None
     arms: list[PublicArmV2] = Field(min_length=1)
     decision: str | None = None
     comparison_boundary: NonEmptyStr
     driver_agreement: list[str] = Field(default_factory=list)
+    decision_code: DecisionCode | None = None
+    reason: str | None = None
+
+
+class PocEvidence(Strict):
+    """The receipts a PoC receipt's sections are derived from, whole, each keyed by the GPU type it was measured on
+    (``cpu`` without a GPU): kernel v3 receipts (``kernel``), ``serve ab`` receipts of the paired A/B (``paired``)
+    and of the public-workload A/B (``public``). Each validates on its own; ``receipt validate`` derives the PoC's
+    sections from them again. ``serving_gpu``: whose A/Bs are the receipt's ``paired_aiperf`` and
+    ``public_workload_reproduction`` (a section without that GPU: its first GPU type in sorted order)."""
+
+    kernel: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    paired: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    public: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    serving_gpu: str | None = None
+
+
+class MergedInput(Strict):
+    """A receipt ``receipt merge`` joined: where it was read and the content hash it had."""
+
+    receipt: NonEmptyStr
+    schema_version: NonEmptyStr
+    content_sha256: str = SHA256
 
 
 class OptimizationPocReceiptV2(Strict):
@@ -495,7 +578,10 @@ class OptimizationPocReceiptV2(Strict):
     recorded_at: AwareDatetime
     model: PocModelV2
     software: dict[str, NonEmptyStr]
-    custom_kernel: CustomKernelV1 | None = None
+    evidence_class: Literal["real-gpu-measurement", "functional-check"] | None = Field(
+        default=None, description="a PoC receipt's class: functional-check when any of its evidence is (a kernel "
+                                  "screen without a GPU, a serving A/B against the test server)")
+    custom_kernel: CustomKernelV2 | None = None
     paired_aiperf: PairedServingV2 | None = None
     bench: BenchServingV2 | None = None
     public_workload_reproduction: PublicWorkloadReproductionV2 | None = None
@@ -509,5 +595,8 @@ class OptimizationPocReceiptV2(Strict):
     policy: dict[str, Any] = Field(default_factory=dict)
     policy_sha256: str | None = Field(default=None, description="sha256 of the policy's canonical JSON (its workload "
                                                                 "notes aside)")
+    merged_from: list[MergedInput] = Field(default_factory=list, description="the receipts receipt merge joined")
     provenance: Provenance
+    evidence: PocEvidence | None = Field(default=None, description="infercrane poc / receipt merge: the receipts "
+                                                                  "behind every section, whole")
     content_sha256: str = SHA256

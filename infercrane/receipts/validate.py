@@ -251,14 +251,18 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
         out.append(("incomplete_reason", "an incomplete receipt says why it is incomplete"))
     if r.paired_aiperf is not None:
         out += _statistic_labels(r)
-    if not r.complete and r.paired_aiperf is not None and r.paired_aiperf.decision_code in ("accept", "retain"):
+    if not r.complete and r.evidence is None and r.paired_aiperf is not None \
+            and r.paired_aiperf.decision_code in ("accept", "retain"):
         out.append(("paired_aiperf.decision_code", f"is {r.paired_aiperf.decision_code!r} but the receipt is "
                                                    "incomplete: an interrupted run decides nothing"))
     if r.custom_kernel is not None:
         for name, gpu in r.custom_kernel.gpus.items():
             for i, m in enumerate(gpu.measurements):
-                out += check_derived(f"custom_kernel.{name}.measurements[{i}].speedup_vs_vllm", m.speedup_vs_vllm,
-                                     "vllm_ms / custom_ms", _ratio, m.vllm_ms, m.custom_ms)
+                for base in ("vllm", "eager", "torch_compile"):
+                    ms, speedup = getattr(m, f"{base}_ms"), getattr(m, f"speedup_vs_{base}")
+                    if ms is not None and speedup is not None:
+                        out += check_derived(f"custom_kernel.{name}.measurements[{i}].speedup_vs_{base}", speedup,
+                                             f"{base}_ms / custom_ms", _ratio, ms, m.custom_ms)
     pa = r.paired_aiperf
     if pa is not None:
         out += _paired_rules("paired_aiperf.comparisons", pa.measurements,
@@ -277,9 +281,102 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
                 out.append((f"{p}.ratio_b_over_a", f"{s.ratio_b_over_a!r} lies outside [{s.ci_low!r}, {s.ci_high!r}]"))
     if r.bench is not None:
         out += _bench_rules(r.bench, r.runs)
-    if r.complete:
+    if r.evidence is not None:
+        out += _poc_rederived(r)
+    elif r.complete:
         out += _serving_rederived(r)
     return out
+
+
+def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
+    """A receipt of ``infercrane poc`` / ``receipt merge``: every embedded receipt validates on its own (fully: its
+    hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, they
+    share one model and one policy per lab, each GPU's kernel decision used the decode steps of that GPU's paired
+    A/B, and every section of the PoC derives again from them (``infercrane.poc.derive``)."""
+    from ..poc.derive import DERIVED_FIELDS, EVIDENCE_SECTIONS, decode_steps_for, derive_sections, steps_dump
+    from ..poc.gpus import gpu_key_of_receipt
+    from .models_v2 import POC_V2
+    from .models_v3 import SCREENING_V3
+
+    ev = r.evidence.model_dump(mode="json")
+    out: list[Problem] = []
+    for section in EVIDENCE_SECTIONS:
+        want = SCREENING_V3 if section == "kernel" else POC_V2
+        for g, sub in ev[section].items():
+            p = f"evidence.{section}.{g}"
+            if sub.get("schema_version") != want:
+                out.append((f"{p}.schema_version", f"is {sub.get('schema_version')!r}; a {section} section's receipt "
+                                                   f"is {want}"))
+                continue
+            if section != "kernel" and (sub.get("evidence") is not None
+                                        or (sub.get("provenance") or {}).get("config", {}).get("command") != "serve ab"):
+                out.append((p, f"a {section} section's receipt is one serve ab receipt (not a PoC receipt)"))
+                continue
+            model, problems = check_document(sub)
+            out += [(f"{p}.{q}" if not q.startswith("<") else f"{p}{q}", m) for q, m in problems]
+            if model is None or problems:
+                continue
+            if gpu_key_of_receipt(sub) != g:
+                out.append((p, f"is filed under GPU type {g!r} but was measured on {gpu_key_of_receipt(sub)!r}"))
+            if section != "kernel" and not sub.get("complete"):
+                out.append((f"{p}.complete", "a section's serving receipt is complete: an A/B that stopped part-way "
+                                             "decides nothing"))
+    if out:  # nothing is derived from evidence that does not stand on its own
+        return out
+    if ev.get("serving_gpu") is not None and not any(ev["serving_gpu"] in ev[s] for s in ("paired", "public")):
+        out.append(("evidence.serving_gpu", f"is {ev['serving_gpu']!r}, a GPU type with no serving section"))
+    docs = [(f"evidence.{s}.{g}", d) for s in EVIDENCE_SECTIONS for g, d in ev[s].items()]
+    ids = {(_model_id(d)) for _, d in docs}
+    if len(ids) > 1:
+        out.append(("evidence", f"its receipts are of different models (id, revision): {sorted(ids, key=str)}"))
+    for lab, sections in (("kernel", ("kernel",)), ("serving", ("paired", "public"))):
+        held = {_policy_key(d) for s in sections for d in ev[s].values()}
+        if len(held) > 1:
+            out.append(("evidence", f"its {lab} receipts were decided under different {lab} policies"))
+    for g, kernel in ev["kernel"].items():
+        paired = ev["paired"].get(g)
+        if paired is None:
+            continue
+        try:
+            steps = steps_dump(decode_steps_for(kernel, paired))
+        except (KeyError, TypeError, ValueError) as e:
+            out.append((f"evidence.kernel.{g}.decode_steps", f"cannot be derived from the paired A/B: {e}"))
+            continue
+        if kernel.get("decode_step") is not None:
+            out.append((f"evidence.kernel.{g}.decode_step", "is one step for every row, but the paired A/B on this "
+                                                            "GPU gives one per row count (decode_steps)"))
+        out += _differs(f"evidence.kernel.{g}.decode_steps", kernel.get("decode_steps") or [], steps,
+                        f"the paired A/B's candidate TPOT p50 per concurrency (rows = concurrency) on {g}")
+    if r.complete:
+        missing = [s for s in EVIDENCE_SECTIONS if not ev[s]]
+        if missing:
+            out.append(("complete", f"is true but the evidence holds no {', '.join(missing)} section"))
+    try:
+        derived = derive_sections(ev)
+    except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
+        return out + [("evidence", f"the PoC's sections cannot be derived from it: {type(e).__name__}: {e}")]
+    doc = r.model_dump(mode="json")
+    try:  # through the receipt's own types, so that absent and default read alike
+        again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
+    except ValidationError as e:
+        return out + [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
+    for field in DERIVED_FIELDS:
+        out += _differs(field, doc[field], again[field], "deriving it again from the evidence")
+    return out
+
+
+def _model_id(doc: dict[str, Any]) -> tuple[str, str | None]:
+    """(id, revision) of the model a receipt's numbers are of."""
+    m = doc.get("model_shape_source") or doc.get("model") or {}
+    rev = m.get("revision")
+    return (m.get("id"), None if rev in (None, "unknown") else rev)
+
+
+def _policy_key(doc: dict[str, Any]) -> str:
+    """A receipt's policy, for comparison, when it carries no policy hash: the canonical JSON without its notes."""
+    from .io import canonical_json
+
+    return canonical_json({k: v for k, v in (doc.get("policy") or {}).items() if k != "workload_notes"}).decode()
 
 
 STATISTIC_LABELS = ("interval_method", "test_method", "verdict_rule")

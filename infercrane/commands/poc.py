@@ -1,0 +1,114 @@
+"""``infercrane poc CONFIG``: the kernel screen, the paired A/B and the public-workload A/B of one config, joined in
+one optimization-poc receipt (``infercrane.poc``)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .options import plain
+
+
+def default_config() -> tuple[str, str]:
+    """The config ``infercrane poc`` runs without one: the seed reproduction where this machine can run it (a CUDA
+    GPU, vLLM and AIPerf), otherwise the functional PoC; and why."""
+    from ..env.capture import dist_version
+
+    try:
+        import torch
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    missing = [name for name, present in (("a CUDA GPU", gpu), ("vLLM", dist_version("vllm") != "absent"),
+                                          ("AIPerf", dist_version("aiperf") != "absent")) if not present]
+    if not missing:
+        return "seed-reproduction", "a CUDA GPU, vLLM and AIPerf are here"
+    return "functional", f"no {', no '.join(missing)} here"
+
+
+def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path | None = None,
+        sign_key: Path | None = None) -> int:
+    """Run a PoC: the kernel screen, the paired A/B and the public-workload A/B a config names, each written as its
+    own receipt as it finishes (runs/RUN_ID/poc/<section>.json), and one optimization-poc receipt over them
+    (runs/RUN_ID/poc.json) whose every section `infercrane receipt validate` derives again from those receipts.
+
+    Every input of every section is checked before anything runs. Without a CUDA GPU only a functional PoC runs
+    (kernel correctness on the CPU, serving A/Bs against the test server), labelled so in the output and the receipt.
+
+    Parameters
+    ----------
+    config
+        A shipped config (seed-reproduction, functional) or a PoC config YAML file. Default: seed-reproduction on a
+        machine with a CUDA GPU, vLLM and AIPerf, otherwise functional.
+    out
+        The PoC receipt (default runs/RUN_ID/poc.json); the sections' receipts go into the folder of its name.
+    resume
+        Continue a PoC: its run folder (runs/RUN_ID) or its receipt. Sections whose receipt exists, validates, is
+        complete and was made from the same section configuration are reused; the others run.
+    sign_key
+        Sign the PoC receipt each time it is written (an ed25519 private key from `infercrane receipt keygen`).
+    """
+    from ..poc.config import shipped_configs
+    from ..poc.runner import prepare, run
+    from ..receipts.render import console
+
+    con = console()
+    t0 = time.monotonic()
+
+    def say(line: str) -> None:
+        con.print(f"[poc] {plain(line)}")
+
+    if config is None:
+        config, why = default_config()
+        say(f"no config given: running {config} ({why}); shipped configs: {', '.join(shipped_configs())}")
+    plan = prepare(config, out=out, resume=resume, sign_key=sign_key, con=con, say=say)
+    cfg = plan.config
+    engines = sorted({r.engine for p in plan.serving.values() for r in p.recipes})
+    label = (f"FUNCTIONAL PoC: kernel correctness on the CPU only, nothing timed; serving on {', '.join(engines)}; "
+             "no speed claims" if cfg.functional else f"GPU PoC (gpu: {cfg.gpu}); serving on {', '.join(engines)}")
+    say(f"{cfg.name} ({plan.config_path}, sha256 {plan.config_sha256[:12]}): {cfg.model}; {label} → {plan.out}")
+    k = cfg.kernel
+    say(f"kernel: {k.op} candidates {', '.join(k.candidates)} vs {', '.join(k.baselines)} at rows "
+        f"{', '.join(map(str, plan.kernel.spec.rows))}, {k.trials} trials")
+    for section in ("paired", "public"):
+        p = plan.serving[section]
+        w = p.workload
+        say(f"{section}: {p.recipes[0].name} vs {p.recipes[1].name} on {w.name} (c = "
+            f"{', '.join(map(str, w.concurrency))}, {w.runs_per_arm} runs/arm, {w.arm_order}); drivers "
+            f"{', '.join(p.drivers)}")
+    for note in plan.notes:
+        say(f"note: {note}")
+    receipt = run(plan, con=con, say=say)
+    _print_summary(con, receipt.document)
+    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} (infercrane receipt show {receipt.path})")
+    return 0
+
+
+def _print_summary(con: Any, doc: dict[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=Text(f"PoC: {doc['model']['id']} ({doc['evidence_class']})"), title_justify="left")
+    for c in ("section", "decision", "reason"):
+        t.add_column(c)
+    ck = doc.get("custom_kernel") or {}
+    for g in [k for k in ck if k not in ("operator", "correctness", "decision", "reason", "decision_code")]:
+        t.add_row(Text(f"custom_kernel.{g}"), Text(str(ck[g]["decision"])), Text(_short(ck[g]["reason"])))
+    pa = doc.get("paired_aiperf")
+    if pa:
+        t.add_row(Text("paired_aiperf"), Text(pa["decision"]), Text(_short(pa["reason"])))
+    pw = doc.get("public_workload_reproduction")
+    if pw:
+        t.add_row(Text("public_workload_reproduction"), Text(str(pw["decision"])), Text(_short(pw["comparison_boundary"])))
+    con.print(t)
+    for g in [k for k in ck if k not in ("operator", "correctness", "decision", "reason", "decision_code")]:
+        for a in ck[g].get("amdahl") or []:
+            con.print(Text(f"  {g} rows={a['rows']}: step {a['decode_step_ms']:.3g} ms, op share "
+                           f"{a['op_share'] * 100:.2f}%, ceiling {a['best_possible_gain_percent']:.2f}%, expected "
+                           f"{a['expected_gain_percent']:.2f}%"))
+    con.print(Text.assemble(("boundary: ", "bold"), doc["qualification_boundary"]))
+
+
+def _short(text: str, n: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"

@@ -1,0 +1,329 @@
+"""A PoC receipt's sections, derived from the receipts behind them (``evidence``).
+
+``evidence`` holds, per GPU type key (``infercrane.poc.gpus``), the kernel v3 receipt of the screen (``kernel``) and
+the ``serve ab`` receipts of the paired A/B (``paired``) and of the public-workload A/B (``public``), whole. From them:
+
+* ``custom_kernel``: the seed's block; per GPU type the kernel receipt's table in the seed's names (``custom_ms``,
+  ``vllm_ms``, ``speedup_vs_vllm``, ``speedup_vs_eager``), its correctness, decision and reason. The decision is the
+  kernel receipt's, decided with one decode step per row count taken from that GPU's paired A/B
+  (``decode_steps_for``: the candidate recipe B's median TPOT p50 at concurrency ``c`` for rows ``c``);
+* ``paired_aiperf``: the paired A/B's block as that receipt states it;
+* ``public_workload_reproduction``: the public A/B's two arms set against the workload's published example, the A/B's
+  decision, and a comparison boundary that says what the published example discloses;
+* ``runtime_compatibility``, ``drivers``, ``model``, the serving ``policy``, the ``qualification_boundary`` and the
+  receipt's ``evidence_class``.
+
+``infercrane poc`` and ``receipt merge`` write these; ``receipt validate`` derives them again from the embedded
+receipts (after validating each of those fully) and names every field that disagrees.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .gpus import gpu_key_of_receipt
+
+EVIDENCE_SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
+# The PoC receipt fields this module owns; validation compares each with a fresh derivation.
+DERIVED_FIELDS: tuple[str, ...] = ("evidence_class", "model", "custom_kernel", "paired_aiperf", "bench",
+                                   "public_workload_reproduction", "runtime_compatibility", "qualification_boundary",
+                                   "drivers", "policy", "policy_sha256")
+SYNTHETIC = ("synthetic performance evidence only (random prompts{weights}); production trace replay, semantic "
+             "quality, cost, and release gates remain required")
+KERNEL_ONLY = "operator microbenchmark only; no end-to-end serving claim"
+# The kernel table's baselines in the seed's names (``vllm_ms``: vLLM's own kernel).
+SEED_BASELINES = (("vllm_vendor", "vllm"), ("eager", "eager"), ("torch_compile", "torch_compile"))
+
+
+# --- which block comes from which GPU --------------------------------------------------------------------------
+
+def section_gpu(evidence: dict[str, Any], section: str) -> str | None:
+    """The GPU type whose ``section`` receipt is the PoC's top-level block: ``serving_gpu`` when that section has
+    it, else the section's first GPU type in sorted order."""
+    held = evidence.get(section) or {}
+    if not held:
+        return None
+    chosen = evidence.get("serving_gpu")
+    return chosen if chosen in held else sorted(held)[0]
+
+
+def _top(evidence: dict[str, Any], section: str) -> dict[str, Any] | None:
+    g = section_gpu(evidence, section)
+    return evidence[section][g] if g is not None else None
+
+
+# --- the kernel's decode steps ------------------------------------------------------------------------------------
+
+def candidate_recipe(paired: dict[str, Any]) -> str:
+    """The paired A/B's candidate recipe (B), whose TPOT is the decode step: the second recipe of its recorded
+    plan."""
+    recipes = list(paired["provenance"]["config"]["recipes"])
+    if len(recipes) != 2:
+        raise ValueError(f"a paired A/B names two recipes, this one {recipes}")
+    return recipes[1]
+
+
+def decode_steps_for(kernel: dict[str, Any], paired: dict[str, Any]) -> list[Any]:
+    """One decode step per decision row of the kernel screen that is a concurrency of the paired A/B: the median
+    over the candidate recipe's ok runs at that concurrency of TPOT p50 (``kernels.receipt.tpot_decode_steps``)."""
+    from ..decide.policy import KernelPolicy
+    from ..kernels.receipt import tpot_decode_steps
+
+    policy = KernelPolicy.model_validate(kernel["policy"])
+    rows = [r for r in kernel["result"]["rows"] if policy.decides_on(r)]
+    label = f"paired A/B receipt {paired['content_sha256'][:16]}"
+    return tpot_decode_steps(paired, candidate_recipe(paired), rows, label)
+
+
+def steps_dump(steps: list[Any]) -> list[dict[str, Any]]:
+    return [s.model_dump(mode="json") for s in steps]
+
+
+def kernel_steps_agree(kernel: dict[str, Any], steps: list[Any]) -> bool:
+    return kernel.get("decode_step") is None and (kernel.get("decode_steps") or []) == steps_dump(steps)
+
+
+def decide_with_steps(kernel: dict[str, Any], steps: list[Any], *, measured: str) -> dict[str, Any]:
+    """The kernel receipt decided again (as ``kernel decide`` does, under its own policy) with one decode step per
+    row count; it names the receipt it was decided from (``measured``: where that one lies, and its hash)."""
+    from ..env.capture import provenance
+    from ..kernels.receipt import build_document
+    from ..receipts.io import HASH_FIELD, content_hash
+    from ..receipts.models_v3 import CudaKernelScreeningReceiptV3
+
+    model = CudaKernelScreeningReceiptV3.model_validate(kernel)
+    decided_from = {"receipt": measured, "content_sha256": kernel["content_sha256"]}
+    prov = provenance(config={"decided_from": decided_from, "measured_config": kernel["provenance"]["config"],
+                              "decode_step": steps_dump(steps), "policy": "the measured receipt's"},
+                      hardware_info=kernel["hardware"], software=kernel["software"], run_id=kernel["app_id"],
+                      model=kernel["provenance"].get("model"))
+    doc = build_document(model.result, model.policy, provenance=prov,
+                         model_source=kernel["model_shape_source"]["source"], decode_step=list(steps),
+                         decided_from=decided_from)
+    doc[HASH_FIELD] = content_hash(doc)
+    return doc
+
+
+# --- custom_kernel ------------------------------------------------------------------------------------------------
+
+def kernel_gpu_section(k: dict[str, Any]) -> dict[str, Any]:
+    """One GPU type's section of ``custom_kernel`` from its (decided) kernel receipt."""
+    cand = k["candidate"]["key"]
+    rows = []
+    for m in k["measurements"]:
+        row: dict[str, Any] = {"rows": m["rows"], "custom_ms": m[f"{cand}_ms"]}
+        for key, seed_name in SEED_BASELINES:
+            if m.get(f"{key}_ms") is not None and key != cand:
+                row[f"{seed_name}_ms"] = m[f"{key}_ms"]
+                row[f"speedup_vs_{seed_name}"] = m[f"speedup_vs_{key}"]
+        rows.append(row)
+    return {
+        "gpu": k["hardware"]["gpu"], "compute_capability": k["hardware"]["compute_capability"], "app_id": k["app_id"],
+        "measurements": rows, "evidence_class": k["evidence_class"], "candidate": cand,
+        "implementation": k["candidate"]["implementation"], "timing_mode": k["measurements_timing_mode"],
+        "correctness": k["candidate"]["correctness"], "decision": k["decision"], "decision_code": k["decision_code"],
+        "reason": k["reason"], "amdahl": k["amdahl"],
+    }
+
+
+def custom_kernel_block(kernels: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The seed's ``custom_kernel`` block over every GPU type's kernel receipt: one GPU's decision and reason as they
+    are; several GPUs' the same decision once, or each GPU's named."""
+    if not kernels:
+        return None
+    sections = {g: kernel_gpu_section(k) for g, k in sorted(kernels.items())}
+    operators = {k["model_shape_source"]["operator"] for k in kernels.values()}
+    if len(operators) != 1:
+        raise ValueError(f"the kernel receipts screen different operators: {sorted(operators)}")
+
+    def one_or_each(field: str, sep: str) -> str:
+        values = {s[field] for s in sections.values()}
+        if len(values) == 1:
+            return values.pop()
+        return sep.join(f"{g}: {s[field]}" for g, s in sections.items())
+
+    decisions = {s["decision"] for s in sections.values()}
+    codes = {s["decision_code"] for s in sections.values()}
+    decision = decisions.pop() if len(decisions) == 1 else "decided per GPU type: " + "; ".join(
+        f"{g}: {s['decision']}" for g, s in sections.items())
+    reason = next(iter(sections.values()))["reason"] if len(sections) == 1 else " | ".join(
+        f"{g}: {s['reason']}" for g, s in sections.items())
+    return {"operator": operators.pop(), "correctness": one_or_each("correctness", "; "), **sections,
+            "decision": decision, "reason": reason, "decision_code": codes.pop() if len(codes) == 1 else None}
+
+
+# --- public_workload_reproduction -----------------------------------------------------------------------------------
+
+def _test_server(doc: dict[str, Any]) -> bool:
+    return any(e.get("engine") == "testserver" for e in doc.get("engines", []))
+
+
+def comparison_boundary(published: dict[str, Any] | None, arms: list[dict[str, Any]], workload: str,
+                        test_server: bool) -> str:
+    """What the published example can and cannot say about this A/B's numbers, by what it discloses."""
+    if not published:
+        return (f"the workload {workload} has no published example, so nothing outside this A/B is compared; the "
+                "decision rests on the two recipes measured here, side by side")
+    ref = published["output_tokens_per_second"]
+    ratios = ", ".join(f"{a['recipe']} {a['output_tokens_per_second'] / ref * 100:.1f} percent" for a in arms)
+    text = f"output throughput against the published example's {ref:g} tok/s: {ratios}; "
+    if test_server:
+        text += "the engine was InferCrane's test server, so these ratios say nothing about vLLM or any GPU; "
+    if published["hardware_and_runtime_disclosed"]:
+        text += ("the example discloses its hardware and runtime, so the ratios compare like with like only as far "
+                 "as this run's hardware and runtime match them")
+    else:
+        text += ("the public example omits hardware and runtime versions, so these directional ratios are not an "
+                 "apples-to-apples product ranking")
+    return text + "; the decision rests on the two recipes measured here, side by side"
+
+
+def public_block(pub: dict[str, Any]) -> dict[str, Any]:
+    """The seed's ``public_workload_reproduction`` from the public-workload A/B: both arms (medians over runs), the
+    workload's published example, the A/B's decision and the comparison boundary."""
+    pa = pub["paired_aiperf"]
+    w = pa["workload"]
+    if len(w["concurrency"]) != 1:
+        raise ValueError(f"the public-workload A/B runs concurrencies {w['concurrency']}; a reproduction of a "
+                         "published example is one concurrency point")
+    c = w["concurrency"][0]
+    workload = pub["provenance"]["config"]["workload"]
+    arms = [{"recipe": m["recipe"], "driver": pa["primary_driver"], "app_id": pa["app_id"],
+             **{k: m[k] for k in ("output_tokens_per_second", "request_throughput", "ttft_p95_ms", "tpot_p95_ms",
+                                  "latency_p95_ms")},
+             "failures": m["failures"], "runs": m["runs"]}
+            for m in pa["measurements"] if m["concurrency"] == c]
+    published = workload.get("published_example")
+    return {
+        "workload": {"requests": w["requests_per_point"][str(c)], "concurrency": c,
+                     "input_tokens": w["input_tokens"], "output_tokens": w["output_tokens"],
+                     "streaming": w["streaming"]},
+        "published_example": published, "arms": arms, "decision": pa["decision"],
+        "comparison_boundary": comparison_boundary(published, arms, workload["name"], _test_server(pub)),
+        "driver_agreement": [], "decision_code": pa["decision_code"], "reason": pa["reason"],
+    }
+
+
+# --- the rest ---------------------------------------------------------------------------------------------------------
+
+def _serving_docs(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every serving receipt of the evidence, the top-level ones first."""
+    top = [d for d in (_top(evidence, "paired"), _top(evidence, "public")) if d is not None]
+    rest = [d for s in ("paired", "public") for _, d in sorted((evidence.get(s) or {}).items())
+            if not any(d is t for t in top)]
+    return top + rest
+
+
+def _model_block(evidence: dict[str, Any]) -> dict[str, Any]:
+    serving = _serving_docs(evidence)
+    if serving:
+        return dict(serving[0]["model"])
+    k = next(v for _, v in sorted(evidence["kernel"].items()))
+    m = k["provenance"].get("model") or {}
+    c = m.get("config_fields") or {}
+    shape = k["model_shape_source"]
+    return {"id": shape["id"], "revision": shape.get("revision") or "unknown", "hidden_size": shape["hidden_size"],
+            "layers": shape.get("num_hidden_layers") or c.get("num_hidden_layers"),
+            "rms_norm_epsilon": shape["rms_norm_eps"], "weights": "none", "tokenizer": "none"}
+
+
+def _ledger(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for doc in _serving_docs(evidence):
+        for entry in doc.get("runtime_compatibility", []):
+            if entry not in out:
+                out.append(entry)
+    return out
+
+
+def _policy(evidence: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The serving policy both A/Bs were decided under (their workload notes aside), and its hash."""
+    serving = _serving_docs(evidence)
+    if not serving:
+        return {}, None
+    doc = serving[0]
+    return ({k: v for k, v in doc.get("policy", {}).items() if k != "workload_notes"}, doc.get("policy_sha256"))
+
+
+def _functional_parts(evidence: dict[str, Any]) -> list[str]:
+    parts = []
+    if any(k["evidence_class"] == "cpu-functional-check" for k in evidence.get("kernel", {}).values()):
+        parts.append("the kernel screen ran without a GPU (correctness against the float32 oracle only, nothing "
+                     "timed)")
+    if any(_test_server(d) for d in _serving_docs(evidence)):
+        parts.append("the serving A/Bs ran against InferCrane's test server (programmed latencies), not vLLM")
+    return parts
+
+
+def qualification_boundary(evidence: dict[str, Any]) -> str:
+    serving = _serving_docs(evidence)
+    dummy = any(d["model"].get("weights") == "dummy" for d in serving)
+    text = SYNTHETIC.format(weights=", dummy weights" if dummy else "") if serving else KERNEL_ONLY
+    if any(k["evidence_class"] == "real-gpu-microbenchmark" for k in evidence.get("kernel", {}).values()):
+        text += ("; the kernel's end-to-end figures are Amdahl estimates from its share of the decode step the "
+                 "paired A/B measured, not a serving measurement of the kernel")
+    parts = _functional_parts(evidence)
+    if parts:
+        text = ("FUNCTIONAL PoC: " + "; ".join(parts) + ": it exercises every step and claims nothing about speed; "
+                + text)
+    return text
+
+
+def derive_sections(evidence: dict[str, Any]) -> dict[str, Any]:
+    """Every field of ``DERIVED_FIELDS`` from the evidence (a field the evidence cannot fill is None)."""
+    paired, public = _top(evidence, "paired"), _top(evidence, "public")
+    policy, policy_sha = _policy(evidence)
+    drivers: dict[str, str] = {}
+    for doc in _serving_docs(evidence):
+        for name, version in doc.get("drivers", {}).items():
+            drivers.setdefault(name, version)
+    return {
+        "evidence_class": "functional-check" if _functional_parts(evidence) else "real-gpu-measurement",
+        "model": _model_block(evidence),
+        "custom_kernel": custom_kernel_block(evidence.get("kernel") or {}),
+        "paired_aiperf": paired["paired_aiperf"] if paired is not None else None,
+        "bench": None,
+        "public_workload_reproduction": public_block(public) if public is not None else None,
+        "runtime_compatibility": _ledger(evidence),
+        "qualification_boundary": qualification_boundary(evidence),
+        "drivers": drivers,
+        "policy": policy,
+        "policy_sha256": policy_sha,
+    }
+
+
+def evidence_gpu(doc: dict[str, Any]) -> str:
+    return gpu_key_of_receipt(doc)
+
+
+def assemble(evidence: dict[str, Any], *, provenance: dict[str, Any], complete: bool,
+             incomplete_reason: str | None, merged_from: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A PoC receipt document (``infercrane.optimization-poc-receipt/v2``) over ``evidence``; the caller hashes,
+    validates and writes it (``receipts.validate.write_receipt``)."""
+    from ..receipts.models_v2 import POC_V2
+
+    if not any(evidence.get(s) for s in EVIDENCE_SECTIONS):
+        raise ValueError("a PoC receipt needs at least one section's receipt")
+    derived = derive_sections(evidence)
+    return {
+        "schema_version": POC_V2,
+        "recorded_at": provenance["recorded_at"],
+        "evidence_class": derived["evidence_class"],
+        "model": derived["model"],
+        "software": provenance["software"],
+        "custom_kernel": derived["custom_kernel"],
+        "paired_aiperf": derived["paired_aiperf"],
+        "bench": None,
+        "public_workload_reproduction": derived["public_workload_reproduction"],
+        "runtime_compatibility": derived["runtime_compatibility"],
+        "qualification_boundary": derived["qualification_boundary"],
+        "complete": complete,
+        "incomplete_reason": None if complete else (incomplete_reason or "not every section has run"),
+        "drivers": derived["drivers"],
+        "engines": [],
+        "runs": [],
+        "policy": derived["policy"],
+        "policy_sha256": derived["policy_sha256"],
+        "merged_from": merged_from or [],
+        "provenance": provenance,
+        "evidence": evidence,
+    }

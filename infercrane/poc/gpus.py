@@ -1,0 +1,38 @@
+"""GPU type keys: the short lower-case names a PoC receipt keys its per-GPU sections by (``h100``, ``l40s``).
+
+A key comes from the measured hardware (``hardware.gpu``, the device name PyTorch reports), never from what was asked
+for: ``gpu_key("NVIDIA H100 80GB HBM3") == "h100"``. A machine without a GPU is ``cpu``. A device name that names no
+known type keeps a slug of its name (``nvidia_some_new_part``), so nothing is ever filed under another GPU's key.
+"""
+from __future__ import annotations
+
+import re
+
+# Known GPU types, matched as whole words of the lower-cased device name (so "gh200" is never "h200" and "l40s" is
+# never "l40"). Order: the first match wins.
+KNOWN_GPU_TYPES: tuple[str, ...] = (
+    "gb200", "gh200", "b300", "b200", "b100", "h200", "h100", "h800", "h20", "a100", "a800", "a10g", "a10", "a30",
+    "a40", "l40s", "l40", "l4", "v100", "t4", "a6000", "a5000", "a4000", "rtx6000", "rtx5090", "rtx4090", "rtx3090",
+)
+CPU_KEY = "cpu"
+_RTX = re.compile(r"\brtx\s*(\d{4})\b")
+
+
+def gpu_key(device_name: str) -> str:
+    """The GPU type key of a measured device name; ``cpu`` for ``"none"`` (no GPU)."""
+    name = " ".join(str(device_name).lower().split())
+    if name in ("", "none"):
+        return CPU_KEY
+    name = _RTX.sub(lambda m: f"rtx{m.group(1)}", name)
+    for key in KNOWN_GPU_TYPES:
+        if re.search(rf"\b{re.escape(key)}\b", name):
+            return key
+    slug = re.sub(r"[^a-z0-9]+", "_", name).strip("_")
+    return slug if slug and slug[0].isalpha() else f"gpu_{slug}"
+
+
+def gpu_key_of_receipt(doc: dict) -> str:
+    """The GPU type a receipt's numbers were measured on: a kernel receipt's ``hardware``, a serving receipt's
+    ``provenance.hardware``."""
+    hw = doc.get("hardware") or (doc.get("provenance") or {}).get("hardware") or {}
+    return gpu_key(hw.get("gpu", "none"))

@@ -1,0 +1,402 @@
+"""Running a PoC: preflight of every section, then the kernel screen, the paired A/B and the public-workload A/B, in
+that order, each written as its own receipt as it finishes, and one PoC receipt over them.
+
+Layout of a run (``--out runs/RUN_ID/poc.json``, the default)::
+
+    runs/RUN_ID/poc.json                 the PoC receipt (complete: false until every section has finished)
+    runs/RUN_ID/poc/kernel.json          the kernel screen's v3 receipt, as measured
+    runs/RUN_ID/poc/paired.json          the paired A/B's serve-ab receipt (written after every run)
+    runs/RUN_ID/poc/public.json          the public-workload A/B's serve-ab receipt
+    runs/RUN_ID/poc/<section>-artifacts/ engine logs and driver exports
+
+Every input of every section (config, model, GPU, policies, recipes, workloads, engines, drivers, tokenizers, output
+paths, the memory the kernel rows need) is checked before the first section starts. ``--resume`` reuses a section
+whose receipt exists, validates, is complete and was made from the same section configuration (its hash, recorded in
+the section receipt's provenance); any other section runs again (an old receipt in its place is kept beside it as
+``<section>.superseded-N.json``). A failure or an interrupt in a section leaves every finished section's receipt as it
+was and a PoC receipt over them marked ``complete: false`` with the reason.
+
+The kernel screen runs first, before any decode step is known; once the paired A/B has finished, its receipt is
+decided again (``derive.decide_with_steps``) with one decode step per row count from the paired A/B's candidate recipe.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import SECTIONS, PocConfig, load_config, resolve_ref
+
+
+@dataclass
+class PocPlan:
+    """A PoC whose every input has been checked (``prepare``), ready to ``run``."""
+
+    config: PocConfig
+    config_path: Path
+    config_sha256: str
+    out: Path
+    sections_dir: Path
+    run_id: str
+    kernel: Any
+    kernel_sha256: str
+    serving: dict[str, Any]
+    model_provenance: dict[str, Any]
+    sign_key: Path | None = None
+    reusable: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def section_path(self, section: str) -> Path:
+        return self.sections_dir / f"{section}.json"
+
+
+# --- preflight ------------------------------------------------------------------------------------------------------
+
+def _out_and_run_id(out: Path | None, resume: Path | None) -> tuple[Path, str, bool]:
+    from ..env.capture import new_run_id, run_id_from_env
+    from ..errors import InputError
+    from ..receipts.io import read_json
+
+    if resume is not None:
+        resume = Path(resume)
+        target = resume / "poc.json" if resume.is_dir() else resume
+        if out is not None and Path(out).resolve() != target.resolve():
+            raise InputError(f"--out {out} and --resume {resume} name different PoC receipts; give one")
+        if not (target.exists() or target.with_suffix("").is_dir()):
+            raise InputError(f"--resume {resume}: no PoC run there (no {target.name} and no {target.with_suffix('').name}/ "
+                             "folder)", hint="give the run folder a PoC wrote (runs/RUN_ID) or its PoC receipt")
+        run_id = None
+        for candidate in [target, *(target.with_suffix("") / f"{s}.json" for s in SECTIONS)]:
+            try:
+                run_id = read_json(candidate)["provenance"]["run_id"]
+                break
+            except (InputError, KeyError, TypeError):
+                continue
+        return target, run_id or run_id_from_env() or new_run_id(), True
+    run_id = run_id_from_env() or new_run_id()
+    target = Path(out) if out is not None else Path("runs") / run_id / "poc.json"
+    if target.suffix != ".json":
+        raise InputError(f"--out {target}: give a .json file path (the sections go into the folder of its name, "
+                         f"{target.with_suffix('')}/)")
+    held = [s for s in SECTIONS if (target.with_suffix("") / f"{s}.json").exists()]
+    if held:
+        raise InputError(f"--out {target}: {target.with_suffix('')}/ already holds section receipts "
+                         f"({', '.join(held)})", hint=f"continue that PoC with --resume {target}, or give another --out")
+    return target, run_id, False
+
+
+def _check_gpu(cfg: PocConfig, path: Path) -> None:
+    from ..errors import UnavailableError
+    from .gpus import gpu_key
+
+    if cfg.functional:
+        return
+    try:
+        import torch
+        visible = torch.cuda.is_available()
+    except ImportError:
+        visible = False
+    if not visible:
+        raise UnavailableError(f"{path}: gpu: {cfg.gpu}: this PoC needs a CUDA GPU and none is visible",
+                               hint="run it on a GPU machine, or run the functional PoC here: infercrane poc functional")
+    if cfg.gpu != "any":
+        name = torch.cuda.get_device_name(torch.cuda.current_device())
+        if gpu_key(name) != cfg.gpu:
+            raise UnavailableError(f"{path}: gpu: {cfg.gpu}: this machine's GPU is {name} ({gpu_key(name)})",
+                                   hint=f"run it on a {cfg.gpu}, or set gpu: any")
+
+
+def _input_error_from(e: Exception, where: str) -> Exception:
+    from pydantic import ValidationError
+
+    from ..errors import InputError
+
+    if isinstance(e, ValidationError):
+        lines = [f"{where}: {'.'.join(map(str, x['loc'])) or '(top level)'}: {x['msg']}" for x in e.errors()]
+        return InputError("\n".join(lines))
+    return e
+
+
+def _kernel_prepared(cfg: PocConfig, path: Path, sections_dir: Path, con: Any) -> tuple[Any, str]:
+    from pydantic import ValidationError
+
+    from ..commands.kernel import prepare_screen
+    from ..decide.policy import load_policy
+    from ..errors import InputError, about
+    from ..kernels.config import ScreenConfig
+    from ..receipts.io import config_hash
+
+    k = cfg.kernel
+    policy_ref = resolve_ref(k.policy, path) if k.policy else None
+    with about(f"{path}: kernel.policy"):
+        policy = load_policy("kernel", policy_ref)
+    missing = [b for b in policy.counted_baselines if b not in k.baselines]
+    if missing:
+        raise InputError(f"{path}: kernel.baselines: the kernel policy counts {', '.join(missing)}, which the screen "
+                         "would not run", hint="add it to kernel.baselines (it is recorded as skipped where it cannot "
+                                               "run), or drop it from counted_baselines in a kernel.policy file")
+    try:
+        screen = ScreenConfig(op=k.op, device="cpu" if cfg.functional else "cuda", model=cfg.model,
+                              rows=tuple(k.rows) if k.rows else None, impls=tuple(k.candidates + k.baselines),
+                              modes=tuple(k.modes), trials=k.trials, samples=k.samples, checks=k.checks,
+                              dtype=k.dtype, policy=Path(policy_ref) if policy_ref else None, seed=k.seed,
+                              timeout_s=k.timeout_s, out=sections_dir / "kernel.json")
+    except ValidationError as e:
+        raise _input_error_from(e, f"{path}: kernel") from None
+    with about(f"{path}: kernel"):
+        prepared = prepare_screen(screen, out=sections_dir / "kernel.json", con=con)
+    sha = config_hash({"section": "kernel", "screen": screen.model_dump(mode="json", exclude={"out", "sign_key"}),
+                       "rows": list(prepared.spec.rows), "policy": policy.model_dump(mode="json")})
+    return prepared, sha
+
+
+def _stand_in(model_id: str) -> str:
+    from ..models.standin import read_stand_in_marker, write_stand_in
+
+    path = Path("runs") / "stand-ins" / model_id.replace("/", "--")
+    if read_stand_in_marker(path) is None:
+        write_stand_in(model_id, path, overwrite=path.exists())
+    return str(path.resolve())
+
+
+def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    from ..decide.policy import load_policy
+    from ..errors import InputError, about
+    from ..models.catalog import load_model_config
+    from ..receipts.io import config_hash
+    from ..serving.drivers import get_driver
+    from ..serving.receipt import model_provenance
+    from ..serving.recipes import check_recipe, load_recipe
+    from ..serving.workload import load_workload, resolve_tokenizer
+    from .serving import ABPlan
+
+    s = cfg.serving
+    with about(f"{path}: serving.policy"):
+        policy = load_policy("serving", resolve_ref(s.policy, path) if s.policy else None)
+    with about(f"{path}: model"):
+        load_model_config(cfg.model)
+    for d in s.drivers:
+        with about(f"{path}: serving.drivers"):
+            get_driver(d).require_available()
+    loaded: dict[str, tuple[list[Any], Any]] = {}
+    for section in ("paired", "public"):  # names and files first: nothing is written before they all load
+        sec = getattr(cfg, section)
+        recs = []
+        for i, name in enumerate(sec.recipes):
+            with about(f"{path}: {section}.recipes[{i}] {name!r}"):
+                recs.append(load_recipe(resolve_ref(name, path)))
+        if recs[0].name == recs[1].name:
+            raise InputError(f"{path}: {section}.recipes: both recipes are named {recs[0].name!r}",
+                             hint="give the candidate recipe a different name")
+        with about(f"{path}: {section}.workload {sec.workload!r}"):
+            workload = load_workload(resolve_ref(sec.workload, path))
+            if sec.workload_overrides():
+                workload = workload.with_overrides(**sec.workload_overrides())
+        if section == "public" and len(workload.concurrency) != 1:
+            raise InputError(f"{path}: public.workload {sec.workload!r}: runs concurrencies {workload.concurrency}; "
+                             "a public-workload reproduction is one concurrency point, as its published example is",
+                             hint="set public.concurrency: [N]")
+        loaded[section] = (recs, workload)
+    stand_in = _stand_in(cfg.model) if s.stand_in else None
+    plans: dict[str, Any] = {}
+    for section, (loaded_recs, workload) in loaded.items():
+        recs = []
+        for i, r in enumerate(loaded_recs):
+            where = f"{path}: {section}.recipes[{i}] {getattr(cfg, section).recipes[i]!r}"
+            if stand_in is None and r.engine == "testserver" and r.model == cfg.model:
+                # The test server serves no weights: for a catalog model it runs on that model's offline stand-in
+                # (its config for the receipt, its tokenizer for the drivers).
+                r = r.with_overrides(model=_stand_in(cfg.model))
+            elif stand_in is not None:
+                r = r.with_overrides(model=stand_in)
+            elif not r.model_is_local() and r.model != cfg.model:
+                raise InputError(f"{where}: serves {r.model!r}, not the PoC's model {cfg.model!r}",
+                                 hint=f"use a recipe of {cfg.model}, or set serving.stand_in: true to serve a "
+                                      f"stand-in of {cfg.model} with every recipe")
+            with about(where):
+                check_recipe(r)
+                resolve_tokenizer(r)
+            recs.append(r)
+        sha = config_hash({"section": section, "recipes": [r.canonical() for r in recs],
+                           "workload": workload.model_dump(mode="json"), "drivers": list(s.drivers),
+                           "policy": policy.model_dump(mode="json"), "startup_timeout_s": s.startup_timeout_s})
+        options = {"poc_section": {"name": section, "sha256": sha, "config": cfg.name},
+                   "drivers": list(s.drivers), "stand_in": s.stand_in, "startup_timeout_s": s.startup_timeout_s,
+                   "order": None}
+        plans[section] = ABPlan(section=section, recipes=recs, workload=workload, drivers=list(s.drivers),
+                                policy=policy, startup_timeout_s=s.startup_timeout_s,
+                                out=sections_dir / f"{section}.json", section_sha256=sha, options=options)
+    return plans, model_provenance(plans["paired"].recipes[0])
+
+
+def _section_sha_of(doc: dict[str, Any], section: str) -> str | None:
+    config = (doc.get("provenance") or {}).get("config") or {}
+    holder = config if section == "kernel" else (config.get("options") or {})
+    return (holder.get("poc_section") or {}).get("sha256")
+
+
+def _reusable(plan: PocPlan, say: Any) -> None:
+    """Which sections a resumed PoC takes as they are: receipt present, valid, complete, same section config."""
+    from ..errors import InfercraneError
+    from ..receipts.validate import load_receipt
+
+    for section in SECTIONS:
+        path = plan.section_path(section)
+        if not path.exists():
+            continue
+        want = plan.kernel_sha256 if section == "kernel" else plan.serving[section].section_sha256
+        try:
+            doc = load_receipt(path).document
+        except InfercraneError as e:
+            say(f"{section}: {path} does not validate ({e.message.splitlines()[0]}): runs again")
+            continue
+        if section != "kernel" and not doc.get("complete"):
+            say(f"{section}: {path} is incomplete ({doc.get('incomplete_reason')}): runs again")
+        elif _section_sha_of(doc, section) != want:
+            say(f"{section}: {path} was made from another {section} configuration: runs again")
+        else:
+            plan.reusable[section] = doc
+            say(f"{section}: reusing {path} (valid, complete, same configuration)")
+
+
+def prepare(config_ref: str | Path, *, out: Path | None, resume: Path | None, sign_key: Path | None,
+            con: Any, say: Any) -> PocPlan:
+    """Check every input of every section before anything runs (module docstring); starts nothing."""
+    from ..commands.options import check_output_file, check_sign_key
+    from ..receipts.io import config_hash
+
+    cfg, path = load_config(config_ref)
+    target, run_id, resuming = _out_and_run_id(out, resume)
+    check_output_file(target, "--out")
+    check_sign_key(sign_key)
+    sections_dir = target.with_suffix("")
+    _check_gpu(cfg, path)
+    kernel, kernel_sha = _kernel_prepared(cfg, path, sections_dir, con)
+    serving, model_prov = _serving_plans(cfg, path, sections_dir)
+    plan = PocPlan(config=cfg, config_path=path, config_sha256=config_hash(cfg.model_dump(mode="json")), out=target,
+                   sections_dir=sections_dir, run_id=run_id, kernel=kernel, kernel_sha256=kernel_sha,
+                   serving=serving, model_provenance=model_prov, sign_key=sign_key)
+    policy = kernel.policy
+    rows = [r for r in kernel.spec.rows if policy.decides_on(r)]
+    conc = serving["paired"].workload.concurrency
+    stepped = [r for r in rows if r in conc]
+    plan.notes.append(f"decode step per row count: TPOT p50 of {serving['paired'].recipes[1].name} at c = "
+                      f"{', '.join(map(str, stepped)) or '(none)'} for rows {', '.join(map(str, stepped)) or '(none)'}"
+                      + (f"; rows {', '.join(map(str, [r for r in rows if r not in conc]))} have no matching "
+                         "concurrency, so no end-to-end ceiling there" if len(stepped) < len(rows) else ""))
+    if resuming:
+        _reusable(plan, say)
+    return plan
+
+
+# --- running --------------------------------------------------------------------------------------------------------
+
+def _set_aside(path: Path) -> Path | None:
+    """Move an old section receipt (and its artifacts) out of the way of a new run; nothing measured is deleted."""
+    if not path.exists():
+        return None
+    n = 1
+    while path.with_name(f"{path.stem}.superseded-{n}.json").exists():
+        n += 1
+    kept = path.with_name(f"{path.stem}.superseded-{n}.json")
+    path.rename(kept)
+    art = path.with_name(f"{path.stem}-artifacts")
+    if art.exists():
+        art.rename(path.with_name(f"{path.stem}-artifacts.superseded-{n}"))
+    return kept
+
+
+def evidence_of(plan: PocPlan, docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The PoC receipt's evidence from the sections finished so far: each under its GPU type; the kernel decided
+    again with the paired A/B's decode steps once that has run on the same GPU type."""
+    from .derive import decide_with_steps, decode_steps_for, kernel_steps_agree
+    from .gpus import gpu_key_of_receipt
+
+    ev: dict[str, Any] = {"kernel": {}, "paired": {}, "public": {}, "serving_gpu": None}
+    for section in ("paired", "public"):
+        if section in docs:
+            g = gpu_key_of_receipt(docs[section])
+            ev[section][g] = docs[section]
+            ev["serving_gpu"] = ev["serving_gpu"] or g
+    if "kernel" in docs:
+        k = docs["kernel"]
+        g = gpu_key_of_receipt(k)
+        if g in ev["paired"]:
+            steps = decode_steps_for(k, ev["paired"][g])
+            if not kernel_steps_agree(k, steps):
+                k = decide_with_steps(k, steps, measured=str(plan.section_path("kernel")))
+        ev["kernel"][g] = k
+    return ev
+
+
+def write_poc(plan: PocPlan, docs: dict[str, dict[str, Any]], *, complete: bool, reason: str | None) -> Any:
+    from ..commands.options import sign_written
+    from ..env.capture import hardware, provenance
+    from ..receipts.validate import write_receipt
+    from .derive import assemble
+
+    prov = provenance(config={"command": "poc", "config_file": str(plan.config_path),
+                              "config": plan.config.model_dump(mode="json"), "config_sha256": plan.config_sha256,
+                              "sections": {"kernel": plan.kernel_sha256,
+                                           **{s: p.section_sha256 for s, p in plan.serving.items()}},
+                              "section_receipts": {s: str(plan.section_path(s)) for s in SECTIONS}},
+                      hardware_info=hardware(probe_gpu=not plan.config.functional), run_id=plan.run_id,
+                      model=plan.model_provenance)
+    doc = assemble(evidence_of(plan, docs), provenance=prov, complete=complete, incomplete_reason=reason)
+    written = write_receipt(doc, plan.out)
+    sign_written(written.path, plan.sign_key)
+    return written
+
+
+def _decision_line(section: str, doc: dict[str, Any]) -> str:
+    if section == "kernel":
+        return f"{doc['decision']} ({doc['evidence_class']})"
+    pa = doc.get("paired_aiperf") or {}
+    return f"{pa.get('decision')}"
+
+
+def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
+    """Run every section not reused, in order; returns the written PoC receipt (module docstring)."""
+    from ..commands.kernel import run_prepared_screen
+    from ..errors import InfercraneError
+    from .serving import run_ab
+
+    t0 = time.monotonic()
+    docs: dict[str, dict[str, Any]] = {}
+    for section in SECTIONS:
+        start = time.monotonic()
+        if section in plan.reusable:
+            docs[section] = plan.reusable[section]
+            say(f"{section}: reused [{time.monotonic() - t0:.1f} s elapsed]: {_decision_line(section, docs[section])}")
+            continue
+        say(f"{section}: start [{start - t0:.1f} s elapsed]")
+        kept = _set_aside(plan.section_path(section))
+        if kept is not None:
+            say(f"{section}: the old receipt is kept as {kept}")
+        try:
+            if section == "kernel":
+                receipt = run_prepared_screen(plan.kernel, run_id=plan.run_id, con=con,
+                                              extra_config={"poc_section": {"name": "kernel",
+                                                                            "sha256": plan.kernel_sha256,
+                                                                            "config": plan.config.name}})
+            else:
+                receipt = run_ab(plan.serving[section], run_id=plan.run_id, con=con, say=say)
+        except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
+            why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else \
+                f"interrupted ({type(exc).__name__})"
+            say(f"{section}: STOPPED after {time.monotonic() - start:.1f} s: {why}")
+            if docs:
+                done = ", ".join(docs)
+                r = write_poc(plan, docs, complete=False,
+                              reason=f"section {section} stopped: {why}; finished: {done}; continue with "
+                                     f"infercrane poc {plan.config_path} --resume {plan.out}")
+                say(f"partial PoC receipt (complete: false; sections {done} kept): {r.path}")
+            raise
+        docs[section] = receipt.document
+        say(f"{section}: done in {time.monotonic() - start:.1f} s [{time.monotonic() - t0:.1f} s elapsed]: "
+            f"{_decision_line(section, receipt.document)}; receipt {receipt.path}")
+        left = [s for s in SECTIONS if s not in docs]
+        if left:
+            write_poc(plan, docs, complete=False, reason=f"in progress: {', '.join(left)} still to run")
+    return write_poc(plan, docs, complete=True, reason=None)

@@ -1,0 +1,101 @@
+"""``receipt merge``: PoC receipts (``infercrane poc``) and kernel receipts (v3) made on different machines or GPU
+types, joined into one PoC receipt with ``custom_kernel.<gpu>`` per GPU type.
+
+Every input is validated fully first. Refused, each in one line naming both files: a receipt of another kind (a
+``serve ab`` / ``serve bench`` receipt, a v1 or v2 kernel receipt), receipts of different models or model revisions,
+of different kernel or serving policies (the policy dict, its workload notes aside: what ``policy_sha256`` hashes),
+and two receipts holding the same section for the same GPU type. The merged receipt's evidence is the inputs'
+evidence side by side, keyed by the GPU type each receipt was measured on (``infercrane.poc.gpus``); a kernel whose
+GPU type has a paired A/B in the merge is decided again with that A/B's decode steps (as ``infercrane poc`` does),
+and the merged receipt records every input (path, schema version, content hash) in ``merged_from``. It validates as
+every PoC receipt does: each section derived again from the embedded evidence.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+SECTIONS = ("kernel", "paired", "public")
+
+
+def _policy_key(doc: dict[str, Any]) -> str:
+    from .io import config_hash
+
+    return config_hash({k: v for k, v in (doc.get("policy") or {}).items() if k != "workload_notes"})
+
+
+def _model_of(doc: dict[str, Any]) -> tuple[str | None, str | None]:
+    m = doc.get("model_shape_source") or doc.get("model") or {}
+    rev = m.get("revision")
+    return m.get("id"), None if rev in (None, "unknown") else rev
+
+
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """The merged PoC receipt document (not yet hashed or written); InputError for anything refused."""
+    from ..env.capture import hardware, new_run_id, provenance
+    from ..poc.derive import assemble, decide_with_steps, decode_steps_for, kernel_steps_agree
+    from ..poc.gpus import gpu_key_of_receipt
+    from .models_v2 import POC_V2
+    from .models_v3 import SCREENING_V3
+    from .validate import load_receipt
+
+    if len(paths) < 2:
+        raise InputError("receipt merge joins two or more receipts; give at least two files")
+    evidence: dict[str, Any] = {s: {} for s in SECTIONS} | {"serving_gpu": None}
+    origin: dict[tuple[str, str], Path] = {}
+    first_of: dict[str, tuple[Path, Any]] = {}  # what the first receipt of each kind said, for the refusals
+    inputs, incomplete, model_prov = [], [], None
+    for path in paths:
+        doc = load_receipt(path).document
+        version = doc["schema_version"]
+        if version == SCREENING_V3:
+            entries = [("kernel", gpu_key_of_receipt(doc), doc)]
+        elif version == POC_V2 and doc.get("evidence") is not None:
+            entries = [(s, g, d) for s in SECTIONS for g, d in doc["evidence"][s].items()]
+            if not doc["complete"]:
+                incomplete.append(f"{path} ({doc.get('incomplete_reason')})")
+            model_prov = model_prov or doc["provenance"].get("model")
+            evidence["serving_gpu"] = evidence["serving_gpu"] or doc["evidence"].get("serving_gpu")
+        else:
+            what = " of serve ab / serve bench" if version == POC_V2 else ""
+            raise InputError(f"{path}: is {version}{what}; receipt merge joins PoC receipts (infercrane poc, receipt "
+                             f"merge) and kernel receipts ({SCREENING_V3})",
+                             hint="give the PoC receipt that embeds it, or its kernel screen's receipt")
+        model = _model_of(doc)
+        if "model" in first_of and first_of["model"][1] != model:
+            p0, m0 = first_of["model"]
+            raise InputError(f"{path}: is of model {model[0]} revision {model[1]}, {p0} of {m0[0]} revision {m0[1]}; "
+                             "a merged receipt is of one model at one revision", hint="merge receipts of one model")
+        first_of.setdefault("model", (path, model))
+        for section, g, d in entries:
+            if (section, g) in origin:
+                raise InputError(f"{path} and {origin[(section, g)]} both hold a {section} section measured on {g}; a "
+                                 "merged receipt holds one per GPU type", hint="leave one of them out")
+            lab = "kernel" if section == "kernel" else "serving"
+            key = _policy_key(d)
+            if lab in first_of and first_of[lab][1] != key:
+                p0 = first_of[lab][0]
+                raise InputError(f"{path}: its {section} section on {g} was decided under another {lab} policy than "
+                                 f"{p0}'s (policy sha256 {key[:12]}… vs {first_of[lab][1][:12]}…)",
+                                 hint=f"decide both again under one {lab} policy (kernel decide / serve decide) first")
+            first_of.setdefault(lab, (path, key))
+            origin[(section, g)] = path
+            evidence[section][g] = d
+        inputs.append({"receipt": str(path), "schema_version": version, "content_sha256": doc["content_sha256"]})
+    if evidence["serving_gpu"] not in {g for s in ("paired", "public") for g in evidence[s]}:
+        evidence["serving_gpu"] = next((g for s in ("paired", "public") for g in sorted(evidence[s])), None)
+    for g, k in list(evidence["kernel"].items()):
+        paired = evidence["paired"].get(g)
+        if paired is not None:
+            steps = decode_steps_for(k, paired)
+            if not kernel_steps_agree(k, steps):
+                evidence["kernel"][g] = decide_with_steps(k, steps, measured=f"{origin[('kernel', g)]}: kernel {g}")
+    missing = [s for s in SECTIONS if not evidence[s]]
+    reasons = ([f"merged from incomplete receipts: {'; '.join(incomplete)}"] if incomplete else []) + \
+              ([f"no {', '.join(missing)} section in any input"] if missing else [])
+    prov = provenance(config={"command": "receipt merge", "inputs": inputs}, hardware_info=hardware(probe_gpu=False),
+                      run_id=new_run_id(), model=model_prov)
+    return assemble(evidence, provenance=prov, complete=not reasons, incomplete_reason="; ".join(reasons) or None,
+                    merged_from=inputs)
