@@ -51,10 +51,25 @@ def run_record(m: RunMetrics) -> dict[str, Any]:
 
 
 def engine_record(e: Any) -> dict[str, Any]:
+    launched = getattr(e, "launched_by_infercrane", True)
+    if launched:
+        exit_status = (f"returncode {e.returncode}" if e.returncode is not None else None) if not e.stop_signals \
+            else f"returncode {e.returncode}; stopped with {', '.join(e.stop_signals)}"
+    else:  # a --url server: InferCrane neither started nor stopped it
+        offered = getattr(e, "prefix_cache_reset_offered", None)
+        exit_status = ("not stopped: not launched by InferCrane; prefix cache "
+                       + (f"reset before every run ({e.prefix_cache_resets} resets)" if offered
+                          else "not reset (the server offers no POST /reset_prefix_cache): runs share its cache"))
+    url = getattr(e, "url", None) or f"http://{e.host}:{e.port}"
     return {"recipe": e.recipe_name, "recipe_sha256": e.recipe_sha256, "engine": e.engine, "version": e.version,
-            "command_line": e.command, "env": e.env_added, "pid": e.pid, "log_path": e.log_path, "startup_s": e.ready_after_s,
-            "exit_status": (f"returncode {e.returncode}" if e.returncode is not None else None)
-            if not e.stop_signals else f"returncode {e.returncode}; stopped with {', '.join(e.stop_signals)}"}
+            "command_line": e.command or [f"(not launched by InferCrane: the server at {url})"],
+            "env": e.env_added, "pid": e.pid,
+            "log_path": e.log_path or "(none: the server was not launched by InferCrane)",
+            "startup_s": e.ready_after_s, "exit_status": exit_status,
+            "launched_by_infercrane": launched, "served_models": list(getattr(e, "served_models", [])),
+            "program_env": dict(getattr(e, "program_env", {})),
+            "gpu_memory_utilization": getattr(e, "gpu_memory_utilization", None),
+            "coresident_with": list(getattr(e, "coresident_with", []))}
 
 
 def _ok_runs(result: PlanResult, arm: str, concurrency: int, driver: str) -> list[RunMetrics]:
@@ -84,6 +99,29 @@ def serving_arm(result: PlanResult, arm: str, c: int, driver: str) -> ServingArm
     runs = _ok_runs(result, arm, c, driver)
     return ServingArm(recipe=arm, phrase=ARM_PHRASES.get(arm, f"recipe {arm}"),
                       runs={k: [getattr(m, k) for m in runs] for k in STAT_METRICS})
+
+
+DRIFT_METRIC = "output_tok_s"
+
+
+def arm_drift(result: PlanResult, arm: str, driver: str) -> list[dict[str, Any]]:
+    """Per concurrency: the arm's first run against its last (in the order they ran), set against the spread of its
+    other runs; flagged when the change exceeds that spread (the engine was not yet steady, or drifted)."""
+    out = []
+    for c in result.workload.concurrency:
+        runs = _ok_runs(result, arm, c, driver)
+        if len(runs) < 2:
+            continue
+        first, last, others = runs[0], runs[-1], runs[1:-1]
+        a, b = getattr(first, DRIFT_METRIC), getattr(last, DRIFT_METRIC)
+        values = [getattr(m, DRIFT_METRIC) for m in others]
+        spread = (max(values) - min(values)) / _median(values) * 100 if len(values) >= 2 else None
+        change = (b / a - 1) * 100
+        out.append({"recipe": arm, "concurrency": c, "metric": DRIFT_METRIC, "driver": driver,
+                    "first_run_index": first.run_index, "last_run_index": last.run_index, "first": a, "last": b,
+                    "change_percent": change, "other_runs_spread_percent": spread,
+                    "flagged": spread is not None and abs(change) > spread})
+    return out
 
 
 def _combine(decisions: dict[int, ServingDecision], a: str, b: str, workload: str) -> tuple[str, str, str]:
@@ -185,6 +223,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         "requests_per_point": {str(c): w.requests_at(c) for c in w.concurrency},
         "warmup_requests": w.warmup_at(w.concurrency[0]), "ignore_eos": w.ignore_eos, "order": result.order,
         "preset": w.name, "notes": w.notes(),
+        **{k: v for k, v in (("window_s", w.window_s), ("warmup_s", w.warmup_s)) if v is not None},
     }
     if kind == "ab":
         a, b = arms
@@ -223,6 +262,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
             "measurements": measurements, "comparisons": comparisons, "statistics": stats,
             "decision": text, "decision_code": code, "reason": reason,
+            "drift": [d for arm in (a, b) for d in arm_drift(result, arm, primary)],
         }
     else:
         arm = arms[0]
@@ -233,6 +273,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             "gpu": provenance["hardware"]["gpu"], "app_id": provenance["run_id"], "recipe": arm,
             "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
             "measurements": measurements, "driver_agreement": agreement,
+            "drift": [d for drv in result.drivers for d in arm_drift(result, arm, drv)],
         }
         if len(w.concurrency) == 1:
             doc["public_workload_reproduction"] = _public_reproduction(result, arm, provenance, agreement)

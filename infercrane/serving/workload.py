@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from infercrane.errors import InfercraneError, InputError
+from infercrane.errors import InfercraneError, InputError, RunFailed
 from infercrane.serving.engine import EngineRecord
 from infercrane.serving.metrics import RunMetrics
 from infercrane.serving.recipes import Recipe
@@ -90,6 +90,12 @@ class Workload(BaseModel):
     min_requests: int = Field(default=64, ge=1, description="derived request count: at least this many per point")
     published_example: PublishedExample | None = Field(default=None, description="a public number this workload "
                                                                              "reproduces, for the comparison boundary")
+    window_s: float | None = Field(default=None, gt=0,
+                                   description="seconds of load per point instead of a request count (AIPerf's "
+                                               "--benchmark-duration): every arm gets the same window whatever its "
+                                               "speed, and a whole arm visit runs as one AIPerf invocation")
+    warmup_s: float | None = Field(default=None, gt=0,
+                                   description="seconds of warm-up load before each point instead of a request count")
     runs_per_arm: int = Field(default=5, ge=3, le=100, description="repeated runs per arm (3 allowed, with a note)")
     arm_order: ArmOrder = "sandwich"
     seed: int = Field(default=0, description="seed of the synthetic prompts (same for every run and arm)")
@@ -125,7 +131,10 @@ class Workload(BaseModel):
         out = []
         if self.runs_per_arm == 3:
             out.append(THREE_RUNS_NOTE)
-        if self.request_count is None:
+        if self.window_s is not None:
+            out.append(f"time windows: {self.window_s:g} s of load per point"
+                       + (f" after {self.warmup_s:g} s of warm-up" if self.warmup_s else ""))
+        elif self.request_count is None:
             out.append("requests per point derived: " + ", ".join(
                 f"c={c}: {self.requests_at(c)}" for c in self.concurrency))
         if not self.ignore_eos:
@@ -249,21 +258,53 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
     return recipe.model, {}
 
 
+CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
+
+
+def engine_memory_share(n_engines: int) -> float:
+    """Each co-resident engine's ``--gpu-memory-utilization``: vLLM's one-engine default split evenly."""
+    return math.floor(CORESIDENT_MEMORY / n_engines * 100) / 100
+
+
+def _grid_fits(workload: Workload, drivers: Sequence[str]) -> bool:
+    """Whether a whole arm visit can be one AIPerf invocation: one driver (AIPerf), and the same window and warm-up at
+    every concurrency (a time, or one request count)."""
+    if list(drivers) != ["aiperf"]:
+        return False
+    if workload.window_s is not None:
+        return True
+    same = lambda f: len({f(c) for c in workload.concurrency}) == 1  # noqa: E731
+    return same(workload.requests_at) and (workload.warmup_s is not None or same(workload.warmup_at))
+
+
 def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
              drivers: Sequence[str] | str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
              startup_timeout_s: float = 900.0, preflight: bool = True,
              on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None,
-             on_start: Callable[[], None] | None = None) -> PlanResult:
-    """Run every planned run: start each arm's engine per segment, drive it, stop it.
+             on_start: Callable[[], None] | None = None, coresident: bool = False,
+             engines: Mapping[str, Any] | None = None) -> PlanResult:
+    """Run every planned run: drive each arm's engine visit by visit, one driver invocation per visit where the
+    driver allows it.
 
     ``recipes``: a sequence (arms named after the recipes) or a mapping arm -> recipe. Preflight
     (``check_recipe`` per recipe, driver availability and options) runs before any engine starts.
-    Artifacts: ``out_dir/engines/<segment>-<arm>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (driver
-    exports; ``.../c<C>/<driver>/`` when several drivers run). ``into``: a PlanResult to record into as the plan
-    goes (engines as they start, runs as they finish), so a caller can write what was measured at any moment. With several ``drivers``, each drives the same
-    engine at every point, one after the other, the prefix cache reset before each. ``on_start`` is called once preflight
-    has passed, before the first engine starts. ``on_run`` is called with each run's metrics as soon as it is parsed. A failing run
-    stops the plan: engines are stopped and the error (RunFailed, mostly) propagates with ``.partial``
+
+    Engines: by default each visit (``PlannedRun.segment``) starts its arm's engine and stops it after. With
+    ``coresident``, every arm's engine is launched at once (in parallel) with an even share of GPU memory
+    (``engine_memory_share``) and stays up for the whole plan, so an interleaved or sandwich order costs no restart;
+    if they cannot all start, InferCrane stops them, notes why, and falls back to one engine at a time.
+    ``engines``: arm -> an engine InferCrane did not launch (``--url``), driven as is and never started or stopped.
+
+    Driver invocations: with AIPerf alone and the same window at every concurrency (``window_s``, or one request
+    count), a visit is one AIPerf invocation (every run as a trial, every concurrency as a sweep point;
+    ``drivers.aiperf.RunGrid``), paying AIPerf's start-up once per visit; otherwise one invocation per point, with
+    several drivers one after the other at each point. The prefix cache is reset before every invocation.
+
+    Artifacts: ``out_dir/engines/<label>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (per point; ``…/<driver>/`` with
+    several drivers) or ``out_dir/<arm>/visit<SS>/`` (per visit). ``into``: a PlanResult to record into as the plan
+    goes (engines as they start, runs as they finish), so a caller can write what was measured at any moment.
+    ``on_start`` is called once preflight has passed; ``on_run`` with each run's metrics as soon as it is parsed. A
+    failing run stops the plan: engines are stopped and the error (RunFailed, mostly) propagates with ``.partial``
     holding the PlanResult measured so far; KeyboardInterrupt stops the engines and propagates.
     """
     from infercrane.serving.drivers import RunSpec, get_driver
@@ -279,29 +320,42 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     drivers = [drivers] if isinstance(drivers, str) else list(drivers)
     if not drivers or len(set(drivers)) != len(drivers):
         raise InputError(f"drivers must be distinct and at least one, got {drivers}")
+    if workload.window_s is not None and drivers != ["aiperf"]:
+        raise InputError(f"workload {workload.name!r} sets window_s (a time window per point), which only AIPerf "
+                         f"drives; drivers asked for: {', '.join(drivers)}",
+                         hint="use --drivers aiperf, or a workload with request counts")
     drvs = [get_driver(d) for d in drivers]
     out = Path(out_dir)
     tokenizers = {arm: resolve_tokenizer(r, tokenizer) for arm, r in arms.items()}
+    external = dict(engines or {})
+    unknown = sorted(set(external) - set(arms))
+    if unknown:
+        raise InputError(f"engines given for arms {unknown} that the plan does not have ({sorted(arms)})")
 
-    def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str) -> RunSpec:
+    def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str, artifacts: Path) -> RunSpec:
         tok, tok_env = tokenizers[p.arm]
-        artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
-        return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint, streaming=workload.streaming,
-                       ignore_eos=workload.ignore_eos, input_tokens=workload.input_tokens,
-                       output_tokens=workload.output_tokens, concurrency=p.concurrency,
-                       request_count=workload.requests_at(p.concurrency),
+        return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint,
+                       streaming=workload.streaming, ignore_eos=workload.ignore_eos,
+                       input_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
+                       concurrency=p.concurrency, request_count=workload.requests_at(p.concurrency),
                        warmup_requests=workload.warmup_at(p.concurrency), seed=workload.seed,
                        token_count_source=workload.token_count_source,
                        request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
-                       artifact_dir=artifacts / driver if len(drivers) > 1 else artifacts,
-                       arm=p.arm, recipe_sha256=arms[p.arm].sha256 or "", run_index=p.run_index, env=tok_env)
+                       artifact_dir=artifacts, arm=p.arm, recipe_sha256=arms[p.arm].sha256 or "",
+                       run_index=p.run_index, env=tok_env)
+
+    def point_dir(p: PlannedRun, driver: str) -> Path:
+        artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
+        return artifacts / driver if len(drivers) > 1 else artifacts
 
     if preflight:
-        for recipe in arms.values():
-            check_recipe(recipe)
+        for arm, recipe in arms.items():
+            if arm not in external:
+                check_recipe(recipe)
         for name, drv in zip(drivers, drvs):
             drv.require_available()
-            drv.check(spec_for(plan[0], "http://127.0.0.1:0", arms[plan[0].arm].model, name))  # options only
+            drv.check(spec_for(plan[0], "http://127.0.0.1:0", arms[plan[0].arm].model, name,
+                               point_dir(plan[0], name)))  # options only
 
     if on_start is not None:
         on_start()
@@ -314,35 +368,102 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     segments: dict[int, list[PlannedRun]] = {}
     for p in plan:
         segments.setdefault(p.segment, []).append(p)
+    grid = _grid_fits(workload, drivers)
+
+    def record(metrics: RunMetrics, label: str) -> None:
+        result.runs.append(metrics)
+        if metrics.requests_completed and metrics.duration_s < MIN_WINDOW_S:
+            result.notes.append(f"{label} ({metrics.driver}): the measurement window was {metrics.duration_s:.2f} s "
+                                f"(< {MIN_WINDOW_S:g} s); raise request_count or window_s")
+        if on_run is not None:
+            on_run(metrics)
+
+    def visit(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
+        arm = runs[0].arm
+        if not engine.alive():
+            raise engine.failure(f"died before run {runs[0].run_index} at concurrency {runs[0].concurrency}")
+        if grid:
+            from infercrane.serving.drivers.aiperf import RunGrid
+
+            indices = tuple(dict.fromkeys(p.run_index for p in runs))
+            engine.reset_prefix_cache()
+            g = RunGrid(spec=spec_for(runs[0], engine.base_url, engine.served_model, "aiperf",
+                                      out / arm / f"visit{seg:02d}"),
+                        run_indices=indices, concurrencies=tuple(workload.concurrency),
+                        request_counts={c: workload.requests_at(c) for c in workload.concurrency},
+                        window_s=workload.window_s, warmup_s=workload.warmup_s)
+            for m in drvs[0].run_grid(g):
+                record(m, f"{arm} run {m.run_index} at c={m.concurrency}")
+        else:
+            for p in runs:
+                if not engine.alive():
+                    raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
+                for name, drv in zip(drivers, drvs):
+                    engine.reset_prefix_cache()
+                    m = drv.run(spec_for(p, engine.base_url, engine.served_model, name, point_dir(p, name)))
+                    record(m, f"{p.arm} run {p.run_index} at c={p.concurrency}")
+        if not engine.alive():
+            raise engine.failure(f"died during its visit (runs {[p.run_index for p in runs]})")
+
+    shared: dict[str, Any] = dict(external)
     try:
+        if coresident:
+            shared.update(_launch_coresident({a: r for a, r in arms.items() if a not in external}, out,
+                                             startup_timeout_s, result))
         for seg, runs in segments.items():
             arm = runs[0].arm
+            if arm in shared:
+                visit(shared[arm], seg, runs)
+                continue
             engine = Engine(arms[arm], log_dir=out / "engines", label=f"{seg:02d}-{arm}",
                             startup_timeout_s=startup_timeout_s)
             result.engines.append(engine.record)
             with engine:
-                for p in runs:
-                    if not engine.alive():
-                        raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
-                    for name, drv in zip(drivers, drvs):
-                        engine.reset_prefix_cache()
-                        metrics = drv.run(spec_for(p, engine.base_url, engine.served_model, name))
-                        result.runs.append(metrics)
-                        if metrics.requests_completed and metrics.duration_s < MIN_WINDOW_S:
-                            result.notes.append(
-                                f"{p.arm} run {p.run_index} at c={p.concurrency} ({name}): the measurement window "
-                                f"was {metrics.duration_s:.2f} s (< {MIN_WINDOW_S:g} s); raise request_count")
-                        if on_run is not None:
-                            on_run(metrics)
-                    if not engine.alive():
-                        raise engine.failure(f"died during run {p.run_index} at concurrency {p.concurrency}")
+                visit(engine, seg, runs)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         what = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else type(exc).__name__
         result.notes.append(f"stopped part-way: {what}")
         exc.partial = result  # type: ignore[attr-defined]
         raise
+    finally:
+        for arm, engine in shared.items():
+            if arm not in external:
+                engine.stop()
     result.complete = True
     return result
+
+
+def _launch_coresident(arms: Mapping[str, Recipe], out: Path, startup_timeout_s: float,
+                       result: PlanResult) -> dict[str, Any]:
+    """Every arm's engine up at once, each with an even share of GPU memory; {} (and a note) when they cannot all
+    start, after stopping those that did: the plan then starts one engine per visit."""
+    from infercrane.serving.engine import Engine
+
+    if len(arms) < 2:
+        return {}
+    share = engine_memory_share(len(arms))
+    live: dict[str, Any] = {}
+    try:
+        for arm, recipe in arms.items():
+            live[arm] = Engine(recipe, log_dir=out / "engines", label=f"coresident-{arm}",
+                                    startup_timeout_s=startup_timeout_s,
+                                    gpu_memory_utilization=share if recipe.engine == "vllm" else None,
+                                    coresident_with=[a for a in arms if a != arm])
+            live[arm].launch()  # all launched before any is waited on: their start-ups overlap
+        for engine in live.values():
+            engine.wait_ready()
+    except RunFailed as exc:
+        for engine in live.values():
+            engine.stop()
+        first = exc.message.splitlines()[0]
+        result.notes.append(f"co-resident engines ({', '.join(arms)}, {share:g} of GPU memory each) did not all "
+                            f"start ({first}); one engine at a time instead")
+        return {}
+    for engine in live.values():
+        result.engines.append(engine.record)
+    result.notes.append(f"co-resident engines: {', '.join(arms)} up together on one GPU, "
+                        f"{share:g} of its memory each")
+    return live
 
 
 def run_arm(recipe: Recipe, workload: Workload, *, out_dir: str | Path, drivers: Sequence[str] | str = "aiperf",

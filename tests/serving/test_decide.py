@@ -26,9 +26,12 @@ def test_redeciding_with_the_same_policy_reproduces_the_paired_block(tmp_path: P
     for s in new["paired_aiperf"]["statistics"]:
         assert s["interval_method"].startswith("percentile bootstrap") and s["test_method"].startswith("Mann-Whitney")
         assert "TOST" in s["verdict_rule"]
-    strip = lambda block: {**block, "statistics": [{k: v for k, v in s.items() if k not in labels}  # noqa: E731
-                                                   for s in block["statistics"]]}
+    strip = lambda block: {**{k: v for k, v in block.items() if k != "drift"},  # noqa: E731
+                           "statistics": [{k: v for k, v in s.items() if k not in labels} for s in block["statistics"]]}
     assert strip(new["paired_aiperf"]) == old["paired_aiperf"]
+    drift = {(d["recipe"], d["concurrency"]): d for d in new["paired_aiperf"]["drift"]}  # recorded since
+    assert set(drift) == {(r, c) for r in ("eager", "compiled") for c in (1, 8, 32)}
+    assert all(d["first_run_index"] == 0 and d["last_run_index"] == 4 for d in drift.values())
     assert new["runs"] == old["runs"] and new["engines"] == old["engines"] and new["model"] == old["model"]
     cfg = new["provenance"]["config"]
     assert cfg["decided_from"] == {"receipt": str(AB), "receipt_sha256": old["content_sha256"],

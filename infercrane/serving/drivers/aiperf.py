@@ -20,7 +20,9 @@ Exports read back:
 from __future__ import annotations
 
 import json
+import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from infercrane.errors import RunFailed
@@ -32,6 +34,7 @@ PINNED_VERSION = "0.12.0"
 SUMMARY_FILE = "profile_export_aiperf.json"
 RECORDS_FILE = "profile_export.jsonl"
 MANIFEST_FILE = "phase_manifest.json"
+MIN_WINDOW_REQUESTS = 20  # below this, a time window's p95 is close to its maximum
 
 # InferCrane field prefix -> AIPerf metric tag (see infercrane.serving.metrics for the definitions).
 METRIC_TAGS = {"ttft": "time_to_first_token", "tpot": "inter_token_latency", "e2e": "request_latency"}
@@ -81,6 +84,101 @@ class AiperfDriver(Driver):
         return parse_aiperf_export(spec, spec.artifact_dir, driver_version=driver_version,
                                    driver_cpu_s=driver_cpu_s, started_at=started_at)
 
+    def grid_command(self, grid: RunGrid) -> list[str]:
+        """One ``aiperf profile`` for a whole arm visit: every concurrency (a sweep) x every run (trials)."""
+        spec = grid.spec
+        cmd = self.command(spec)
+        cmd[cmd.index("--concurrency") + 1] = ",".join(str(c) for c in grid.concurrencies)
+        if grid.window_s is not None:  # the same window at every point, whatever the arm's speed
+            i = cmd.index("--request-count")
+            cmd[i:i + 2] = ["--benchmark-duration", f"{grid.window_s:g}",
+                            "--benchmark-grace-period", f"{spec.request_timeout_s:g}"]
+        if grid.warmup_s is not None:
+            if "--warmup-request-count" in cmd:
+                i = cmd.index("--warmup-request-count")
+                del cmd[i:i + 2]
+            cmd += ["--warmup-duration", f"{grid.warmup_s:g}"]
+        cmd[cmd.index("--random-seed") + 1] = str(spec.seed + grid.run_indices[0])
+        if len(grid.run_indices) > 1:  # AIPerf refuses its multi-run flags for one trial
+            cmd += ["--num-profile-runs", str(len(grid.run_indices)), "--vary-seed-per-trial",
+                    "--no-profile-run-disable-warmup-after-first", "--profile-run-cooldown-seconds", "0"]
+        return cmd
+
+    def run_grid(self, grid: RunGrid) -> list[RunMetrics]:
+        """Run one visit as one AIPerf invocation and read each (run, concurrency) point back as its own run.
+
+        AIPerf 0.12 runs the trials one after the other, each sweeping the concurrencies in order, each with its
+        own warm-up and its own prompts (``--vary-seed-per-trial``: no prompt repeats inside the visit, so the
+        prefix cache, reset before the visit, never serves one); it writes
+        ``profile_runs/trial_<k>/concurrency_<c>/``."""
+        from dataclasses import replace
+
+        from infercrane.serving.drivers import run_logged
+        from infercrane.serving.engine import utc_now
+
+        self.require_available()
+        spec = grid.spec
+        spec.artifact_dir.mkdir(parents=True, exist_ok=True)
+        version = self.version()
+        started_at = utc_now()
+        cpu_s = run_logged(self.grid_command(grid), log_path=spec.artifact_dir / "driver.log",
+                           env={**os.environ, **spec.env}, timeout_s=spec.timeout_s * len(grid.run_indices)
+                           * len(grid.concurrencies), what=f"driver {self.name}")
+        out = []
+        for k, run_index in enumerate(grid.run_indices, start=1):
+            for c in grid.concurrencies:
+                point = replace(spec, concurrency=c, run_index=run_index,
+                                request_count=grid.request_counts.get(c, spec.request_count),
+                                artifact_dir=_point_dir(spec.artifact_dir, k, c, grid))
+                m = parse_aiperf_export(point, point.artifact_dir, driver_version=version, started_at=started_at,
+                                        driver_cpu_s=None, window_s=grid.window_s)
+                out.append(m.model_copy(update={"started_at": _point_started_at(point.artifact_dir) or started_at,
+                                                "notes": [*m.notes, f"one of {len(grid.run_indices)} x "
+                                                          f"{len(grid.concurrencies)} points of one AIPerf "
+                                                          f"invocation ({cpu_s:.1f} CPU s in all)"]}))
+        return out
+
+
+@dataclass(frozen=True)
+class RunGrid:
+    """One arm visit for one AIPerf invocation: ``spec`` with every run index and concurrency of the visit.
+    ``window_s``/``warmup_s``: seconds of load / warm-up per point instead of request counts; ``request_counts``:
+    the count each concurrency was asked for (when the window is a count, it must be the same at every point)."""
+
+    spec: RunSpec
+    run_indices: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    request_counts: dict[int, int] = field(default_factory=dict)
+    window_s: float | None = None
+    warmup_s: float | None = None
+
+
+def _point_dir(base: Path, trial: int, concurrency: int, grid: RunGrid) -> Path:
+    """Where AIPerf 0.12 writes one point: ``profile_runs/trial_<k>/concurrency_<c>/`` with several trials and
+    concurrencies, ``profile_runs/run_<k>/`` with several trials of one concurrency, ``concurrency_<c>/`` with one
+    trial of several, the artifact folder itself with one of each."""
+    several = len(grid.concurrencies) > 1
+    if len(grid.run_indices) > 1:
+        runs = base / "profile_runs"
+        return runs / f"trial_{trial:04d}" / f"concurrency_{concurrency}" if several else runs / f"run_{trial:04d}"
+    return base / f"concurrency_{concurrency}" if several else base
+
+
+def _point_started_at(point_dir: Path) -> str | None:
+    """When a point's profiling phase began (its phase manifest, or its run config's file time)."""
+    from datetime import datetime, timezone
+
+    try:
+        manifest = json.loads((point_dir / MANIFEST_FILE).read_text())
+        start = next(p["start_ns"] for p in manifest["phases"] if p.get("phase_kind") == "profiling")
+        return datetime.fromtimestamp(int(start) / 1e9, timezone.utc).isoformat()
+    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+        pass
+    try:
+        return datetime.fromtimestamp((point_dir / SUMMARY_FILE).stat().st_mtime, timezone.utc).isoformat()
+    except OSError:
+        return None
+
 
 def _stat(summary: dict, tag: str, stat: str) -> float | None:
     entry = summary.get(tag)
@@ -103,7 +201,8 @@ def _profiling_window_s(artifact_dir: Path) -> float | None:
 
 
 def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: str,
-                        driver_cpu_s: float | None = None, started_at: str | None = None) -> RunMetrics:
+                        driver_cpu_s: float | None = None, started_at: str | None = None,
+                        window_s: float | None = None) -> RunMetrics:
     """Read AIPerf's summary JSON and per-request JSONL in ``artifact_dir`` into RunMetrics."""
     summary_path = artifact_dir / SUMMARY_FILE
     records_path = artifact_dir / RECORDS_FILE
@@ -144,8 +243,11 @@ def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: st
                      "(AIPerf may allow a tolerance)")
     if summary.get("was_cancelled"):
         notes.append("AIPerf reports the run as cancelled")
-    if len(records) != spec.request_count:
+    if window_s is None and len(records) != spec.request_count:
         notes.append(f"{len(records)} profiling records for {spec.request_count} requested")
+    if window_s is not None and len(records) < MIN_WINDOW_REQUESTS:
+        notes.append(f"only {len(records)} requests in the {window_s:g} s window: its p95 rests on too few requests "
+                     "to mean much")
     for err in summary.get("error_summary") or []:
         details = err.get("error_details") or {}
         notes.append(f"{err.get('count')} x error {details.get('code')} {details.get('type')}: "
