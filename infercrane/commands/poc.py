@@ -19,7 +19,7 @@ def default_config() -> tuple[str, str]:
         gpu = torch.cuda.is_available()
     except ImportError:
         gpu = False
-    missing = [name for name, present in (("a CUDA GPU", gpu), ("vLLM", dist_version("vllm") != "absent"),
+    missing = [name for name, present in (("CUDA GPU", gpu), ("vLLM", dist_version("vllm") != "absent"),
                                           ("AIPerf", dist_version("aiperf") != "absent")) if not present]
     if not missing:
         return "seed-reproduction", "a CUDA GPU, vLLM and AIPerf are here"
@@ -58,10 +58,13 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     def say(line: str) -> None:
         con.print(f"[poc] {plain(line)}")
 
+    chosen = None
     if config is None:
         config, why = default_config()
-        say(f"no config given: running {config} ({why}); shipped configs: {', '.join(shipped_configs())}")
+        chosen = f"no config given: running {config} ({why}); shipped configs: {', '.join(shipped_configs())}"
     plan = prepare(config, out=out, resume=resume, sign_key=sign_key, con=con, say=say)
+    if chosen:
+        say(chosen)
     cfg = plan.config
     engines = sorted({r.engine for p in plan.serving.values() for r in p.recipes})
     label = (f"FUNCTIONAL PoC: kernel correctness on the CPU only, nothing timed; serving on {', '.join(engines)}; "

@@ -269,5 +269,5 @@ def tpot_decode_steps(doc: dict[str, Any], recipe: str, rows: Sequence[int], lab
             ms = statistics.median(x["tpot_p50_ms"] for x in runs)
             out.append(DecodeStep(ms=ms, rows=r, source=(
                 f"{label}: median over {len(runs)} runs of tpot_p50_ms, recipe {recipe!r}, concurrency {r} "
-                f"(a decode batch of {r} rows)")))
+                f"(a decode batch of {r} row{'s' if r != 1 else ''})")))
     return out

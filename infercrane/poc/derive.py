@@ -18,6 +18,7 @@ receipts (after validating each of those fully) and names every field that disag
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from .gpus import gpu_key_of_receipt
@@ -49,6 +50,19 @@ def section_gpu(evidence: dict[str, Any], section: str) -> str | None:
 def _top(evidence: dict[str, Any], section: str) -> dict[str, Any] | None:
     g = section_gpu(evidence, section)
     return evidence[section][g] if g is not None else None
+
+
+def policy_identity(doc: dict[str, Any]) -> str:
+    """The sha256 of the policy a receipt was decided under, read through the policy's own model (so a receipt written
+    before a policy field existed compares by the value that stood in for it): the kernel policy of a kernel
+    receipt, the serving policy (its workload notes aside) of a serving or PoC receipt."""
+    from ..decide.policy import KernelPolicy, policy_sha256
+
+    if "screening" in str(doc.get("schema_version")):
+        return policy_sha256(KernelPolicy.model_validate(doc["policy"]))
+    from ..serving.receipt import receipt_policy
+
+    return policy_sha256(receipt_policy(doc))
 
 
 # --- the kernel's decode steps ------------------------------------------------------------------------------------
@@ -303,7 +317,7 @@ def assemble(evidence: dict[str, Any], *, provenance: dict[str, Any], complete: 
 
     if not any(evidence.get(s) for s in EVIDENCE_SECTIONS):
         raise ValueError("a PoC receipt needs at least one section's receipt")
-    derived = derive_sections(evidence)
+    derived = copy.deepcopy(derive_sections(evidence))  # the sections share nothing with the evidence they quote
     return {
         "schema_version": POC_V2,
         "recorded_at": provenance["recorded_at"],

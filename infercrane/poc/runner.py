@@ -160,6 +160,13 @@ def _stand_in(model_id: str) -> str:
     return str(path.resolve())
 
 
+def stand_in_of(recipe: Any) -> bool:
+    """Whether a recipe serves an offline stand-in (``infercrane.models.standin``)."""
+    from ..models.standin import read_stand_in_marker
+
+    return read_stand_in_marker(recipe.resolved_model()) is not None
+
+
 def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     from ..decide.policy import load_policy
     from ..errors import InputError, about
@@ -218,7 +225,11 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
                 check_recipe(r)
                 resolve_tokenizer(r)
             recs.append(r)
-        sha = config_hash({"section": section, "recipes": [r.canonical() for r in recs],
+        # a stand-in is named by the model it stands in for, not by where it lies: a PoC resumed from another folder
+        # is the same PoC
+        canon = [r.canonical() | ({"model": f"stand-in of {cfg.model}"} if r.model_is_local() and stand_in_of(r)
+                                  else {}) for r in recs]
+        sha = config_hash({"section": section, "recipes": canon,
                            "workload": workload.model_dump(mode="json"), "drivers": list(s.drivers),
                            "policy": policy.model_dump(mode="json"), "startup_timeout_s": s.startup_timeout_s})
         options = {"poc_section": {"name": section, "sha256": sha, "config": cfg.name},

@@ -20,12 +20,6 @@ from ..errors import InputError
 SECTIONS = ("kernel", "paired", "public")
 
 
-def _policy_key(doc: dict[str, Any]) -> str:
-    from .io import config_hash
-
-    return config_hash({k: v for k, v in (doc.get("policy") or {}).items() if k != "workload_notes"})
-
-
 def _model_of(doc: dict[str, Any]) -> tuple[str | None, str | None]:
     m = doc.get("model_shape_source") or doc.get("model") or {}
     rev = m.get("revision")
@@ -35,14 +29,12 @@ def _model_of(doc: dict[str, Any]) -> tuple[str | None, str | None]:
 def merge(paths: list[Path]) -> dict[str, Any]:
     """The merged PoC receipt document (not yet hashed or written); InputError for anything refused."""
     from ..env.capture import hardware, new_run_id, provenance
-    from ..poc.derive import assemble, decide_with_steps, decode_steps_for, kernel_steps_agree
+    from ..poc.derive import assemble, decide_with_steps, decode_steps_for, kernel_steps_agree, policy_identity
     from ..poc.gpus import gpu_key_of_receipt
     from .models_v2 import POC_V2
     from .models_v3 import SCREENING_V3
     from .validate import load_receipt
 
-    if len(paths) < 2:
-        raise InputError("receipt merge joins two or more receipts; give at least two files")
     evidence: dict[str, Any] = {s: {} for s in SECTIONS} | {"serving_gpu": None}
     origin: dict[tuple[str, str], Path] = {}
     first_of: dict[str, tuple[Path, Any]] = {}  # what the first receipt of each kind said, for the refusals
@@ -74,7 +66,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
                 raise InputError(f"{path} and {origin[(section, g)]} both hold a {section} section measured on {g}; a "
                                  "merged receipt holds one per GPU type", hint="leave one of them out")
             lab = "kernel" if section == "kernel" else "serving"
-            key = _policy_key(d)
+            key = policy_identity(d)
             if lab in first_of and first_of[lab][1] != key:
                 p0 = first_of[lab][0]
                 raise InputError(f"{path}: its {section} section on {g} was decided under another {lab} policy than "
@@ -84,6 +76,8 @@ def merge(paths: list[Path]) -> dict[str, Any]:
             origin[(section, g)] = path
             evidence[section][g] = d
         inputs.append({"receipt": str(path), "schema_version": version, "content_sha256": doc["content_sha256"]})
+    if len(paths) < 2:  # after reading: a bad file is named as such first
+        raise InputError("receipt merge joins two or more receipts; give at least two files")
     if evidence["serving_gpu"] not in {g for s in ("paired", "public") for g in evidence[s]}:
         evidence["serving_gpu"] = next((g for s in ("paired", "public") for g in sorted(evidence[s])), None)
     for g, k in list(evidence["kernel"].items()):

@@ -293,7 +293,8 @@ def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, they
     share one model and one policy per lab, each GPU's kernel decision used the decode steps of that GPU's paired
     A/B, and every section of the PoC derives again from them (``infercrane.poc.derive``)."""
-    from ..poc.derive import DERIVED_FIELDS, EVIDENCE_SECTIONS, decode_steps_for, derive_sections, steps_dump
+    from ..poc.derive import (DERIVED_FIELDS, EVIDENCE_SECTIONS, decode_steps_for, derive_sections, policy_identity,
+                              steps_dump)
     from ..poc.gpus import gpu_key_of_receipt
     from .models_v2 import POC_V2
     from .models_v3 import SCREENING_V3
@@ -330,7 +331,7 @@ def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     if len(ids) > 1:
         out.append(("evidence", f"its receipts are of different models (id, revision): {sorted(ids, key=str)}"))
     for lab, sections in (("kernel", ("kernel",)), ("serving", ("paired", "public"))):
-        held = {_policy_key(d) for s in sections for d in ev[s].values()}
+        held = {policy_identity(d) for s in sections for d in ev[s].values()}
         if len(held) > 1:
             out.append(("evidence", f"its {lab} receipts were decided under different {lab} policies"))
     for g, kernel in ev["kernel"].items():
@@ -370,13 +371,6 @@ def _model_id(doc: dict[str, Any]) -> tuple[str, str | None]:
     m = doc.get("model_shape_source") or doc.get("model") or {}
     rev = m.get("revision")
     return (m.get("id"), None if rev in (None, "unknown") else rev)
-
-
-def _policy_key(doc: dict[str, Any]) -> str:
-    """A receipt's policy, for comparison, when it carries no policy hash: the canonical JSON without its notes."""
-    from .io import canonical_json
-
-    return canonical_json({k: v for k, v in (doc.get("policy") or {}).items() if k != "workload_notes"}).decode()
 
 
 STATISTIC_LABELS = ("interval_method", "test_method", "verdict_rule")

@@ -1,0 +1,111 @@
+"""`infercrane poc functional` end to end on a CPU: the kernel's functional screen and both A/Bs through real AIPerf
+against the test server, joined in one receipt that validates; a resumed PoC reuses every finished section; a failure
+part-way keeps the finished sections in a receipt marked incomplete; two such receipts relabelled as two GPU types
+merge into one."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import relabel
+from infercrane.cli import main
+from infercrane.errors import RunFailed
+from infercrane.poc.config import CONFIGS_DIR
+from infercrane.receipts.validate import load_receipt
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def functional_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("poc")
+    config = CONFIGS_DIR / "functional.yaml"
+    out = tmp / "run" / "poc.json"
+    mp = pytest.MonkeyPatch()
+    mp.chdir(tmp)  # the stand-in goes under runs/stand-ins here
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
+        mp.delenv(var, raising=False)
+    try:
+        assert main(["poc", str(config), "--out", str(out)]) == 0
+        yield config, out
+    finally:
+        mp.undo()
+
+
+@pytest.mark.timeout(900)
+def test_the_functional_poc_joins_its_sections_in_one_valid_receipt(functional_run):
+    config, out = functional_run
+    doc = load_receipt(out).document
+    assert doc["complete"] is True and doc["evidence_class"] == "functional-check"
+    assert doc["qualification_boundary"].startswith("FUNCTIONAL PoC")
+    ck = doc["custom_kernel"]["cpu"]
+    assert ck["evidence_class"] == "cpu-functional-check" and ck["measurements"] == []
+    assert ck["decision_code"] == "inconclusive" and "float32 oracle" in ck["correctness"]
+    pa = doc["paired_aiperf"]
+    m = {x["recipe"]: x for x in pa["measurements"]}
+    assert set(m) == {"testserver", "testserver-fast"} and pa["failures"] == 0
+    # testserver-fast is programmed with half the latencies: the A/B sees it faster
+    assert all(c["throughput_speedup"] > 1.3 for c in pa["comparisons"])
+    pw = doc["public_workload_reproduction"]
+    assert [a["recipe"] for a in pw["arms"]] == ["testserver", "testserver-fast"] and pw["decision"]
+    # each section's receipt lies in the run folder, and the PoC receipt embeds exactly those
+    folder = out.with_suffix("")
+    for section in ("kernel", "paired", "public"):
+        section_doc = load_receipt(folder / f"{section}.json").document
+        assert doc["evidence"][section]["cpu"]["content_sha256"] == section_doc["content_sha256"], section
+
+
+@pytest.mark.timeout(300)
+def test_resume_reuses_every_finished_section(functional_run, monkeypatch, capsys):
+    config, out = functional_run
+    monkeypatch.chdir(out.parent.parent)
+    before = json.loads(out.read_text())["evidence"]
+    capsys.readouterr()
+    assert main(["poc", str(config), "--resume", str(out.parent)]) == 0
+    said = capsys.readouterr().out
+    for section in ("kernel", "paired", "public"):
+        assert f"{section}: reusing" in said and f"{section}: reused" in said
+    after = load_receipt(out).document["evidence"]
+    for section in ("kernel", "paired", "public"):
+        assert after[section]["cpu"]["content_sha256"] == before[section]["cpu"]["content_sha256"]
+
+
+@pytest.mark.timeout(300)
+def test_a_failure_part_way_keeps_the_finished_sections(functional_run, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    import infercrane.poc.serving as poc_serving
+
+    config, out = functional_run
+    run = tmp_path / "run"
+    shutil.copytree(out.parent, run)
+    (run / "poc" / "public.json").unlink()
+
+    def engine_dies(plan, **kw):
+        raise RunFailed(f"{plan.section}: the engine died (test)")
+
+    monkeypatch.setattr(poc_serving, "run_ab", engine_dies)
+    monkeypatch.chdir(out.parent.parent)
+    assert main(["poc", str(config), "--resume", str(run)]) == 4
+    doc = load_receipt(run / "poc.json").document
+    assert doc["complete"] is False
+    assert "section public stopped: public: the engine died (test)" in doc["incomplete_reason"]
+    assert set(doc["evidence"]["kernel"]) == set(doc["evidence"]["paired"]) == {"cpu"}
+    assert doc["evidence"]["public"] == {} and doc["public_workload_reproduction"] is None
+    assert doc["custom_kernel"] and doc["paired_aiperf"]
+
+
+@pytest.mark.timeout(300)
+def test_two_functional_receipts_of_two_gpu_types_merge(functional_run, tmp_path):
+    _, out = functional_run
+    doc = json.loads(out.read_text())
+    a, b = tmp_path / "l40s.json", tmp_path / "h100.json"
+    a.write_text(json.dumps(relabel(doc, "NVIDIA L40S")))
+    b.write_text(json.dumps(relabel(doc, "NVIDIA H100 80GB HBM3")))
+    merged = tmp_path / "merged.json"
+    assert main(["receipt", "merge", str(a), str(b), "--out", str(merged)]) == 0
+    m = load_receipt(merged).document
+    assert {"l40s", "h100"} <= set(m["custom_kernel"]) and sorted(m["evidence"]["kernel"]) == ["h100", "l40s"]
+    assert [x["receipt"] for x in m["merged_from"]] == [str(a), str(b)]
