@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .options import plain
 
 
 def default_config() -> tuple[str, str]:
@@ -56,7 +55,7 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     t0 = time.monotonic()
 
     def say(line: str) -> None:
-        con.print(f"[poc] {plain(line)}")
+        con.print(f"[poc] {line}", markup=False, highlight=False)
 
     chosen = None
     if config is None:

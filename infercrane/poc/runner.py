@@ -193,6 +193,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
         for i, name in enumerate(sec.recipes):
             with about(f"{path}: {section}.recipes[{i}] {name!r}"):
                 recs.append(load_recipe(resolve_ref(name, path)))
+                check_recipe(recs[-1])  # engine installed, flags accepted: before a stand-in is written
         if recs[0].name == recs[1].name:
             raise InputError(f"{path}: {section}.recipes: both recipes are named {recs[0].name!r}",
                              hint="give the candidate recipe a different name")

@@ -1,66 +1,12 @@
-"""Fixtures of the PoC tests: PoC receipts built from receipts without running anything.
-
-The GPU PoC is made of the committed H200 evidence (the kernel lab's fused add + RMSNorm screen and the seed-paired
-eager-vs-compiled A/B, both measured on an H200) plus a public-workload A/B of synthetic runs (test data, not a
-measurement) labelled as measured on the same GPU, so that every section of the receipt is filled from real-shaped
-evidence in a fraction of a second.
-"""
+"""Fixtures of the PoC tests (built by ``builders``): the committed H200 evidence, and a PoC receipt over it."""
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from infercrane.receipts.io import HASH_FIELD, content_hash
-
-REPO = Path(__file__).resolve().parents[2]
-H200_KERNEL = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
-H200_PAIRED = REPO / "docs/benchmarks/2026-12-01-h200-serving/seed-paired-eager-vs-compiled.json"
-DATA = Path(__file__).resolve().parent / "data"
-H100 = "NVIDIA H100 80GB HBM3"
-
-
-def rehash(doc: dict[str, Any]) -> dict[str, Any]:
-    doc = {k: v for k, v in doc.items() if k != HASH_FIELD}
-    doc[HASH_FIELD] = content_hash(doc)
-    return doc
-
-
-def _public_run(arm: str, run: int, c: int, tok_s: float, ttft: float) -> Any:
-    from infercrane.serving.metrics import RunMetrics
-
-    return RunMetrics(arm=arm, recipe_sha256="0" * 64, run_index=run, concurrency=c, driver="aiperf",
-                      driver_version="0.12.0", token_count_source="server", streaming=True,
-                      expected_output_tokens=500, raw_export_path="synthetic", requests_sent=1000,
-                      requests_completed=1000, failures=0, output_length_mismatches=0, output_tokens_total=500000,
-                      duration_s=500000 / tok_s, output_tok_s=tok_s, request_s=tok_s / 500, ttft_p50_ms=ttft * 0.8,
-                      ttft_p95_ms=ttft, ttft_p99_ms=ttft * 1.1, tpot_p50_ms=7.0, tpot_p95_ms=7.3, tpot_p99_ms=7.6,
-                      e2e_p50_ms=3800.0, e2e_p95_ms=3960.0 + run, e2e_p99_ms=4100.0,
-                      started_at="2026-12-01T00:00:00+00:00")
-
-
-def synthetic_public_ab(hardware: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """A serve-ab receipt of balanced vs throughput on public-1000 from synthetic runs (test data)."""
-    from infercrane.decide.policy import load_policy
-    from infercrane.env.capture import provenance
-    from infercrane.serving.receipt import build_document, plan_config
-    from infercrane.serving.recipes import load_recipe
-    from infercrane.serving.workload import PlanResult, load_workload, plan_runs
-
-    recs = [load_recipe("balanced"), load_recipe("throughput")]
-    w = load_workload("public-1000")
-    result = PlanResult(workload=w, recipes={r.name: r for r in recs}, drivers=["aiperf"], order=w.arm_order,
-                        plan=plan_runs([r.name for r in recs], w))
-    result.runs += [_public_run("balanced", i, 100, 12950 + 3 * i, 394 + i) for i in range(5)]
-    result.runs += [_public_run("throughput", i, 100, 12880 + 3 * i, 407 + i) for i in range(5)]
-    result.complete = True
-    prov = provenance(config=plan_config("ab", recs, w, {"order": None}), command_line=["test"], run_id="public-1",
-                      hardware_info=hardware, model=model)
-    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=prov)
-    return rehash(doc)
+from builders import H200_KERNEL, H200_PAIRED, poc_of, synthetic_public_ab
 
 
 @pytest.fixture(scope="session")
@@ -72,59 +18,6 @@ def h200_docs() -> dict[str, dict[str, Any]]:
     return {"kernel": kernel, "paired": paired, "public": public}
 
 
-def poc_of(docs: dict[str, dict[str, Any]], *, complete: bool = True) -> dict[str, Any]:
-    """A PoC receipt document over ``docs`` (section -> receipt), as ``infercrane poc`` assembles it."""
-    from infercrane.env.capture import provenance
-    from infercrane.poc.derive import assemble, decide_with_steps, decode_steps_for, kernel_steps_agree
-    from infercrane.poc.gpus import gpu_key_of_receipt
-
-    ev: dict[str, Any] = {"kernel": {}, "paired": {}, "public": {}, "serving_gpu": None}
-    for s in ("paired", "public"):
-        if s in docs:
-            ev[s][gpu_key_of_receipt(docs[s])] = docs[s]
-            ev["serving_gpu"] = ev["serving_gpu"] or gpu_key_of_receipt(docs[s])
-    if "kernel" in docs:
-        k, g = docs["kernel"], gpu_key_of_receipt(docs["kernel"])
-        if g in ev["paired"]:
-            steps = decode_steps_for(k, ev["paired"][g])
-            if not kernel_steps_agree(k, steps):
-                k = decide_with_steps(k, steps, measured="kernel.json")
-        ev["kernel"][g] = k
-    prov = provenance(config={"command": "poc", "test": True}, command_line=["test"], run_id="poc-1")
-    doc = assemble(ev, provenance=prov, complete=complete, incomplete_reason=None if complete else "test: partial")
-    return rehash(doc)
-
-
 @pytest.fixture(scope="session")
 def h200_poc(h200_docs) -> dict[str, Any]:
     return poc_of(h200_docs)
-
-
-def relabel(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
-    """A receipt as if measured on another GPU: its hardware blocks (and every embedded receipt's) renamed, every
-    hash recomputed. For a PoC receipt the evidence is filed under the new GPU type and the sections derived again."""
-    from infercrane.poc.derive import derive_sections
-    from infercrane.poc.gpus import gpu_key
-
-    doc = copy.deepcopy(doc)
-    if doc.get("evidence") is not None:
-        ev = doc["evidence"]
-        for s in ("kernel", "paired", "public"):
-            ev[s] = {gpu_key(gpu): relabel(d, gpu) for d in ev[s].values()}
-        ev["serving_gpu"] = gpu_key(gpu) if ev["serving_gpu"] else None
-        if ev["kernel"] and ev["paired"]:  # the kernel's decode steps name the paired receipt by its new hash
-            from infercrane.poc.derive import decide_with_steps, decode_steps_for
-
-            g = gpu_key(gpu)
-            k = ev["kernel"][g]
-            measured = {k2: v for k2, v in k.items() if k2 not in ("decode_steps",)}
-            ev["kernel"][g] = decide_with_steps(rehash(measured | {"decode_step": None}),
-                                                decode_steps_for(k, ev["paired"][g]), measured="kernel.json")
-        doc.update({k: v for k, v in derive_sections(ev).items()})
-    for hw in (doc.get("hardware"), (doc.get("provenance") or {}).get("hardware")):
-        if hw is not None:
-            hw["gpu"] = gpu
-    for block in ("paired_aiperf", "bench"):
-        if doc.get(block) and "gpu" in doc[block] and doc.get("evidence") is None:
-            doc[block]["gpu"] = gpu
-    return rehash(doc)

@@ -5,11 +5,10 @@ merge into one."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from conftest import relabel
+from builders import relabel
 from infercrane.cli import main
 from infercrane.errors import RunFailed
 from infercrane.poc.config import CONFIGS_DIR

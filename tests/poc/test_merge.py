@@ -7,11 +7,8 @@ import copy
 import json
 from pathlib import Path
 
-import pytest
-
-from conftest import H100, poc_of, rehash, relabel
+from builders import H100, rehash, relabel
 from infercrane.cli import main
-from infercrane.receipts.io import content_hash
 from infercrane.receipts.validate import check_document, load_receipt
 
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import poc_of, rehash
+from builders import poc_of, rehash
 from infercrane.receipts.validate import check_document, write_receipt
 
 
