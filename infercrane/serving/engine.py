@@ -1,21 +1,41 @@
 """Engine lifecycle: start an engine per recipe, wait until it serves, stop it, never leave one running.
 
-An ``Engine`` is a context manager. ``start()``:
-  1. picks a free port on 127.0.0.1 (unless given) and builds the command from the recipe's engine kind;
+An ``Engine`` is a context manager. ``start()`` is ``launch()`` then ``wait_ready()``; a caller that starts several
+engines at once (co-resident arms) launches them all before waiting on any, so that their start-ups overlap.
+
+``launch()``:
+  1. checks that the port is free on 127.0.0.1 (a server already listening there is not the engine InferCrane is
+     about to start: an explicitly given port that is taken is refused, a port InferCrane picked itself is replaced
+     by a fresh one) and builds the command from the recipe's engine kind;
   2. starts it in its own session/process group (``start_new_session=True``) with stdout+stderr to a log
      file, the recipe's ``env`` added to the environment (and recorded: only the additions, never the
      whole environment); on Linux the child also gets SIGTERM if the starting thread dies
-     (``PR_SET_PDEATHSIG``), which covers a SIGKILL'd InferCrane;
+     (``PR_SET_PDEATHSIG``), which covers a SIGKILL'd InferCrane. Variables that change which program or libraries
+     run (``PROGRAM_ENV_VARS``: PYTHONPATH, PATH, LD_PRELOAD, ...) are recorded with their values in
+     ``program_env``, whether the recipe set them or InferCrane's own environment passed them on, and named in the
+     log line ``launch`` writes (logger ``infercrane.serving.engine``; ``serve`` prints it).
+
+``wait_ready()``:
   3. waits for ``GET /health`` == 200 and then for one real completion (``POST /v1/completions``,
      4 tokens) to succeed, within ``startup_timeout_s``; on timeout or early exit it stops the engine and
      raises ``RunFailed`` with the log tail in the message;
-  4. reads the engine's version from ``GET /version``.
+  4. checks that what answered is the engine InferCrane started: its process still runs, a process of its process
+     group holds the listening socket of the port (``/proc/net/tcp[6]`` inode -> ``/proc/<pid>/fd``, Linux; elsewhere
+     recorded as not checked), and ``GET /v1/models`` lists the served model (recorded in ``served_models``);
+  5. reads the engine's version from ``GET /version``.
 
 ``stop()`` sends SIGINT, then SIGTERM, then SIGKILL to the whole process group, waiting after each
 until no process of the group remains. The context exit calls it on success, error, timeout and
 KeyboardInterrupt. Engines still running at interpreter exit are killed by an ``atexit`` hook, and a
 SIGTERM handler (installed on the first start, from the main thread, chaining any previous handler)
 kills them and then exits with status 143, so a SIGTERM'd InferCrane leaves no engine behind.
+
+An engine that dies while a driver runs is reported as the engine's failure (``failure_if_dead``; the drivers'
+``run_logged`` asks the engine its command line names), with its exit code or signal and its log tail.
+
+``ExternalEngine`` is a server InferCrane did not start (``serve ... --url``): the same interface, no lifecycle; it
+is probed (``GET /v1/models``, one completion, ``GET /version``, whether ``POST /reset_prefix_cache`` is offered) and
+recorded with ``launched_by_infercrane: false``.
 
 vLLM's ``POST /reset_prefix_cache`` exists only with ``VLLM_SERVER_DEV_MODE=1`` (vLLM 0.22.1,
 ``vllm/entrypoints/serve/cache/api_router.py``); the vLLM engine kind sets it, and it is recorded
@@ -26,7 +46,9 @@ from __future__ import annotations
 import atexit
 import ctypes
 import json
+import logging
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -34,7 +56,10 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
@@ -42,9 +67,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.serving.recipes import Recipe
+from infercrane.serving.recipes import PROGRAM_ENV_VARS, Recipe
 
 HOST = "127.0.0.1"
+_log = logging.getLogger(__name__)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
@@ -221,10 +247,37 @@ def log_tail(path: str | Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def exit_text(returncode: int | None) -> str:
+    """How a process ended, in words: ``exited with code 17`` or ``was killed by SIGKILL (signal 9)``."""
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name} (signal {-returncode})"
+    return f"exited with code {returncode}"
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = HOST) -> bool:
+    """True when a socket is already bound (listening) on ``host:port``.
+
+    Binds with SO_REUSEADDR, as servers do (aiohttp, uvicorn), so a connection in TIME_WAIT does not count; a listener
+    on the wildcard address (0.0.0.0) does, as it does for the engine's own bind."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
@@ -246,9 +299,113 @@ def _http(method: str, url: str, body: dict | None = None, timeout_s: float = 5.
         return exc.code, exc.read() if exc.fp else b""
 
 
-# -- live-engine registry for atexit / SIGTERM ------------------------------------------------------
+def _listed_models(payload: bytes) -> list[str] | None:
+    """The model ids of an OpenAI ``GET /v1/models`` answer, or None when it is not one."""
+    try:
+        doc = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+        return None
+    return [m["id"] for m in data]
+
+
+def _version_of(payload: bytes) -> str | None:
+    """``GET /version``'s ``version`` field (vLLM: ``{"version": "0.22.1"}``), else its first 200 bytes as text."""
+    try:
+        doc = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("version") is not None:
+        return str(doc["version"])
+    text = payload[:200].decode(errors="replace").strip()
+    return text or None
+
+
+# -- who holds a port (Linux /proc) ---------------------------------------------------------------
+_TCP_LISTEN = "0A"
+# /proc/net/tcp[6] local addresses that accept a connection to 127.0.0.1 (hex, as the kernel prints them)
+_LOOPBACK_REACHABLE = {"0100007F", "00000000", "0" * 32, "0000000000000000FFFF00000100007F"}
+
+
+def listening_inodes(port: int) -> set[int] | None:
+    """Inodes of the sockets listening on ``port`` that a connection to 127.0.0.1 could reach (IPv4 loopback or
+    wildcard, IPv6 wildcard or v4-mapped loopback); None where ``/proc/net/tcp`` cannot be read (not Linux)."""
+    found: set[int] = set()
+    readable = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+                continue
+            addr, _, hex_port = fields[1].partition(":")
+            if int(hex_port, 16) == port and addr.upper() in _LOOPBACK_REACHABLE:
+                found.add(int(fields[9]))
+    return found if readable else None
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process whose process group is ``pgid`` (from ``/proc/<pid>/stat``)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+def socket_holders(inodes: set[int], pids: list[int]) -> list[int]:
+    """Those of ``pids`` that hold an open file descriptor on one of the socket ``inodes``."""
+    wanted = {f"socket:[{i}]" for i in inodes}
+    holders = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    holders.append(pid)
+                    break
+            except OSError:
+                continue
+    return holders
+
+
+def _describe_pid(pid: int) -> str:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return f"pid {pid}: {shlex.join(c.decode(errors='replace') for c in cmd if c)[:200]}"
+    except OSError:
+        return f"pid {pid}"
+
+
+def port_holders(port: int) -> list[str]:
+    """Best effort, for messages: the processes (of this user) listening on ``port``, described."""
+    inodes = listening_inodes(port)
+    if not inodes:
+        return []
+    pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    return [_describe_pid(p) for p in socket_holders(inodes, pids)]
+
+
+# -- live-engine registry for atexit / SIGTERM, and for drivers to find their engine ------------------
 _LIVE: set[Engine] = set()
 _LIVE_LOCK = threading.RLock()  # re-entrant: the SIGTERM handler may run inside a locked section
+_EXTERNAL: weakref.WeakSet[ExternalEngine] = weakref.WeakSet()
 _HOOKS_INSTALLED = False
 _PREVIOUS_SIGTERM = None
 
@@ -281,6 +438,18 @@ def _install_exit_hooks() -> None:
             signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+def engine_serving(command: Sequence[str]) -> Engine | ExternalEngine | None:
+    """The live engine (started and not stopped) or connected external server whose base URL is one of ``command``'s
+    arguments: the engine a driver command is aimed at (AIPerf's ``--url``, vllm bench's ``--base-url``)."""
+    tokens = {str(t).rstrip("/") for t in command}
+    with _LIVE_LOCK:
+        candidates: list[Engine | ExternalEngine] = [*_LIVE, *_EXTERNAL]
+    for eng in candidates:
+        if eng.base_url in tokens:
+            return eng
+    return None
+
+
 # -- the record that goes into receipts --------------------------------------------------------------
 class EngineRecord(BaseModel):
     """One engine lifetime: what was run, how, and how it ended."""
@@ -290,10 +459,11 @@ class EngineRecord(BaseModel):
     recipe_name: str
     recipe_sha256: str
     engine: str
-    command: list[str]
+    command: list[str] = Field(description="empty for a server InferCrane did not launch")
     env_added: dict[str, str] = Field(description="the variables added to InferCrane's environment, no others")
     host: str
     port: int
+    url: str | None = Field(default=None, description="the base URL requests went to")
     pid: int | None = None
     version: str | None = Field(default=None, description="from the engine's GET /version")
     log_path: str
@@ -302,28 +472,80 @@ class EngineRecord(BaseModel):
     stopped_at: str | None = None
     returncode: int | None = None
     stop_signals: list[str] = Field(default_factory=list, description="signals it took to stop the group")
+    launched_by_infercrane: bool = Field(default=True, description="False for a server given with --url")
+    served_models: list[str] = Field(default_factory=list, description="the model ids its GET /v1/models listed")
+    program_env: dict[str, str] = Field(default_factory=dict, description="variables in the engine's environment that "
+                                        "change which program or libraries run (recipes.PROGRAM_ENV_VARS)")
+    program_env_from_recipe: list[str] = Field(default_factory=list,
+                                               description="which of program_env the recipe set (the rest inherited)")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1,
+                                                 description="the share of GPU memory the engine was given")
+    coresident_with: list[str] = Field(default_factory=list,
+                                       description="arms whose engines were up on the same GPU at the same time")
+    port_owner: str | None = Field(default=None, description="who held the listening port once the engine was ready "
+                                                             "(pid in the engine's group), or why it was not checked")
+    prefix_cache_reset_offered: bool | None = Field(default=None, description="whether POST /reset_prefix_cache "
+                                                                              "answered 200 (probed on --url servers)")
+    prefix_cache_resets: int = Field(default=0, description="resets sent before runs")
+
+
+def program_env_of(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that change which program or libraries run."""
+    return {k: env[k] for k in PROGRAM_ENV_VARS if k in env}
+
+
+def _has_flag(args: Sequence[str], flag: str) -> bool:
+    spellings = {flag, "--" + flag[2:].replace("-", "_")}
+    return any(a.split("=", 1)[0] in spellings for a in args)
 
 
 class Engine:
-    """One running engine for one recipe; see the module docstring for the lifecycle."""
+    """One running engine for one recipe; see the module docstring for the lifecycle.
+
+    ``gpu_memory_utilization``: the share of GPU memory this engine may take (co-resident engines split one GPU);
+    the vLLM kind passes it as ``--gpu-memory-utilization`` (a recipe that sets that flag itself is refused: two
+    owners of one number), the test server uses no GPU and only records it. ``coresident_with``: the arms whose engines
+    run beside this one, recorded.
+    """
 
     def __init__(self, recipe: Recipe, *, log_dir: str | Path, label: str | None = None, port: int | None = None,
-                 startup_timeout_s: float = 900.0, grace_s: tuple[float, float, float] = (20.0, 10.0, 5.0)) -> None:
+                 startup_timeout_s: float = 900.0, grace_s: tuple[float, float, float] = (20.0, 10.0, 5.0),
+                 gpu_memory_utilization: float | None = None, coresident_with: Sequence[str] = ()) -> None:
         self.recipe = recipe.resolved() if recipe.sha256 is None else recipe
         self.kind = get_engine_kind(recipe.engine)
-        self.port = port or _free_port()
         self.label = label or self.recipe.name
+        if gpu_memory_utilization is not None:
+            if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
+                raise InputError(f"engine {self.label!r}: gpu_memory_utilization {gpu_memory_utilization!r} is not a "
+                                 "share of GPU memory", hint="give a number in (0, 1]")
+            if self.recipe.engine == "vllm" and _has_flag(self.recipe.engine_args, "--gpu-memory-utilization"):
+                raise InputError(
+                    f"recipe {self.recipe.name!r} sets --gpu-memory-utilization in its engine_args, and InferCrane "
+                    f"was asked to give its engine {gpu_memory_utilization:g} of GPU memory (engines sharing one GPU)",
+                    hint="remove --gpu-memory-utilization from the recipe's engine_args, or run the arms one at a time")
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self._port_given = port is not None
+        self.port = port or _free_port()
         self.log_path = Path(log_dir) / f"{self.label}.log"
         self.startup_timeout_s = startup_timeout_s
         self.grace_s = grace_s
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
-        self.command = self.kind.command(self.recipe, self.port)
+        self._t0: float | None = None
+        self.command = self._build_command()
         self.env_added = {**self.kind.default_env(), **self.recipe.env}
         self.record = EngineRecord(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
                                    engine=self.recipe.engine, command=self.command, env_added=self.env_added,
-                                   host=HOST, port=self.port, log_path=str(self.log_path))
+                                   host=HOST, port=self.port, url=self.base_url, log_path=str(self.log_path),
+                                   gpu_memory_utilization=gpu_memory_utilization,
+                                   coresident_with=list(coresident_with))
         self._stop_lock = threading.RLock()
+
+    def _build_command(self) -> list[str]:
+        cmd = self.kind.command(self.recipe, self.port)
+        if self.gpu_memory_utilization is not None and self.recipe.engine == "vllm":
+            cmd += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        return cmd
 
     @property
     def base_url(self) -> str:
@@ -343,15 +565,43 @@ class Engine:
         self.stop()
 
     def start(self) -> Engine:
+        """``launch()`` then ``wait_ready()``."""
+        self.launch()
+        return self.wait_ready()
+
+    def _claim_port(self) -> None:
+        """A free port, or refusal: a server already listening there would answer in the engine's place."""
+        tries = 0
+        while port_in_use(self.port):
+            if self._port_given:
+                holders = port_holders(self.port)
+                raise InputError(
+                    f"engine {self.label!r}: port {self.port} on {HOST} is already in use"
+                    + (f" ({'; '.join(holders)})" if holders else "")
+                    + ": a server InferCrane did not start would answer in the engine's place",
+                    hint="stop that server or give another port; to measure a running server, pass it with --url")
+            tries += 1
+            if tries > 20:
+                raise RunFailed(f"engine {self.label!r}: found no free port on {HOST} in 20 tries")
+            self.port = _free_port()
+        self.command = self._build_command()
+        self.record.command, self.record.port, self.record.url = self.command, self.port, self.base_url
+
+    def launch(self) -> Engine:
+        """Start the engine's process and return at once (no waiting); ``wait_ready()`` waits for it."""
         if self.proc is not None:
             raise RunFailed(f"engine {self.label!r} was already started", hint="use a new Engine per lifetime")
         _install_exit_hooks()
+        self._claim_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env_added}
-        t0 = time.monotonic()
+        self.record.program_env = program_env_of(env)
+        self.record.program_env_from_recipe = sorted(k for k in self.recipe.env if k in PROGRAM_ENV_VARS)
+        self._t0 = time.monotonic()
         self.record.started_at = utc_now()
         with open(self.log_path, "ab") as log:
-            log.write(f"# infercrane: {' '.join(self.command)}\n# env added: {self.env_added}\n".encode())
+            log.write(f"# infercrane: {shlex.join(self.command)}\n# env added: {self.env_added}\n"
+                      f"# program env: {self.record.program_env}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -361,19 +611,55 @@ class Engine:
         self.record.pid = self.proc.pid
         with _LIVE_LOCK:
             _LIVE.add(self)
+        _log.info("engine %s (%s): %s%s", self.label, self.recipe.engine, shlex.join(self.command),
+                  self.program_env_line())
+        return self
+
+    def program_env_line(self) -> str:
+        """``; program env: PYTHONPATH (recipe), PATH (inherited)``, or "" when there is none."""
+        rec = self.record
+        if not rec.program_env:
+            return ""
+        names = [f"{k} ({'recipe' if k in rec.program_env_from_recipe else 'inherited'})" for k in rec.program_env]
+        return "; program env: " + ", ".join(names)
+
+    def wait_ready(self) -> Engine:
+        """Wait for health and one completion, then check the engine's identity; stops the engine on failure."""
+        if self.proc is None or self._t0 is None:
+            raise RunFailed(f"engine {self.label!r} was not launched", hint="call launch() (or start()) first")
         try:
-            self._wait_ready(t0)
+            self._wait_ready(self._t0)
+            self._check_identity()
+            self.record.version = self._read_version()
         except BaseException:
             self.stop()
             raise
-        self.record.ready_after_s = round(time.monotonic() - t0, 3)
+        self.record.ready_after_s = round(time.monotonic() - self._t0, 3)
+        _log.info("engine %s ready after %.1f s on %s (pid %s)", self.label, self.record.ready_after_s, self.base_url,
+                  self.record.pid)
         return self
 
     def failure(self, what: str) -> RunFailed:
         """A RunFailed naming this engine, its command and its log tail."""
         return RunFailed(f"engine {self.label!r} ({self.recipe.engine}) {what}\n"
-                         f"command: {' '.join(self.command)}\nlog {self.log_path}, last lines:\n{self.log_tail()}",
+                         f"command: {shlex.join(self.command)}\nlog {self.log_path}, last lines:\n{self.log_tail()}",
                          hint="read the engine log; fix the recipe or raise startup_timeout_s if it was still loading")
+
+    def failure_if_dead(self, what: str, *, grace_s: float = 2.0) -> RunFailed | None:
+        """When the engine has died (waiting up to ``grace_s`` for a dying one to be gone), a RunFailed saying so —
+        ``died <what>: exited with code 17`` or ``was killed by SIGKILL`` — with its log tail; None while it runs.
+
+        For a caller whose driver just failed: the engine's death, not the driver's exit, is the cause to report."""
+        if self.proc is None:
+            return None
+        deadline = time.monotonic() + grace_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.alive():
+            return None
+        return RunFailed(f"engine {self.label!r} ({self.recipe.engine}) died {what}: it {exit_text(self.proc.returncode)}"
+                         f"\ncommand: {shlex.join(self.command)}\nlog {self.log_path}, last lines:\n{self.log_tail()}",
+                         hint="read the engine log: the engine stopped the run, not the driver")
 
     def _wait_ready(self, t0: float) -> None:
         deadline = t0 + self.startup_timeout_s
@@ -381,7 +667,7 @@ class Engine:
         stage = "health"
         while True:
             if not self.alive():
-                raise self.failure(f"exited with code {self.proc.returncode} before it was ready ({last})")
+                raise self.failure(f"{exit_text(self.proc.returncode)} before it was ready ({last})")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self.failure(f"was not ready after {self.startup_timeout_s:g} s (waiting for {stage}: {last})")
@@ -400,18 +686,46 @@ class Engine:
                                             timeout_s=max(per_try, min(60.0, remaining)))
                     last = f"/v1/completions answered {status}: {payload[:200]!r}"
                     if status == 200:
-                        self.record.version = self._read_version()
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.25)
 
+    def _check_identity(self) -> None:
+        """What answered is this engine: its process runs, its group holds the port, it lists the served model."""
+        if not self.alive():
+            raise self.failure(f"{exit_text(self.proc.returncode)} right after answering the readiness check: another "
+                               f"process may be serving port {self.port}")
+        inodes = listening_inodes(self.port)
+        if inodes is None:
+            self.record.port_owner = "not checked (no /proc/net/tcp here)"
+        else:
+            holders = socket_holders(inodes, group_pids(self.pgid)) if inodes else []
+            if not holders:
+                others = port_holders(self.port)
+                raise self.failure(
+                    f"answered on port {self.port}, but no process of its group (pgid {self.pgid}) holds that port's "
+                    f"listening socket ({'; '.join(others) if others else 'held by a process InferCrane cannot see'})"
+                    ": the answers came from another server")
+            self.record.port_owner = f"pid {holders[0]} (process group {self.pgid})"
+        try:
+            status, payload = _http("GET", f"{self.base_url}/v1/models", timeout_s=30.0)
+        except OSError as exc:
+            raise self.failure(f"did not answer GET /v1/models: {exc}") from None
+        models = _listed_models(payload) if status == 200 else None
+        if models is None:
+            raise self.failure(f"answered GET /v1/models with {status}: {payload[:200]!r} (not an OpenAI model list)")
+        self.record.served_models = models
+        if self.served_model not in models:
+            raise self.failure(f"lists the models {models} on GET /v1/models, not {self.served_model!r}, the model "
+                               "requests will name")
+
     def _read_version(self) -> str | None:
         try:
             status, payload = _http("GET", f"{self.base_url}/version", timeout_s=5.0)
             if status == 200:
-                return str(json.loads(payload).get("version"))
-        except (OSError, ValueError):
+                return _version_of(payload)
+        except OSError:
             pass
         return None
 
@@ -424,10 +738,12 @@ class Engine:
         try:
             status, payload = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=30.0)
         except OSError as exc:
-            raise self.failure(f"did not answer POST /reset_prefix_cache: {exc}") from None
+            raise self.failure_if_dead("before POST /reset_prefix_cache", grace_s=0.5) or \
+                self.failure(f"did not answer POST /reset_prefix_cache: {exc}") from None
         if status != 200:
             raise self.failure(f"answered POST /reset_prefix_cache with {status}: {payload[:200]!r} "
-                             "(vLLM serves it only with VLLM_SERVER_DEV_MODE=1)")
+                               "(vLLM serves it only with VLLM_SERVER_DEV_MODE=1)")
+        self.record.prefix_cache_resets += 1
 
     def stop(self, *, grace_s: tuple[float, float, float] | None = None) -> int | None:
         """SIGINT -> SIGTERM -> SIGKILL to the process group, waiting after each; returns the exit code."""
@@ -452,3 +768,159 @@ class Engine:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+
+# -- a server InferCrane did not start (--url) --------------------------------------------------------------
+def parse_server_url(url: str) -> str:
+    """The base URL (``http[s]://host[:port]``) of a ``--url`` value; a trailing ``/`` or ``/v1`` is dropped.
+    InputError for anything else (another scheme, no host, a query, another path)."""
+    parsed = urllib.parse.urlsplit(url.strip())
+    path = parsed.path.rstrip("/")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query or parsed.fragment \
+            or path not in ("", "/v1"):
+        raise InputError(f"--url {url}: not the base URL of an HTTP server",
+                         hint="give http://HOST:PORT (the server's root, where /v1/models is)")
+    try:
+        parsed.port
+    except ValueError:
+        raise InputError(f"--url {url}: its port is not a number in 1..65535", hint="give http://HOST:PORT") from None
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+class ExternalEngine:
+    """A server InferCrane did not launch (``--url``), with ``Engine``'s interface and no lifecycle.
+
+    ``connect()`` (or entering the context) probes it: ``GET /v1/models`` must be an OpenAI model list that holds the
+    model requests will name (``model``; else the recipe's; else the one model listed), one real completion must
+    succeed, ``GET /version`` is recorded as it answers, and ``POST /reset_prefix_cache`` is tried once: when it
+    answers 200 the prefix cache is reset before every run (as for a launched engine), otherwise never, and the record
+    says which. ``stop()`` and the context exit leave the server running. Every failure to connect is an InputError
+    of one line naming ``--url``.
+    """
+
+    def __init__(self, url: str, *, recipe: Recipe, label: str | None = None, model: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        self.base_url = parse_server_url(url)
+        self.recipe = recipe.resolved() if recipe.sha256 is None else recipe
+        self.label = label or self.recipe.name
+        self.requested_model = model
+        self.timeout_s = timeout_s
+        self.served_model: str = model or self.recipe.model
+        parsed = urllib.parse.urlsplit(self.base_url)
+        self.record = EngineRecord(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
+                                   engine=self.recipe.engine, command=[], env_added={}, host=parsed.hostname or "",
+                                   port=parsed.port or (443 if parsed.scheme == "https" else 80), url=self.base_url,
+                                   log_path="", launched_by_infercrane=False)
+        self.connected = False
+
+    def __enter__(self) -> ExternalEngine:
+        return self.connect()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> ExternalEngine:
+        return self.connect()
+
+    def launch(self) -> ExternalEngine:  # nothing to launch: the interface of Engine for co-resident callers
+        return self
+
+    def wait_ready(self) -> ExternalEngine:
+        return self.connect()
+
+    def _bad(self, what: str, hint: str) -> InputError:
+        return InputError(f"--url {self.base_url}: {what}", hint=hint)
+
+    def connect(self) -> ExternalEngine:
+        """Probe the server once (see the class docstring); idempotent."""
+        if self.connected:
+            return self
+        not_openai = "give the root URL of an OpenAI-compatible server (vllm serve, …): GET /v1/models must list models"
+        try:
+            status, payload = _http("GET", f"{self.base_url}/v1/models", timeout_s=self.timeout_s)
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise self._bad(f"nothing answers there ({reason})", "start the server first, or check host and port"
+                            ) from None
+        models = _listed_models(payload) if status == 200 else None
+        if models is None:
+            shown = " ".join(payload[:120].decode(errors="replace").split())
+            raise self._bad(f"not an OpenAI-compatible server: GET /v1/models answered {status} ({shown or 'empty'})",
+                            not_openai)
+        if not models:
+            raise self._bad("GET /v1/models lists no model", "load a model into the server")
+        wanted = [m for m in (self.requested_model, self.recipe.model, self.recipe.resolved_model()) if m]
+        chosen = next((m for m in wanted if m in models), None)
+        if chosen is None:
+            raise self._bad(f"serves {', '.join(map(repr, models))}, not {wanted[0]!r} (recipe {self.recipe.name!r})",
+                            "give a recipe whose model is the one the server serves (the receipt records the recipe's "
+                            "model)")
+        self.served_model = chosen
+        self.record.served_models = models
+        body = {"model": chosen, "prompt": "InferCrane readiness check", "max_tokens": 4, "temperature": 0.0}
+        try:
+            status, payload = _http("POST", f"{self.base_url}/v1/completions", body, timeout_s=max(60.0, self.timeout_s))
+        except OSError as exc:
+            raise self._bad(f"POST /v1/completions failed: {exc}", not_openai) from None
+        if status != 200:
+            raise self._bad(f"POST /v1/completions for {chosen!r} answered {status}: "
+                            f"{' '.join(payload[:120].decode(errors='replace').split())}", not_openai)
+        try:
+            status, payload = _http("GET", f"{self.base_url}/version", timeout_s=self.timeout_s)
+            self.record.version = _version_of(payload) if status == 200 else None
+        except OSError:
+            self.record.version = None
+        try:
+            status, _ = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=self.timeout_s)
+        except OSError:
+            status = None
+        self.record.prefix_cache_reset_offered = status == 200
+        self._reset_probe_status = status
+        self.record.started_at = utc_now()  # when InferCrane began using it
+        self.connected = True
+        _EXTERNAL.add(self)
+        _log.info("server %s at %s (not launched by InferCrane): serves %s, version %s, prefix-cache reset %s",
+                  self.label, self.base_url, ", ".join(models), self.record.version or "unknown",
+                  "offered" if self.record.prefix_cache_reset_offered
+                  else f"not offered (POST /reset_prefix_cache answered {status}): runs share the server's cache")
+        return self
+
+    def alive(self) -> bool:
+        """True while the server answers ``GET /v1/models``."""
+        try:
+            status, _ = _http("GET", f"{self.base_url}/v1/models", timeout_s=10.0)
+        except OSError:
+            return False
+        return status == 200
+
+    def reset_prefix_cache(self) -> None:
+        """Reset the server's prefix cache when it offers ``POST /reset_prefix_cache``; nothing otherwise."""
+        if not self.record.prefix_cache_reset_offered:
+            return
+        try:
+            status, payload = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=30.0)
+        except OSError as exc:
+            raise self.failure(f"did not answer POST /reset_prefix_cache: {exc}") from None
+        if status != 200:
+            raise self.failure(f"answered POST /reset_prefix_cache with {status}: {payload[:200]!r}, which it "
+                               "accepted when InferCrane connected")
+        self.record.prefix_cache_resets += 1
+
+    def failure(self, what: str) -> RunFailed:
+        return RunFailed(f"server {self.label!r} at {self.base_url} (not launched by InferCrane) {what}",
+                         hint="check the server and its own log (InferCrane did not start it and holds no log of it)")
+
+    def failure_if_dead(self, what: str, *, grace_s: float = 2.0) -> RunFailed | None:
+        """A RunFailed when the server no longer answers ``GET /v1/models``; None while it does."""
+        if not self.connected or self.alive():
+            return None
+        return self.failure(f"stopped answering {what}")
+
+    def stop(self, **_: object) -> None:
+        """Nothing to stop: the server is not InferCrane's. Records when InferCrane last stopped using it."""
+        if self.connected:
+            self.record.stopped_at = utc_now()
+        return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "(no log: the server was not launched by InferCrane)"

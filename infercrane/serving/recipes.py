@@ -8,6 +8,12 @@ recipe file -> overrides (``Recipe.with_overrides``) -> a frozen, resolved ``Rec
 ``check_recipe`` is the preflight: it fails before any GPU time is spent when the engine is not
 installed, when an engine argument is not one the installed engine accepts (parsed from the engine's
 own ``--help`` output, once per process), or when a local model path does not exist.
+
+Environment that changes *which* program or libraries the engine runs rather than how it runs (``PROGRAM_ENV_VARS``:
+``PYTHONPATH``, ``PATH``, ``LD_PRELOAD``, ...) is refused in a recipe's ``env`` unless the recipe says
+``allow_program_env: true``: a recipe that puts another vLLM on ``PYTHONPATH`` compares another program, and must say
+so. Either way the engine records those variables with their values (``EngineRecord.program_env``), whether the recipe
+set them or InferCrane's own environment passed them on.
 """
 from __future__ import annotations
 
@@ -30,6 +36,14 @@ ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 # Flags InferCrane sets itself on every engine command line (the model from the recipe's ``model``
 # field); a recipe may not set them.
 RESERVED_FLAGS = frozenset({"--host", "--port", "--model"})
+
+# Variables that change which program or libraries run: which interpreter and packages (PATH, PYTHON*, VIRTUAL_ENV,
+# CONDA_PREFIX) and which shared libraries the dynamic loader maps (LD_*, and macOS's DYLD_*).
+PROGRAM_ENV_VARS: tuple[str, ...] = (
+    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH",
+    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
+    "DYLD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "DYLD_FRAMEWORK_PATH",
+)
 
 _NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 _ENV_KEY_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -71,6 +85,9 @@ class Recipe(BaseModel):
         description="extra engine CLI arguments: a list of tokens, or a mapping flag -> value "
                     "(true: bare flag; false: --no-<flag>)")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables added for the engine")
+    allow_program_env: bool = Field(
+        default=False, description="let env set variables that change which program or libraries run "
+                                   "(PROGRAM_ENV_VARS: PYTHONPATH, PATH, LD_PRELOAD, ...); refused otherwise")
     workarounds: list[Workaround] = Field(default_factory=list)
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
                                description="optional: if given, must equal the computed hash (a recipe copied "
@@ -111,6 +128,17 @@ class Recipe(BaseModel):
             raise ValueError(f"not environment variable names: {bad}")
         return value
 
+    @model_validator(mode="after")
+    def _program_env_said(self) -> Recipe:
+        changing = [k for k in self.env if k in PROGRAM_ENV_VARS]
+        if changing and not self.allow_program_env:
+            raise ValueError(
+                f"env sets {', '.join(changing)}, which changes which program or libraries the engine runs, not only "
+                "how it runs; if that is the point of the recipe, say allow_program_env: true (the values are "
+                "recorded in the receipt and printed at every engine start), otherwise remove "
+                f"{'it' if len(changing) == 1 else 'them'}")
+        return self
+
     @field_validator("engine_args")
     @classmethod
     def _no_reserved_flags(cls, value: list[str]) -> list[str]:
@@ -147,6 +175,8 @@ class Recipe(BaseModel):
         """The resolved recipe as plain data (the hash input): everything but ``sha256``."""
         data = self.model_dump(mode="json", exclude={"sha256"})
         data["model"] = self.resolved_model()
+        if not self.allow_program_env:  # absent when off: recipes hashed before the field existed keep their hash
+            del data["allow_program_env"]
         return data
 
     def computed_sha256(self) -> str:

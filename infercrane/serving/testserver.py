@@ -3,7 +3,8 @@
     python -m infercrane.serving.testserver --port 8123 --ttft-ms 40 --itl-ms 5
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE and
-non-streaming), ``GET /v1/models``, ``GET /health``, ``GET /version``, ``POST /reset_prefix_cache``,
+non-streaming), ``GET /v1/models``, ``GET /health``, ``GET /version``, ``POST /reset_prefix_cache``
+(HTTP 404 with ``--no-prefix-cache-reset``, as vLLM without ``VLLM_SERVER_DEV_MODE=1``),
 and ``GET /stats`` (counters for tests: requests seen, HTTP 500s sent, short outputs, cache resets).
 
 Timing model (what the drivers must measure back):
@@ -66,6 +67,7 @@ class ServerConfig:
     startup_delay_s: float = 0.0
     seed: int = 0
     default_max_tokens: int = 16
+    prefix_cache_reset: bool = True
 
 
 @dataclass
@@ -142,6 +144,8 @@ def build_app(cfg: ServerConfig):
 
     async def reset_prefix_cache(_request):
         await maybe_hang()
+        if not cfg.prefix_cache_reset:
+            return web.json_response({"detail": "Not Found"}, status=404)
         state.prefix_cache_resets += 1
         return web.Response(status=200)
 
@@ -315,6 +319,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-after", type=int, default=None, help="stop answering after N generation requests")
     p.add_argument("--startup-delay-s", type=_non_negative, default=0.0, help="sleep before listening")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault choices")
+    p.add_argument("--no-prefix-cache-reset", dest="prefix_cache_reset", action="store_false",
+                   help="answer POST /reset_prefix_cache with 404 (vLLM without VLLM_SERVER_DEV_MODE=1)")
     return p
 
 
