@@ -5,20 +5,29 @@ An ordered registry (``DRIVER_NAMES``): ``aiperf`` (NVIDIA AIPerf, the primary d
 Each driver says ``available() -> (ok, reason)``, builds its command from a ``RunSpec``, runs it as a
 subprocess in its own process group (killed on timeout, error or Ctrl-C), and parses its own export
 into ``RunMetrics``. ``get_driver`` raises InputError listing the known names for an unknown one.
+
+Every driver invocation goes through ``run_logged``: the driver runs under the process guard (``serving/guard.py``:
+its own session and process group, the parent-death signal, and its whole tree ended when InferCrane dies, SIGKILL
+included), its output to a log whose first line is the command, shell-quoted for copy-paste. When the driver fails
+(non-zero exit, timeout, or an export that cannot be read) and the engine it drove has died meanwhile, the error is
+the engine's (``Engine.failure_if_dead``: exit code or signal, the engine's log tail), not "driver exited 1".
 """
 from __future__ import annotations
 
 import importlib
 import os
 import resource
+import shlex
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from collections.abc import Mapping
 
 from infercrane.errors import InputError, RunFailed, UnavailableError
-from infercrane.serving.engine import log_tail, stop_process_group, utc_now
+from infercrane.serving.engine import (_set_parent_death_signal, engine_serving, exit_text, log_tail,
+                                       stop_process_group, utc_now)
 from infercrane.serving.metrics import RunMetrics
 
 # name -> (module, class); imported on first use so that listing drivers imports no driver.
@@ -94,9 +103,17 @@ class Driver:
         version = self.version()
         spec.artifact_dir.mkdir(parents=True, exist_ok=True)
         started_at = utc_now()
-        cpu_s = run_logged(self.command(spec), log_path=spec.artifact_dir / "driver.log",
-                           env={**os.environ, **spec.env}, timeout_s=spec.timeout_s, what=f"driver {self.name}")
-        return self.parse(spec, driver_version=version, driver_cpu_s=cpu_s, started_at=started_at)
+        cmd = self.command(spec)
+        what = f"driver {self.name}"
+        cpu_s = run_logged(cmd, log_path=spec.artifact_dir / "driver.log", env={**os.environ, **spec.env},
+                           timeout_s=spec.timeout_s, what=what)
+        try:
+            return self.parse(spec, driver_version=version, driver_cpu_s=cpu_s, started_at=started_at)
+        except RunFailed as exc:  # an unreadable export after an exit 0: the engine may have died under it
+            err = _engine_failure(cmd, f"while {what} ran", exc)
+            if err is None:
+                raise
+            raise err from exc
 
 
 def _children_cpu_s() -> float:
@@ -104,31 +121,57 @@ def _children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeout_s: float, what: str) -> float:
-    """Run ``cmd`` in its own process group, output to ``log_path``; return its tree's CPU seconds.
+GUARD = Path(__file__).resolve().parents[1] / "guard.py"
 
-    Non-zero exit or timeout raises RunFailed with the log tail; any exit path kills the group.
-    The CPU figure is the growth of this process's reaped-children rusage over the call, i.e. the
-    driver and the descendants it waited for (the engine is not reaped meanwhile).
+
+def _engine_failure(cmd: list[str], what: str, cause: RunFailed, engine: Any = None) -> RunFailed | None:
+    """The engine's own failure when the engine ``cmd`` drives (``engine``, or the one whose URL ``cmd`` names) has
+    died; None while it runs (the driver's failure is then the driver's)."""
+    engine = engine if engine is not None else engine_serving(cmd)
+    if engine is None:
+        return None
+    err = engine.failure_if_dead(what)
+    if err is not None:
+        err.message += f"\n(then: {cause.message.splitlines()[0]})"
+        err.args = (err.message,)
+    return err
+
+
+def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeout_s: float, what: str,
+               engine: Any = None) -> float:
+    """Run ``cmd`` under the process guard, output to ``log_path``; return its tree's CPU seconds.
+
+    The guard (``serving/guard.py``) leads a process group of its own and carries the parent-death signal, so the
+    driver and everything it starts end with InferCrane, however InferCrane ends. Non-zero exit or timeout raises
+    RunFailed with the log tail, or, when the engine the command drives has died (``engine``, by default the live
+    engine whose base URL is one of ``cmd``'s arguments), the engine's failure; any exit path ends the group.
+    The CPU figure is the growth of this process's reaped-children rusage over the call, i.e. the guard, the driver
+    and the descendants they waited for (the engine is not reaped meanwhile).
     """
     cpu0 = _children_cpu_s()
+    linux = sys.platform.startswith("linux")
     with open(log_path, "ab") as log:
-        log.write(f"# infercrane: {' '.join(cmd)}\n".encode())
+        log.write(f"# infercrane: {shlex.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(env), start_new_session=True)
+        proc = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--", *cmd], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+                                start_new_session=True, preexec_fn=_set_parent_death_signal if linux else None)
     try:
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise RunFailed(f"{what} did not finish within {timeout_s:g} s; log {log_path}:\n{log_tail(log_path, 30)}",
-                            hint="raise the run timeout, or lower request_count; check that the engine still answers"
-                            ) from None
+            failed = RunFailed(f"{what} did not finish within {timeout_s:g} s; log {log_path}:\n"
+                               f"{log_tail(log_path, 30)}",
+                               hint="raise the run timeout, or lower request_count; check that the engine still answers")
+            raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed from None
     finally:
         stop_process_group(proc, (5.0, 5.0, 5.0))
     if rc != 0:
-        raise RunFailed(f"{what} exited with code {rc}; log {log_path}:\n{log_tail(log_path, 30)}",
-                        hint="read the driver log; the command line is its first line")
+        # the guard exits 128 + N for a driver killed by signal N; a negative code is the guard's own signal
+        how = exit_text(rc) if rc < 0 else exit_text(128 - rc) if rc > 128 else f"exited with code {rc}"
+        failed = RunFailed(f"{what} {how}; log {log_path}:\n{log_tail(log_path, 30)}",
+                           hint="read the driver log; the command line is its first line")
+        raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed
     return round(_children_cpu_s() - cpu0, 3)
 
 
