@@ -1,7 +1,9 @@
 """``infercrane serve …``: paired A/B of two vLLM recipes, one-recipe benchmarks, the shipped recipes."""
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,10 +21,10 @@ def recipes() -> int:
 
     for name in shipped_recipes():
         r = load_recipe(name)
-        print(f"recipe   {name:12s} engine={r.engine} model={r.model} args={' '.join(r.engine_args) or '(none)'}")
+        print(f"recipe   {name:18s} engine={r.engine} model={r.model} args={shlex.join(r.engine_args) or '(none)'}")
     for name in workload_presets():
         w = load_workload(name)
-        print(f"workload {name:12s} {w.input_tokens}->{w.output_tokens} tokens, c={w.concurrency}, "
+        print(f"workload {name:18s} {w.input_tokens}->{w.output_tokens} tokens, c={w.concurrency}, "
               f"{w.runs_per_arm} runs/arm, order {w.arm_order}")
     return 0
 
@@ -34,14 +36,15 @@ def ab(recipe_a: str, recipe_b: str, /, *, config: Annotated[ServeConfig, Parame
     Parameters
     ----------
     recipe_a
-        Baseline recipe: a shipped name (eager, compiled, balanced, throughput) or a YAML file.
+        Baseline recipe: a shipped name (eager, compiled, balanced, throughput; testserver, testserver-fast on a CPU)
+        or a YAML file.
     recipe_b
         Candidate recipe.
     """
     return _serve([recipe_a, recipe_b], config, kind="ab")
 
 
-def bench(recipe: str, /, *, config: Annotated[ServeConfig, Parameter(name="*")] = ServeConfig(workload="public-1000")) -> int:
+def bench(recipe: str, /, *, config: Annotated[ServeConfig, Parameter(name="*")] = ServeConfig()) -> int:
     """Benchmark one recipe on a workload (default public-1000), with every driver asked for on the same engine, and
     set the result against the workload's published example — written as a receipt.
 
@@ -82,6 +85,12 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     with about("--policy"):
         pol = load_policy("serving", policy)
     old = load_receipt(receipt).document
+    if not old.get("complete"):
+        from ..errors import InputError
+        from ..serving.progress import serving_progress_state
+
+        raise InputError(f"{receipt}: the receipt is incomplete, {serving_progress_state(old)}: its plan did not "
+                         "finish, so there is nothing to decide on", hint="run the plan again")
     result, kind = plan_result_from_receipt(old)
     model = old["provenance"].get("model") or provenance_model_from_block(old["model"])
     old_config = old["provenance"]["config"]
@@ -103,14 +112,17 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
 
 
 def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
+    import inspect
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from ..decide.policy import load_policy
     from ..env.capture import new_run_id, provenance, run_id_from_env
-    from ..errors import InfercraneError, InputError, about
+    from ..errors import InfercraneError, InputError, UnavailableError, about
     from ..models.catalog import load_model_config
     from ..receipts.render import console
     from ..receipts.validate import write_receipt
+    from ..serving.progress import progress_reason
     from ..serving.receipt import build_document, model_provenance, plan_config
     from ..serving.recipes import load_recipe
     from ..serving.workload import PlanResult, load_workload, plan_runs, run_plan
@@ -119,6 +131,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     # every input before any engine starts
     with about("--policy"):
         policy = load_policy("serving", config.policy)
+    config = config.model_copy(update={"workload": config.workload_for(kind)})  # the receipt records the one run
     with about("--workload"):
         workload = load_workload(config.workload)
     if config.workload_overrides():
@@ -126,19 +139,37 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     if config.model is not None:
         with about("--model"):
             load_model_config(config.model)
+    if config.url is not None and len(config.url) != len(names):
+        raise InputError(f"--url: serve {kind} takes {len(names)} URL{'s' if len(names) > 1 else ''}, one per recipe "
+                         f"in order ({', '.join(names)}); got {len(config.url)}",
+                         hint="give --url once per recipe" + (", A's server first" if len(names) > 1 else ""))
     run_id = run_id_from_env() or new_run_id()
     out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
     check_output_file(out, "--out")
+    _check_not_being_written(out)
     check_sign_key(config.sign_key)
     recs = [load_recipe(n) for n in names]
     if len({r.name for r in recs}) != len(recs):
         raise InputError(f"the two recipes share the name {recs[0].name!r}", hint="give B a different name")
     model = config.model
+    notes: list[str] = []
     if config.stand_in:
         model = _stand_in_for(recs[0].model)
+    elif model is None and config.url is None and _testserver_on_catalog_model(recs):
+        # The test server has no weights: what a catalog model means for it is that model's offline stand-in (its
+        # config for the receipt, its tokenizer for the drivers).
+        model = _stand_in_for(recs[0].model)
+        notes.append(f"the test server serves no weights: {', '.join(r.name for r in recs)} run on the offline "
+                     f"stand-in of {recs[0].model} ({model})")
     if model is not None:
         recs = [r.with_overrides(model=model) for r in recs]
     model_prov = model_provenance(recs[0])
+    engines: dict[str, Any] | None = None
+    if config.url is not None:
+        engines = _connect_servers(recs, config.url)
+        if "engines" not in inspect.signature(run_plan).parameters:
+            raise UnavailableError("--url: this InferCrane's plan runner cannot drive a running server yet "
+                                   "(run_plan has no engines= argument)", hint="let InferCrane launch the engines")
     art = out.parent / f"{out.stem}-artifacts"
     plan = plan_runs([r.name for r in recs], workload, "sequential" if kind == "bench" else None)
     total = len(plan) * len(config.drivers)
@@ -146,8 +177,13 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
               f"workload {plain(workload.name)} c={workload.concurrency} {workload.runs_per_arm} runs/arm, order "
               f"{'sequential' if kind == 'bench' else workload.arm_order}; drivers {list(config.drivers)} → "
               f"{plain(out)}")
-    for note in workload.notes():
+    for note in [*notes, *workload.notes()]:
         con.print(f"  note: {plain(note)}")
+    for eng in (engines or {}).values():
+        rec = eng.record
+        con.print(f"  server {plain(eng.label)}: {plain(eng.base_url)} (not launched by InferCrane), serves "
+                  f"{plain(', '.join(rec.served_models))}, version {plain(rec.version or 'unknown')}; prefix-cache "
+                  f"reset {'offered: reset before every run' if rec.prefix_cache_reset_offered else 'not offered: runs share the server cache'}")
 
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
         prov = provenance(config=plan_config(kind, recs, workload, config.model_dump(mode="json")), run_id=run_id,
@@ -171,13 +207,19 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         bar.console.print(f"  {plain(m.arm)} run {m.run_index} c={m.concurrency} ({m.driver}): "
                           f"{m.output_tok_s:.1f} tok/s, TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 "
                           f"{m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed ({time.monotonic() - started:.0f} s)")
-        receipt_now(partial, f"in progress: {done} of {total} driver runs done")
+        receipt_now(partial, progress_reason(done, total))
 
+    engine_lines = _EngineLines(con)
+    engine_log = logging.getLogger("infercrane.serving.engine")
+    engine_log.addHandler(engine_lines)
+    level = engine_log.level
+    engine_log.setLevel(logging.INFO)
+    extra = {"engines": engines} if engines else {}
     try:
         result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
                           order="sequential" if kind == "bench" else None,
                           startup_timeout_s=config.startup_timeout_s, on_run=on_run, into=partial,
-                          on_start=bar.start)
+                          on_start=bar.start, **extra)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         bar.stop()
         got = getattr(exc, "partial", None) or partial
@@ -189,6 +231,8 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         raise
     finally:
         bar.stop()
+        engine_log.removeHandler(engine_lines)
+        engine_log.setLevel(level)
     try:
         receipt = receipt_now(result)
     except Exception as exc:  # every run is measured and on disk: keep them in a receipt marked incomplete
@@ -199,6 +243,51 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     _print_summary(con, receipt.document)
     con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0
+
+
+class _EngineLines(logging.Handler):
+    """Prints the engine module's log lines (each engine's command, shell-quoted, and its program-changing
+    environment; its readiness) on the command's console."""
+
+    def __init__(self, con: Any) -> None:
+        super().__init__(logging.INFO)
+        self.con = con
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.con.print(f"  {plain(record.getMessage())}", soft_wrap=True)
+
+
+def _testserver_on_catalog_model(recs: list[Any]) -> bool:
+    """Every recipe is a test-server recipe naming a catalog model (not a local folder): the shipped ones do."""
+    from ..models.catalog import list_models
+
+    return all(r.engine == "testserver" and not r.model_is_local() and r.model in list_models() for r in recs)
+
+
+def _connect_servers(recs: list[Any], urls: tuple[str, ...]) -> dict[str, Any]:
+    """arm -> ExternalEngine for each --url, probed (an InputError of one line when one is not a usable server)."""
+    from ..serving.engine import ExternalEngine
+
+    return {r.name: ExternalEngine(url, recipe=r, label=r.name).connect() for r, url in zip(recs, urls, strict=True)}
+
+
+def _check_not_being_written(out: Path) -> None:
+    """Refuse an --out that a live InferCrane on this host is still writing (its progress names it)."""
+    import json
+
+    from ..errors import InputError
+    from ..serving.progress import parse_progress, serving_progress_state
+
+    try:
+        doc = json.loads(out.read_text()) if out.is_file() and out.stat().st_size < 64 * 1024 * 1024 else None
+    except (OSError, ValueError):
+        return
+    if not isinstance(doc, dict):
+        return
+    state = serving_progress_state(doc) if parse_progress(doc.get("incomplete_reason")) else ""
+    if state.startswith("in progress (pid"):
+        raise InputError(f"--out {out}: another InferCrane is writing it now, {state}",
+                         hint="give another --out, or wait for that run to finish")
 
 
 def _next_label(plan: list, done_runs: int, n_drivers: int) -> str:
@@ -223,6 +312,11 @@ def _stand_in_for(model_id: str) -> str:
 def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
+
+    if not doc.get("complete"):
+        from ..serving.progress import serving_progress_state
+
+        con.print(Text(f"incomplete: {serving_progress_state(doc)}", style="bold red"))
 
     pa = doc.get("paired_aiperf")
     if pa:
