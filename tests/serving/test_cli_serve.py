@@ -66,9 +66,13 @@ def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_
     a = _recipe(tmp_path / "a.yaml", "slow", stand_in_dir, 6)
     b = _recipe(tmp_path / "b.yaml", "fast", stand_in_dir, 3)
     out = tmp_path / "ab.json"
+    # Request counts that differ per concurrency (6 at c=1, 12 at c=2): one AIPerf invocation per point, so the
+    # receipt has its first run while the first engine still serves the second point (a whole-visit invocation would
+    # land every run of the visit at once, as the engine stops).
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infercrane", "serve", "ab", str(a), str(b), "--runs", "3", "--concurrency", "2",
-         "--request-count", "12", "--order", "sequential", "--out", str(out)],
+        [sys.executable, "-m", "infercrane", "serve", "ab", str(a), str(b), "--workload", "seed-paired-counts",
+         "--runs", "3", "--concurrency", "1,2", "--requests-per-slot", "6", "--min-requests", "6",
+         "--order", "sequential", "--out", str(out)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:

@@ -68,3 +68,50 @@ def test_an_out_being_written_by_a_live_run_is_refused(tmp_path):
     _check_not_being_written(out)  # an interrupted one may be overwritten
     out.write_text("not json")
     _check_not_being_written(out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_sigkilled_run_leaves_nothing_running_and_reads_as_interrupted(tmp_path, stand_in_dir, offline_env):
+    import signal
+    import time
+    from pathlib import Path
+
+    from infercrane.serving.engine import group_alive
+
+    recipe = tmp_path / "a.yaml"
+    recipe.write_text("schema_version: infercrane.serving-recipe/v1\nname: one\nengine: testserver\n"
+                      f'model: {stand_in_dir}\nengine_args: ["--ttft-ms", "20", "--itl-ms", "3"]\n')
+    out = tmp_path / "bench.json"
+    # one AIPerf invocation per point (request counts differ per concurrency), so it is killed mid-driver-run
+    proc = subprocess.Popen([sys.executable, "-m", "infercrane", "serve", "bench", str(recipe), "--workload",
+                             "seed-paired-counts", "--runs", "3", "--concurrency", "1,2", "--requests-per-slot", "6",
+                             "--min-requests", "6", "--out", str(out)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and json.loads(out.read_text())["runs"]:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[0]
+    doc = json.loads(out.read_text())
+    pgid = doc["engines"][0]["pid"]
+    time.sleep(3)  # the next point's AIPerf is up
+    drivers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(out.parent / "bench-"))]
+    assert drivers, "no driver process was running when InferCrane was killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (group_alive(pgid) or any(_cmdline_has(p, str(tmp_path)) for p in drivers)):
+        time.sleep(0.2)
+    assert not group_alive(pgid), "the engine outlived InferCrane's SIGKILL"
+    assert not [p for p in drivers if _cmdline_has(p, str(tmp_path))], "a driver process outlived InferCrane's SIGKILL"
+    state = serving_progress_state(json.loads(out.read_text()))
+    assert state.startswith(f"interrupted (the writer, pid {proc.pid} on this host, is gone; "), state
+
+
+def _cmdline_has(proc_dir, text: str) -> bool:
+    try:
+        return text in (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
