@@ -186,6 +186,9 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
                   f"reset {'offered: reset before every run' if rec.prefix_cache_reset_offered else 'not offered: runs share the server cache'}")
 
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
+        for eng in reversed(list((engines or {}).values())):  # --url servers are engines of the plan too, once each
+            if not any(rec is eng.record for rec in result.engines):
+                result.engines.insert(0, eng.record)
         prov = provenance(config=plan_config(kind, recs, workload, config.model_dump(mode="json")), run_id=run_id,
                           model=model_prov)
         doc = build_document(result, kind=kind, policy=policy, provenance=prov, incomplete_reason=incomplete)

@@ -58,7 +58,8 @@ def engine_record(e: Any) -> dict[str, Any]:
     else:  # a --url server: InferCrane neither started nor stopped it
         offered = getattr(e, "prefix_cache_reset_offered", None)
         exit_status = ("not stopped: not launched by InferCrane; prefix cache "
-                       + (f"reset before every run ({e.prefix_cache_resets} resets)" if offered
+                       + (f"reset before every driver invocation ({e.prefix_cache_resets} "
+                           f"reset{'s' if e.prefix_cache_resets != 1 else ''})" if offered
                           else "not reset (the server offers no POST /reset_prefix_cache): runs share its cache"))
     url = getattr(e, "url", None) or f"http://{e.host}:{e.port}"
     return {"recipe": e.recipe_name, "recipe_sha256": e.recipe_sha256, "engine": e.engine, "version": e.version,

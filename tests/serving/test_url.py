@@ -47,7 +47,7 @@ def test_a_running_server_is_probed_and_recorded(raw_server, ts_recipe):
     assert srv.proc.poll() is None  # leaving the context stopped nothing
     out = ReceiptEngineRecord.model_validate(engine_record(rec))  # what the receipt holds
     assert out.launched_by_infercrane is False and out.served_models == ["served-model"]
-    assert srv.url in out.command_line[0] and "reset before every run (2 resets)" in out.exit_status
+    assert srv.url in out.command_line[0] and "reset before every driver invocation (2 resets)" in out.exit_status
 
 
 def test_a_server_without_the_reset_endpoint_is_never_reset(raw_server, ts_recipe):
@@ -143,3 +143,22 @@ def test_cli_hands_running_servers_to_the_plan(tmp_path, raw_server, monkeypatch
     out = capsys.readouterr().out
     assert f"server x: {srv_a.url} (not launched by InferCrane)" in out and "not offered" in out
     assert srv_a.proc.poll() is None and srv_b.proc.poll() is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_serve_bench_measures_a_running_server(tmp_path, raw_server, stand_in_dir, offline_env, capsys):
+    from infercrane.receipts.validate import load_receipt
+
+    srv = raw_server("--ttft-ms", "10", "--itl-ms", "2", "--model", str(stand_in_dir))
+    recipe = tmp_path / "ext.yaml"
+    recipe.write_text(f"schema_version: infercrane.serving-recipe/v1\nname: ext\nengine: testserver\nmodel: {stand_in_dir}\n")
+    out = tmp_path / "bench.json"
+    assert main(["serve", "bench", str(recipe), "--url", srv.url, "--workload", "quick", "--out", str(out)]) == 0
+    doc = load_receipt(out).document
+    [eng] = doc["engines"]
+    assert eng["launched_by_infercrane"] is False and eng["served_models"] == [str(stand_in_dir)]
+    assert eng["version"].startswith("infercrane-testserver") and eng["pid"] is None
+    assert len(doc["runs"]) == 3 and all(r["status"] == "ok" for r in doc["runs"])
+    assert stats(srv.url)["prefix_cache_resets"] >= 2  # the probe, then before the runs
+    assert srv.proc.poll() is None  # still running: InferCrane stops only what it started
