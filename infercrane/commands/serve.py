@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import time
 from pathlib import Path
@@ -112,13 +111,11 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
 
 
 def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
-    import inspect
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from ..decide.policy import load_policy
     from ..env.capture import new_run_id, provenance, run_id_from_env
-    from ..errors import InfercraneError, InputError, UnavailableError, about
+    from ..errors import InfercraneError, InputError, about
     from ..models.catalog import load_model_config
     from ..receipts.render import console
     from ..receipts.validate import write_receipt
@@ -167,9 +164,6 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     engines: dict[str, Any] | None = None
     if config.url is not None:
         engines = _connect_servers(recs, config.url)
-        if "engines" not in inspect.signature(run_plan).parameters:
-            raise UnavailableError("--url: this InferCrane's plan runner cannot drive a running server yet "
-                                   "(run_plan has no engines= argument)", hint="let InferCrane launch the engines")
     art = out.parent / f"{out.stem}-artifacts"
     plan = plan_runs([r.name for r in recs], workload, "sequential" if kind == "bench" else None)
     total = len(plan) * len(config.drivers)
@@ -217,12 +211,11 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     engine_log.addHandler(engine_lines)
     level = engine_log.level
     engine_log.setLevel(logging.INFO)
-    extra = {"engines": engines} if engines else {}
     try:
         result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
                           order="sequential" if kind == "bench" else None,
                           startup_timeout_s=config.startup_timeout_s, on_run=on_run, into=partial,
-                          on_start=bar.start, **extra)
+                          on_start=bar.start, engines=engines)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         bar.stop()
         got = getattr(exc, "partial", None) or partial
