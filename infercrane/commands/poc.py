@@ -37,8 +37,9 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     Parameters
     ----------
     config
-        A shipped config (seed-reproduction, functional) or a PoC config YAML file. Default: seed-reproduction on a
-        machine with a CUDA GPU, vLLM and AIPerf, otherwise functional.
+        A shipped config (seed-reproduction, functional) or a PoC config YAML file. Default: with --resume, the one
+        the PoC was run with; otherwise seed-reproduction on a machine with a CUDA GPU, vLLM and AIPerf, and
+        functional elsewhere.
     out
         The PoC receipt (default runs/RUN_ID/poc.json); the sections' receipts go into the folder of its name.
     resume
@@ -58,6 +59,10 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
         con.print(f"[poc] {line}", markup=False, highlight=False)
 
     chosen = None
+    if config is None and resume is not None:
+        config = _config_of_run(resume)
+        if config is not None:
+            chosen = f"no config given: resuming with the one the PoC was run with, {config}"
     if config is None:
         config, why = default_config()
         chosen = f"no config given: running {config} ({why}); shipped configs: {', '.join(shipped_configs())}"
@@ -84,6 +89,19 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     _print_summary(con, receipt.document)
     say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} (infercrane receipt show {receipt.path})")
     return 0
+
+
+def _config_of_run(resume: Path) -> str | None:
+    """The config file a PoC run recorded in its receipt (``provenance.config.config_file``), if it still exists."""
+    from ..errors import InputError
+    from ..receipts.io import read_json
+
+    target = Path(resume) / "poc.json" if Path(resume).is_dir() else Path(resume)
+    try:
+        recorded = read_json(target)["provenance"]["config"]["config_file"]
+    except (InputError, KeyError, TypeError):
+        return None
+    return recorded if Path(recorded).is_file() else None
 
 
 def _print_summary(con: Any, doc: dict[str, Any]) -> None:
