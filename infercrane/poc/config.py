@@ -129,6 +129,8 @@ class ServingSection(BaseModel):
                                                            description="load generators; the first is primary")
     policy: str | None = Field(None, description="a serving policy file (default: the packaged one)")
     startup_timeout_s: float = Field(900.0, gt=0, description="engine start-up limit")
+    coresident: bool = Field(False, description="both arms' engines up at once on the one GPU, each with half of "
+                                                "vLLM's default memory share, so an A/B restarts no engine")
 
     @field_validator("drivers")
     @classmethod

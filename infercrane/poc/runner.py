@@ -232,10 +232,11 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
                                   else {}) for r in recs]
         sha = config_hash({"section": section, "recipes": canon,
                            "workload": workload.model_dump(mode="json"), "drivers": list(s.drivers),
-                           "policy": policy.model_dump(mode="json"), "startup_timeout_s": s.startup_timeout_s})
+                           "policy": policy.model_dump(mode="json"), "startup_timeout_s": s.startup_timeout_s,
+                           "coresident": s.coresident})
         options = {"poc_section": {"name": section, "sha256": sha, "config": cfg.name},
                    "drivers": list(s.drivers), "stand_in": s.stand_in, "startup_timeout_s": s.startup_timeout_s,
-                   "order": None}
+                   "order": None, "coresident": s.coresident}
         plans[section] = ABPlan(section=section, recipes=recs, workload=workload, drivers=list(s.drivers),
                                 policy=policy, startup_timeout_s=s.startup_timeout_s,
                                 out=sections_dir / f"{section}.json", section_sha256=sha, options=options)

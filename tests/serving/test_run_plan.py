@@ -201,3 +201,34 @@ def test_several_drivers_drive_the_same_engine_at_every_point(tmp_path, ts_recip
     assert {s.artifact_dir.name for s, _ in second.seen} == {"probe2"}
     with pytest.raises(InputError):
         run_plan([a], workload(), out_dir=tmp_path, drivers=["probe", "probe"], tokenizer="unused")
+
+
+def test_coresident_engines_start_together_and_serve_every_visit(tmp_path, ts_recipe, probe):
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
+    b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
+    result = run_plan([a, b], workload(), out_dir=tmp_path, drivers="probe", tokenizer="unused", coresident=True)
+    assert result.complete
+    # sandwich A B A on two engines that stayed up: one lifetime per arm, each knowing the other
+    assert [e.recipe_name for e in result.engines] == ["a", "b"]
+    assert [e.coresident_with for e in result.engines] == [["b"], ["a"]]
+    for rec in result.engines:
+        assert rec.returncode is not None and not group_alive(rec.pid)
+    seen: dict[str, set[str]] = {}
+    for spec, _ in probe["probe"].seen:
+        seen.setdefault(spec.arm, set()).add(spec.base_url)
+    assert all(len(v) == 1 for v in seen.values()) and seen["a"] != seen["b"]
+    assert any("co-resident engines: a, b" in n for n in result.notes)
+
+
+def test_coresident_engines_that_cannot_start_fall_back_to_one_at_a_time(tmp_path, ts_recipe, probe):
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
+    # b refuses to start beside another engine in this test: it crashes before answering (readiness needs 1 request)
+    b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--crash-after", "0", name="b", model="model-b")
+    with pytest.raises(RunFailed) as err:
+        run_plan([a, b], workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused",
+                 coresident=True)
+    logs = sorted(p.name for p in (tmp_path / "engines").glob("*.log"))
+    assert logs == ["00-a.log", "01-b.log", "coresident-a.log", "coresident-b.log"]  # together first, then one by one
+    notes = err.value.partial.notes
+    assert any("did not all start" in n and "one engine at a time instead" in n for n in notes), notes
+    assert [m.arm for m in err.value.partial.runs] == ["a", "a"]  # a's first visit ran on its own engine, then b failed
