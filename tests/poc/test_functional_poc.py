@@ -62,8 +62,9 @@ def test_resume_reuses_every_finished_section(functional_run, monkeypatch, capsy
     monkeypatch.chdir(out.parent.parent)
     before = json.loads(out.read_text())["evidence"]
     capsys.readouterr()
-    assert main(["poc", str(config), "--resume", str(out.parent)]) == 0
+    assert main(["poc", "--resume", str(out.parent)]) == 0  # the config: the one the PoC recorded
     said = capsys.readouterr().out
+    assert f"resuming with the one the PoC was run with, {config}" in said
     for section in ("kernel", "paired", "public"):
         assert f"{section}: reusing" in said and f"{section}: reused" in said
     after = load_receipt(out).document["evidence"]
