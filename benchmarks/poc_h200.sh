@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The shipped seed-reproduction PoC on one GPU machine, driven in pieces: a PoC outlasts one remote command, so it
+# runs in its own session and later commands wait on it and pack what it has written.
+#   bash benchmarks/poc_h200.sh start OUTDIR [CONFIG]   # launch `infercrane poc` detached; returns at once
+#   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS     # wait up to SECONDS for it to end; print its log's tail
+#   bash benchmarks/poc_h200.sh pack OUTDIR DEST        # receipts + console log, and the artifacts, as tarballs
+# Needs vllm==0.22.1 and aiperf==0.12.0 importable by python3 and one GPU. On a tree copied without .git, set
+# INFERCRANE_GIT_COMMIT so the receipts name the commit. Every section's receipt is written as it finishes, so a
+# PoC stopped part-way keeps what it measured (`infercrane poc CONFIG --resume OUTDIR/poc.json` continues it).
+set -uo pipefail
+verb=${1:?usage: poc_h200.sh start|wait|pack OUTDIR ...}
+out=${2:?usage: poc_h200.sh start|wait|pack OUTDIR ...}
+log=$out/poc.log
+
+case $verb in
+start)
+  config=${3:-seed-reproduction}
+  mkdir -p "$out"
+  printf '%q ' python3 -m infercrane poc "$config" --out "$out/poc.json" >"$out/command.txt"
+  echo "=== $(date -u +%FT%TZ) start: $(cat "$out/command.txt")" >"$log"
+  setsid nohup bash -c 'PYTHONUNBUFFERED=1 python3 -m infercrane poc "$1" --out "$2/poc.json" >>"$2/poc.log" 2>&1
+                        echo "=== $(date -u +%FT%TZ) rc=$?" >>"$2/poc.log"' _ "$config" "$out" </dev/null >/dev/null 2>&1 &
+  sleep 2
+  tail -3 "$log"
+  ;;
+wait)
+  secs=${3:?usage: poc_h200.sh wait OUTDIR SECONDS}
+  end=$((SECONDS + secs))
+  while ((SECONDS < end)) && ! grep -q '^=== .* rc=' "$log"; do sleep 5; done
+  tail -c 6000 "$log"
+  grep -q '^=== .* rc=' "$log" && echo "PoC ended" || echo "PoC still running"
+  ;;
+pack)
+  dest=${3:?usage: poc_h200.sh pack OUTDIR DEST}
+  mkdir -p "$dest"
+  cp "$log" "$out/command.txt" "$dest/" 2>/dev/null
+  [ -f "$out/poc.json" ] && cp "$out/poc.json" "$dest/"
+  # every receipt of the run and every log; AIPerf's per-request records and inputs stay behind (tens of MB)
+  (cd "$out" && find . \( -name '*.json' -o -name '*.log' -o -name '*.txt' -o -name '*.csv' \) \
+     ! -name 'profile_export.jsonl' ! -name 'inputs.json' ! -path './stand-in*' -print0 \
+     | tar --null -cJf "$dest/poc-evidence.tar.xz" -T -)
+  ls -la "$dest"
+  ;;
+*)
+  echo "unknown verb $verb (start, wait, pack)" >&2; exit 2 ;;
+esac
