@@ -37,11 +37,21 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
         else:
             if not quiet:
                 policy = policy_state(r.document)[0]
-                print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{_signature_line(f)}")
+                print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{_signature_line(f)}"
+                      f"{_incomplete_line(r.document)}")
     if failed:
         print(f"{failed} of {len(files)} receipt(s) invalid")
         return 2
     return 0
+
+
+def _incomplete_line(doc: dict) -> str:
+    """'; incomplete: interrupted (the writer … is gone)' for a receipt marked incomplete; '' otherwise."""
+    if doc.get("complete", True) is not False:
+        return ""
+    from ..serving.progress import serving_progress_state
+
+    return f"; incomplete: {serving_progress_state(doc)}"
 
 
 def show(file: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False) -> int:
@@ -59,7 +69,7 @@ def show(file: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False
 
     r = load_receipt(file)
     con = console()
-    con.print(f"[bold]{plain(file)}[/bold]  ({plain(r.schema_version)}) — valid")
+    con.print(f"[bold]{plain(file)}[/bold]  ({plain(r.schema_version)}) — valid{plain(_incomplete_line(r.document))}")
     con.print(render_show(r.document, show_all=all))
     return 0
 

@@ -116,3 +116,12 @@ def test_schema_write_refuses_a_file_in_place_of_the_folder(tmp_path: Path, caps
     assert main(["receipt", "schema", "--write", str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--write" in err and "Traceback" not in err
+
+
+def test_validate_and_show_say_a_receipt_is_incomplete(capsys) -> None:
+    partial = REPO / "docs" / "benchmarks" / "2026-12-01-h200-poc" / "poc-partial.json"
+    assert main(["receipt", "validate", str(partial)]) == 0
+    assert "incomplete: in progress: public still to run" in capsys.readouterr().out
+    complete = REPO / "docs" / "benchmarks" / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"
+    assert main(["receipt", "validate", str(complete)]) == 0
+    assert "incomplete" not in capsys.readouterr().out
