@@ -377,6 +377,8 @@ def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
 
     t0 = time.monotonic()
     docs: dict[str, dict[str, Any]] = {}
+    from ..serving.progress import progress_of
+
     for section in SECTIONS:
         start = time.monotonic()
         if section in plan.reusable:
@@ -411,5 +413,5 @@ def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
             f"{_decision_line(section, receipt.document)}; receipt {receipt.path}")
         left = [s for s in SECTIONS if s not in docs]
         if left:
-            write_poc(plan, docs, complete=False, reason=f"in progress: {', '.join(left)} still to run")
+            write_poc(plan, docs, complete=False, reason=progress_of(f"{', '.join(left)} still to run"))
     return write_poc(plan, docs, complete=True, reason=None)

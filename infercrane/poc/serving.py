@@ -36,6 +36,7 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None]) -
     from ..env.capture import provenance
     from ..errors import InfercraneError
     from ..receipts.validate import write_receipt
+    from ..serving.progress import progress_reason
     from ..serving.receipt import build_document, model_provenance, plan_config
     from ..serving.workload import PlanResult, plan_runs, run_plan
 
@@ -59,7 +60,7 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None]) -
         say(f"{plan.section}: {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): {m.output_tok_s:.1f} tok/s, "
             f"TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 {m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed "
             f"[{done}/{total}, {time.monotonic() - started:.0f} s]")
-        receipt_now(partial, f"in progress: {done} of {total} driver runs done")
+        receipt_now(partial, progress_reason(done, total))
 
     try:
         result = run_plan(recs, workload, out_dir=plan.out.parent / f"{plan.out.stem}-artifacts",

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-_PROGRESS_RE = re.compile(r"^in progress: (?P<done>\d+) of (?P<total>\d+) driver runs done"
+_PROGRESS_RE = re.compile(r"^in progress: (?P<what>.+?)"
                           r"(?: \(pid (?P<pid>\d+) on host (?P<host>\S+), last update (?P<at>[^)]+)\))?$")
 
 
@@ -35,14 +35,19 @@ def progress_reason(done: int, total: int, *, pid: int | None = None, host: str 
                     at: datetime | None = None) -> str:
     """The incomplete_reason of a receipt being written: runs done, the writer (pid, host) and the time of this
     update (UTC, seconds)."""
+    return progress_of(f"{done} of {total} driver runs done", pid=pid, host=host, at=at)
+
+
+def progress_of(what: str, *, pid: int | None = None, host: str | None = None, at: datetime | None = None) -> str:
+    """``in progress: WHAT (pid P on host H, last update T)``: any receipt rewritten as its run goes (a serving plan,
+    a PoC between sections) says what is done and who writes it."""
     stamp = (at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return (f"in progress: {done} of {total} driver runs done "
-            f"(pid {os.getpid() if pid is None else pid} on host {host or this_host()}, last update {stamp})")
+    return f"in progress: {what} (pid {os.getpid() if pid is None else pid} on host {host or this_host()}, last update {stamp})"
 
 
 def parse_progress(reason: str | None) -> dict[str, Any] | None:
-    """``{"done", "total", "pid", "host", "at"}`` from a ``progress_reason`` (pid/host/at None in the old form), or
-    None when the reason is not one."""
+    """``{"what", "pid", "host", "at"}`` from a ``progress_of`` reason (pid/host/at None in the old form), or None when
+    the reason is not one."""
     m = _PROGRESS_RE.match(reason or "")
     if m is None:
         return None
@@ -52,8 +57,7 @@ def parse_progress(reason: str | None) -> dict[str, Any] | None:
             at = datetime.strptime(m["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         except ValueError:
             at = None
-    return {"done": int(m["done"]), "total": int(m["total"]), "pid": int(m["pid"]) if m["pid"] else None,
-            "host": m["host"], "at": at}
+    return {"what": m["what"], "pid": int(m["pid"]) if m["pid"] else None, "host": m["host"], "at": at}
 
 
 def process_started_at(pid: int) -> datetime | None:
@@ -92,7 +96,7 @@ def serving_progress_state(doc: dict[str, Any], *, now: datetime | None = None) 
     if p is None:
         return reason
     now = now or datetime.now(UTC)
-    runs = f"{p['done']} of {p['total']} driver runs done"
+    runs = p["what"]
     if p["pid"] is None:
         return f"in progress or interrupted (its writer was not recorded; {runs})"
     at = p["at"]

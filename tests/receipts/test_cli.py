@@ -121,7 +121,8 @@ def test_schema_write_refuses_a_file_in_place_of_the_folder(tmp_path: Path, caps
 def test_validate_and_show_say_a_receipt_is_incomplete(capsys) -> None:
     partial = REPO / "docs" / "benchmarks" / "2026-12-01-h200-poc" / "poc-partial.json"
     assert main(["receipt", "validate", str(partial)]) == 0
-    assert "incomplete: in progress: public still to run" in capsys.readouterr().out
+    assert "incomplete: in progress or interrupted (its writer was not recorded; public still to run)" in \
+        capsys.readouterr().out
     complete = REPO / "docs" / "benchmarks" / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"
     assert main(["receipt", "validate", str(complete)]) == 0
     assert "incomplete" not in capsys.readouterr().out

@@ -29,7 +29,8 @@ def test_the_reason_names_writer_and_time():
     reason = progress_reason(3, 12, at=at)
     assert reason == f"in progress: 3 of 12 driver runs done (pid {os.getpid()} on host {this_host()}, last update " \
                      "2026-12-01T10:00:05Z)"
-    assert parse_progress(reason) == {"done": 3, "total": 12, "pid": os.getpid(), "host": this_host(), "at": at}
+    assert parse_progress(reason) == {"what": "3 of 12 driver runs done", "pid": os.getpid(), "host": this_host(),
+                                      "at": at}
     assert parse_progress("stopped part-way: x") is None
 
 
