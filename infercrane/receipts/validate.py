@@ -356,14 +356,8 @@ def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
         derived = derive_sections(ev)
     except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
         return out + [("evidence", f"the PoC's sections cannot be derived from it: {type(e).__name__}: {e}")]
-    doc = r.model_dump(mode="json")
-    try:  # through the receipt's own types, so that absent and default read alike
-        again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
-    except ValidationError as e:
-        return out + [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
-    for field in DERIVED_FIELDS:
-        out += _differs(field, doc[field], again[field], "deriving it again from the evidence")
-    return out
+    return out + _derived_differences(r, r.model_dump(mode="json"), derived, DERIVED_FIELDS,
+                                      "deriving it again from the evidence")
 
 
 def _model_id(doc: dict[str, Any]) -> tuple[str, str | None]:
@@ -431,14 +425,9 @@ def _serving_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     except (KeyError, TypeError, ValueError, ValidationError) as e:
         return [("provenance.config", f"the receipt's conclusions cannot be derived again from it: "
                                       f"{type(e).__name__}: {e}")]
-    try:  # through the receipt's own types, so that absent and default read alike
-        again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
-    except ValidationError as e:
-        return [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
-    again = _in_stated_shape(again, doc)
-    for field in DERIVED_FIELDS:
-        out += _differs(field, doc[field], again[field], "deciding again from the runs under the receipt's policy")
-    return out
+    return out + _derived_differences(r, doc, derived, DERIVED_FIELDS,
+                                      "deciding again from the runs under the receipt's policy",
+                                      shape=lambda again: _in_stated_shape(again, doc))
 
 
 def _backed_by_runs(p: str, m: Any, driver: str, all_runs: list[Any]) -> list[Problem]:
@@ -542,6 +531,19 @@ def _differs(path: str, stated: Any, derived: Any, what: str) -> list[Problem]:
     return [(f"{path}{where}", f"is {shown(a)} but {what} gives {shown(b)}")]
 
 
+def _derived_differences(r: BaseModel, doc: dict[str, Any], derived: dict[str, Any], fields: tuple[str, ...],
+                         what: str, shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[Problem]:
+    """Each of ``fields`` as the receipt states it against as ``derived`` gives it, both read through the receipt's
+    own types (so that absent and default read alike); ``shape`` adapts the derived document first."""
+    try:
+        again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
+    except ValidationError as e:
+        return [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
+    if shape is not None:
+        again = shape(again)
+    return [p for field in fields for p in _differs(field, doc[field], again[field], what)]
+
+
 def _dump(value: Any) -> Any:
     if isinstance(value, list):
         return [_dump(v) for v in value]
@@ -588,14 +590,8 @@ def _rules_screening_v3(r: Any) -> list[Problem]:
         derived = derive(res, r.policy, r.decode_steps or r.decode_step)
     except Exception as e:
         return out + [("result", f"no decision can be derived from it: {type(e).__name__}: {e}")]
-    doc = r.model_dump(mode="json")
-    try:  # through the receipt's own types, so that absent and None read alike
-        again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
-    except ValidationError as e:
-        return out + [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
-    for field in DERIVED_FIELDS:
-        out += _differs(field, doc[field], again[field], "deciding again from the result")
-    return out
+    return out + _derived_differences(r, r.model_dump(mode="json"), derived, DERIVED_FIELDS,
+                                      "deciding again from the result")
 
 
 RULES: dict[type[BaseModel], Callable[[Any], list[Problem]]] = {
