@@ -328,6 +328,9 @@ class ServingWorkload(Strict):
                                                                     "a time")
     ignore_eos: bool = True
     order: Literal["sequential", "interleaved", "sandwich"] = "sequential"
+    prompts: Literal["driver", "shared"] | None = Field(
+        default=None, description="who made the prompts: 'shared' when InferCrane wrote one prompt file per (run, "
+                                  "concurrency) point for every driver and arm; absent: each driver its own")
     preset: str | None = None
     notes: list[str] = Field(default_factory=list)
 

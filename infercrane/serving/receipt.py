@@ -225,6 +225,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         "warmup_requests": w.warmup_at(w.concurrency[0]), "ignore_eos": w.ignore_eos, "order": result.order,
         "preset": w.name, "notes": w.notes(),
         **{k: v for k, v in (("window_s", w.window_s), ("warmup_s", w.warmup_s)) if v is not None},
+        **({"prompts": w.prompts} if w.prompts == "shared" else {}),
     }
     if kind == "ab":
         a, b = arms

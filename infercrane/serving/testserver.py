@@ -5,7 +5,9 @@
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE and
 non-streaming), ``GET /v1/models``, ``GET /health``, ``GET /version``, ``POST /reset_prefix_cache``
 (HTTP 404 with ``--no-prefix-cache-reset``, as vLLM without ``VLLM_SERVER_DEV_MODE=1``),
-and ``GET /stats`` (counters for tests: requests seen, HTTP 500s sent, short outputs, cache resets).
+and ``GET /stats`` (counters for tests: requests seen, HTTP 500s sent, short outputs, cache resets, and
+``prompts``: sha256 hex of each prompt text -> how many requests sent it; chat: the messages' text parts joined
+with newlines).
 
 Timing model (what the drivers must measure back):
   * the first content token is sent ``ttft_ms`` after the request arrives;
@@ -81,6 +83,7 @@ class _State:
     short_outputs_sent: int = 0
     prefix_cache_resets: int = 0
     hanging: bool = False
+    prompts: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Two independent streams so that turning one fault on does not move the other's choices.
@@ -104,6 +107,25 @@ def count_prompt_tokens(body: dict) -> int:
     if isinstance(prompt, list):
         return sum(len(p) if isinstance(p, list) else len(str(p).split()) for p in prompt)
     return len(str(prompt).split())
+
+
+def prompt_digest(body: dict) -> str:
+    """sha256 hex of the prompt text (chat: every message's text parts, joined with newlines)."""
+    import hashlib
+
+    if "messages" in body:
+        parts = []
+        for msg in body.get("messages") or []:
+            content = msg.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                parts += [str(p.get("text", "")) for p in content if isinstance(p, dict)]
+        text = "\n".join(parts)
+    else:
+        prompt = body.get("prompt", "")
+        text = prompt if isinstance(prompt, str) else json.dumps(prompt)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def output_length(body: dict, cfg: ServerConfig) -> int:
@@ -156,6 +178,7 @@ def build_app(cfg: ServerConfig):
             "failures_sent": state.failures_sent,
             "short_outputs_sent": state.short_outputs_sent,
             "prefix_cache_resets": state.prefix_cache_resets,
+            "prompts": state.prompts,
         })
 
     def after_finish() -> None:
@@ -179,6 +202,8 @@ def build_app(cfg: ServerConfig):
         except (json.JSONDecodeError, UnicodeDecodeError):
             return web.json_response({"error": {"message": "body is not JSON", "code": 400}}, status=400)
         state.generation_requests += 1
+        digest = prompt_digest(body)
+        state.prompts[digest] = state.prompts.get(digest, 0) + 1
         if cfg.hang_after is not None and state.generation_requests > cfg.hang_after:
             if not state.hanging:
                 print(f"testserver: hanging from request {state.generation_requests} on (--hang-after)", flush=True)

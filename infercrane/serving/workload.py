@@ -99,6 +99,9 @@ class Workload(BaseModel):
     runs_per_arm: int = Field(default=5, ge=3, le=100, description="repeated runs per arm (3 allowed, with a note)")
     arm_order: ArmOrder = "sandwich"
     seed: int = Field(default=0, description="seed of the synthetic prompts (same for every run and arm)")
+    prompts: Literal["driver", "shared"] = Field(
+        default="driver", description="who makes the prompts: each driver its own, or InferCrane one JSONL file per "
+                                      "(run, concurrency) point handed to every driver (serving/prompts.py)")
     request_timeout_s: float = Field(default=600.0, gt=0, description="one request's time limit")
     run_timeout_s: float = Field(default=3600.0, gt=0, description="one driver invocation's time limit")
 
@@ -332,6 +335,12 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     if unknown:
         raise InputError(f"engines given for arms {unknown} that the plan does not have ({sorted(arms)})")
 
+    prompt_files: dict[tuple[int, int], Path] = {}  # (run index, concurrency) -> shared prompt file
+    if workload.prompts == "shared" and len({(t, tuple(sorted(e.items()))) for t, e in tokenizers.values()}) > 1:
+        raise InputError(f"workload {workload.name!r} sets prompts: shared, but the arms use different tokenizers "
+                         f"({', '.join(sorted({t for t, _ in tokenizers.values()}))}): one prompt file cannot be "
+                         "the same number of tokens for both", hint="pass --tokenizer, or set prompts: driver")
+
     def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str, artifacts: Path) -> RunSpec:
         tok, tok_env = tokenizers[p.arm]
         return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint,
@@ -342,7 +351,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                        token_count_source=workload.token_count_source,
                        request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
                        artifact_dir=artifacts, arm=p.arm, recipe_sha256=arms[p.arm].sha256 or "",
-                       run_index=p.run_index, env=tok_env)
+                       run_index=p.run_index, env=tok_env,
+                       prompts_file=prompt_files.get((p.run_index, p.concurrency)))
 
     def point_dir(p: PlannedRun, driver: str) -> Path:
         artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
@@ -357,10 +367,12 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             drv.check(spec_for(plan[0], "http://127.0.0.1:0", arms[plan[0].arm].model, name,
                                point_dir(plan[0], name)))  # options only
 
+    notes = workload.notes()
+    if workload.prompts == "shared":
+        notes.append(_write_shared_prompts(workload, plan, tokenizers[plan[0].arm], out / "prompts", prompt_files))
     if on_start is not None:
         on_start()
-    result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan,
-                        notes=workload.notes())
+    result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan, notes=notes)
     if into is not None:  # the caller's object, filled field by field, so it sees every run as it lands
         for name in PlanResult.model_fields:
             setattr(into, name, getattr(result, name))
@@ -383,7 +395,20 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         arm = runs[0].arm
         if not engine.alive():
             raise engine.failure(f"died before run {runs[0].run_index} at concurrency {runs[0].concurrency}")
-        if grid:
+        if grid and workload.prompts == "shared":  # a prompt file per point: one one-point invocation per point
+            from infercrane.serving.drivers.aiperf import RunGrid
+
+            for p in runs:
+                if not engine.alive():
+                    raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
+                engine.reset_prefix_cache()
+                g = RunGrid(spec=spec_for(p, engine.base_url, engine.served_model, "aiperf", point_dir(p, "aiperf")),
+                            run_indices=(p.run_index,), concurrencies=(p.concurrency,),
+                            request_counts={p.concurrency: workload.requests_at(p.concurrency)},
+                            window_s=workload.window_s, warmup_s=workload.warmup_s)
+                for m in drvs[0].run_grid(g):
+                    record(m, f"{p.arm} run {p.run_index} at c={p.concurrency}")
+        elif grid:
             from infercrane.serving.drivers.aiperf import RunGrid
 
             indices = tuple(dict.fromkeys(p.run_index for p in runs))
@@ -432,6 +457,24 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                 engine.stop()
     result.complete = True
     return result
+
+
+def _write_shared_prompts(workload: Workload, plan: Sequence[PlannedRun], tokenizer: tuple[str, dict[str, str]],
+                          prompts_dir: Path, files: dict[tuple[int, int], Path]) -> str:
+    """Write one prompt file per (run index, concurrency) of the plan into ``files``; the plan note that says so."""
+    from infercrane.serving.prompts import load_tokenizer, read_prompts_file, write_point_prompts
+
+    tok = load_tokenizer(*tokenizer)
+    counts: list[int] = []
+    for p in plan:
+        key = (p.run_index, p.concurrency)
+        if key not in files:
+            files[key] = write_point_prompts(prompts_dir / f"run{p.run_index:02d}-c{p.concurrency}.jsonl", tok,
+                                             workload, p.run_index, p.concurrency)
+            counts += [q.input_tokens for q in read_prompts_file(files[key])]
+    return (f"prompts: shared, made by InferCrane with tokenizer {tokenizer[0]}: one file per (run, concurrency) "
+            f"under {prompts_dir}, handed to every driver and arm at that point; prompt tokens "
+            f"{min(counts)}-{max(counts)} for {workload.input_tokens} asked")
 
 
 def _launch_coresident(arms: Mapping[str, Recipe], out: Path, startup_timeout_s: float,

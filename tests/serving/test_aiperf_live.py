@@ -88,3 +88,41 @@ def test_aiperf_counts_failures_and_short_outputs(tmp_path, ts_recipe, stand_in_
     assert any("500" in n for n in m.notes)  # AIPerf's error summary is carried along
     # chat streams open with an empty role chunk; TTFT must still be the first content token
     assert within(m.ttft_p50_ms, TTFT_MS), m.ttft_p50_ms
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_aiperf_sends_the_shared_prompt_file(tmp_path, ts_recipe, stand_in_dir, offline_env):
+    import hashlib
+
+    from infercrane.serving.prompts import load_tokenizer, read_prompts_file, write_point_prompts
+    from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload
+
+    recipe = ts_recipe("--ttft-ms", "5", "--itl-ms", "1", model=str(stand_in_dir))
+    tokenizer = resolve_tokenizer(recipe.resolved())
+    w = Workload(schema_version=WORKLOAD_SCHEMA_VERSION, name="w", concurrency=[2], input_tokens=48,
+                 output_tokens=8, request_count=12, warmup_requests=2, prompts="shared")
+    path = write_point_prompts(tmp_path / "prompts.jsonl", load_tokenizer(*tokenizer), w, 0, 2)
+    prompts = read_prompts_file(path)
+    assert len(prompts) == 14  # 12 requests + 2 warm-up
+    digest = lambda text: hashlib.sha256(text.encode()).hexdigest()  # noqa: E731
+    with Engine(recipe, log_dir=tmp_path / "engines", startup_timeout_s=30) as engine:
+        before = server_stats(engine)["prompts"]
+        m = get_driver("aiperf").run(make_spec(engine, tmp_path / "run", tokenizer, concurrency=2, request_count=12,
+                                               warmup_requests=2, input_tokens=48, output_tokens=8,
+                                               prompts_file=path))
+        after = server_stats(engine)["prompts"]
+    sent = {d: n - before.get(d, 0) for d, n in after.items() if n > before.get(d, 0)}
+    assert (m.requests_sent, m.requests_completed, m.failures, m.output_length_mismatches) == (12, 12, 0, 0)
+    # the server saw the file's prompts in file order, each once, byte for byte: the first two as warm-up, which
+    # AIPerf 0.12 prefixes with "warmup\n" (endpoints/openai_completions.py: WARMUP_SYSTEM_MESSAGE_PREFIX, so that
+    # warm-up does not fill the prefix cache with what profiling sends), then the twelve measured ones as written
+    expected = [digest("warmup\n" + p.text) for p in prompts[:2]] + [digest(p.text) for p in prompts[2:]]
+    assert sent == dict.fromkeys(expected, 1)
+    records = [json.loads(line) for line in (tmp_path / "run" / "profile_export.jsonl").read_text().splitlines()]
+    isl = sorted(r["metrics"]["input_sequence_length"]["value"] for r in records
+                 if r["metadata"]["benchmark_phase"] == "profiling")
+    # with the server's token count, AIPerf's input length is the test server's usage.prompt_tokens, which counts the
+    # prompt's whitespace-separated words: those of the file's measured prompts
+    assert isl == sorted(len(p.text.split()) for p in prompts[2:])
+    assert all(abs(p.input_tokens - 48) <= 2 for p in prompts)  # and about 48 tokens of the drivers' tokenizer

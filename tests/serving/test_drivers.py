@@ -49,7 +49,8 @@ def test_aiperf_flags_are_ones_the_installed_aiperf_accepts(tmp_path):
     known = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", help_text))
     assert "--concurrency" in known  # the help was read
     for s in (spec(tmp_path), spec(tmp_path, streaming=False, ignore_eos=False, token_count_source="client",
-                                   warmup_requests=0, endpoint="chat")):
+                                   warmup_requests=0, endpoint="chat"),
+              spec(tmp_path, prompts_file=tmp_path / "prompts.jsonl")):
         used = [t for t in get_driver("aiperf").command(s) if t.startswith("--")]
         assert set(used) <= known, set(used) - known
 

@@ -152,3 +152,24 @@ def test_driver_agreement_is_a_verdict_on_an_interval(tmp_path: Path, stand_in_d
     wide = _agreement_of(tmp_path, stand_in_dir, ts_recipe, base, [14700.0, 15000.0, 15300.0, 15600.0, 15900.0])
     assert wide["verdict"] == "UNDECIDED" and wide["ci_low"] < 1.02 < wide["ci_high"]
     assert wide["within_target"] is True  # the point estimate alone would have said "agree"
+
+
+def test_shared_prompts_are_recorded_and_the_plan_rebuilds(tmp_path: Path, stand_in_dir: Path, ts_recipe) -> None:
+    from infercrane.serving.receipt import plan_result_from_receipt
+
+    w = load_workload("seed-paired-two-drivers").with_overrides(concurrency=[8], runs_per_arm=3)
+    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
+    for i in range(3):
+        result.runs += [_run("compiled", i, 8, 400 + i), _run("compiled", i, 8, 410 + i, "vllm-bench")]
+    result.complete = True
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
+    r = write_receipt(doc, tmp_path / "bench.json").document
+    assert r["bench"]["workload"]["prompts"] == "shared"
+    rebuilt, kind = plan_result_from_receipt(r)
+    assert kind == "bench" and rebuilt.workload.prompts == "shared" and rebuilt.workload == w
+    plain = _plan(stand_in_dir, ts_recipe, ["compiled"], load_workload("seed-paired-counts").with_overrides(
+        concurrency=[8], runs_per_arm=3), ["aiperf"])
+    plain.runs += [_run("compiled", i, 8, 400 + i) for i in range(3)]
+    plain.complete = True
+    doc = build_document(plain, kind="bench", policy=load_policy("serving"), provenance=_prov(plain, "bench"))
+    assert "prompts" not in doc["bench"]["workload"]

@@ -232,3 +232,26 @@ def test_coresident_engines_that_cannot_start_fall_back_to_one_at_a_time(tmp_pat
     notes = err.value.partial.notes
     assert any("did not all start" in n and "one engine at a time instead" in n for n in notes), notes
     assert [m.arm for m in err.value.partial.runs] == ["a", "a"]  # a's first visit ran on its own engine, then b failed
+
+
+def test_shared_prompts_hand_one_file_per_point_to_every_driver_and_arm(tmp_path, ts_recipe, probe, stand_in_dir):
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model=str(stand_in_dir))
+    b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--seed", "1", name="b", model=str(stand_in_dir))
+    w = workload(prompts="shared", request_count=4, warmup_requests=1)
+    result = run_plan([a, b], w, out_dir=tmp_path, drivers=["probe", "probe2"])
+    assert result.complete
+    files: dict[tuple[int, int], set] = {}
+    for driver in ("probe", "probe2"):
+        for s, _ in probe[driver].seen:
+            assert s.prompts_file is not None and s.prompts_file.is_file()
+            files.setdefault((s.run_index, s.concurrency), set()).add((s.arm, driver, s.prompts_file))
+    assert set(files) == {(r, c) for r in range(3) for c in (1, 2)}
+    for point, seen in files.items():  # both arms and both drivers at a point: one file
+        assert {(arm, d) for arm, d, _ in seen} == {(arm, d) for arm in "ab" for d in ("probe", "probe2")}
+        assert len({f for _, _, f in seen}) == 1, point
+    assert len({f for seen in files.values() for _, _, f in seen}) == 6
+    assert any(n.startswith("prompts: shared") for n in result.notes)
+    # without shared prompts the drivers make their own
+    plain = run_plan([a], workload(concurrency=[1]), out_dir=tmp_path / "plain", drivers="probe",
+                     order="sequential")
+    assert plain.complete and all(s.prompts_file is None for s, _ in probe["probe"].seen[-3:])

@@ -62,6 +62,7 @@ class RunSpec:
     recipe_sha256: str
     run_index: int
     env: Mapping[str, str] = field(default_factory=dict)
+    prompts_file: Path | None = None  # a shared prompt file (serving/prompts.py) instead of the driver's own prompts
 
 
 class Driver:

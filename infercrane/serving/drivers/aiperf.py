@@ -6,6 +6,12 @@ Command (flags as AIPerf 0.12.0's ``aiperf profile --help`` lists them): ``--mod
 ``--extra-inputs ignore_eos:true`` and ``min_tokens:<osl>`` (fixed output lengths),
 ``--use-server-token-count``, ``--tokenizer``, ``--artifact-dir``, ``--export-level records``,
 ``--random-seed``, ``--request-timeout-seconds``; UI, server-metrics scraping and GPU telemetry off.
+With a shared prompt file (``RunSpec.prompts_file``, ``serving/prompts.py``) ``--input-file F --custom-dataset-type
+single_turn --dataset-sampling-strategy sequential`` replace ``--isl``/``--isl-stddev``: the file's prompts in file
+order, cycled when the point needs more (AIPerf 0.12's ``aiperf/config/flags/cli_config.py``; the file's
+``output_length`` equals ``--osl``). AIPerf sends the warm-up requests first, from the file's first prompts, each
+prefixed with ``warmup\n`` (its WARMUP_SYSTEM_MESSAGE_PREFIX, so warm-up cannot fill the prefix cache with what
+profiling sends), then the measured ones as written (checked against the test server in test_aiperf_live.py).
 
 Exports read back:
   * ``profile_export_aiperf.json``: the profiling phase's summary (warm-up excluded); percentiles
@@ -61,7 +67,9 @@ class AiperfDriver(Driver):
                "--endpoint-type", spec.endpoint,
                "--concurrency", str(spec.concurrency),
                "--request-count", str(spec.request_count),
-               "--isl", str(spec.input_tokens), "--isl-stddev", "0",
+               *(["--input-file", str(spec.prompts_file), "--custom-dataset-type", "single_turn",
+                  "--dataset-sampling-strategy", "sequential"] if spec.prompts_file is not None
+                 else ["--isl", str(spec.input_tokens), "--isl-stddev", "0"]),
                "--osl", str(spec.output_tokens), "--osl-stddev", "0",
                "--tokenizer", spec.tokenizer,
                "--artifact-dir", str(spec.artifact_dir),

@@ -6,6 +6,13 @@ Command: ``python -m vllm.entrypoints.cli.main bench serve`` with the random dat
 (plus ``--extra-body '{"min_tokens": O}'``), ``--percentile-metrics ttft,tpot,itl,e2el
 --metric-percentiles 50,95,99``, ``--save-result --save-detailed --result-dir D --result-filename``.
 
+With a shared prompt file (``RunSpec.prompts_file``, ``serving/prompts.py``) the custom dataset replaces the random
+one: ``--dataset-name custom --dataset-path F --custom-output-len O --disable-shuffle --no-oversample
+--skip-chat-template``: the file's prompts in file order, sent as written (as AIPerf sends them: the completions
+prompt, or the chat message the server templates), not first wrapped in the tokenizer's chat template, which vLLM's
+CustomDataset does by default. Flag names read from vLLM's source (``vllm/benchmarks/datasets``:
+``add_dataset_parser`` and ``CustomDataset``), not from a run: vLLM is not installed where this was written.
+
 Result JSON keys (vllm/benchmarks/serve.py in 0.22.1): ``duration``, ``completed``, ``failed``,
 ``num_prompts``, ``max_concurrency``, ``total_input_tokens``, ``total_output_tokens``,
 ``request_throughput``, ``output_throughput``, ``{mean,median,std}_{ttft,tpot,itl,e2el}_ms``,
@@ -58,9 +65,13 @@ class VllmBenchDriver(Driver):
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
                "--backend", backend, "--base-url", spec.base_url, "--endpoint", endpoint,
                "--model", spec.served_model, "--tokenizer", spec.tokenizer,
-               "--dataset-name", "random",
-               "--random-input-len", str(spec.input_tokens), "--random-output-len", str(spec.output_tokens),
-               "--random-range-ratio", "0",
+               *(["--dataset-name", "custom", "--dataset-path", str(spec.prompts_file),
+                  "--custom-output-len", str(spec.output_tokens), "--disable-shuffle", "--no-oversample",
+                  "--skip-chat-template"]
+                 if spec.prompts_file is not None else
+                 ["--dataset-name", "random",
+                  "--random-input-len", str(spec.input_tokens), "--random-output-len", str(spec.output_tokens),
+                  "--random-range-ratio", "0"]),
                "--num-prompts", str(spec.request_count), "--max-concurrency", str(spec.concurrency),
                "--request-rate", "inf", "--num-warmups", str(spec.warmup_requests),
                "--seed", str(spec.seed),
