@@ -171,7 +171,6 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
     from ..decide.policy import load_policy
     from ..errors import InputError, about
     from ..models.catalog import load_model_config
-    from ..receipts.io import config_hash
     from ..serving.drivers import get_driver
     from ..serving.receipt import model_provenance
     from ..serving.recipes import check_recipe, load_recipe
@@ -230,10 +229,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
         # is the same PoC
         canon = [r.canonical() | ({"model": f"stand-in of {cfg.model}"} if r.model_is_local() and stand_in_of(r)
                                   else {}) for r in recs]
-        sha = config_hash({"section": section, "recipes": canon,
-                           "workload": workload.model_dump(mode="json"), "drivers": list(s.drivers),
-                           "policy": policy.model_dump(mode="json"), "startup_timeout_s": s.startup_timeout_s,
-                           "coresident": s.coresident})
+        sha = ab_section_sha(section, canon, workload, list(s.drivers), policy, s.startup_timeout_s, s.coresident)
         options = {"poc_section": {"name": section, "sha256": sha, "config": cfg.name},
                    "drivers": list(s.drivers), "stand_in": s.stand_in, "startup_timeout_s": s.startup_timeout_s,
                    "order": None, "coresident": s.coresident}
@@ -241,6 +237,17 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
                                 policy=policy, startup_timeout_s=s.startup_timeout_s,
                                 out=sections_dir / f"{section}.json", section_sha256=sha, options=options)
     return plans, model_provenance(plans["paired"].recipes[0])
+
+
+def ab_section_sha(section: str, recipes: list[dict[str, Any]], workload: Any, drivers: list[str], policy: Any,
+                   startup_timeout_s: float, coresident: bool) -> str:
+    """An A/B section's identity: what a resumed PoC must find unchanged to reuse its receipt (recipes in canonical
+    form, the workload's identity, drivers, policy, start-up limit, engine layout)."""
+    from ..receipts.io import config_hash
+
+    return config_hash({"section": section, "recipes": recipes, "workload": workload.identity(), "drivers": drivers,
+                        "policy": policy.model_dump(mode="json"), "startup_timeout_s": startup_timeout_s,
+                        "coresident": coresident})
 
 
 def _section_sha_of(doc: dict[str, Any], section: str) -> str | None:

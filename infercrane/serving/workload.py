@@ -44,6 +44,8 @@ WORKLOAD_SCHEMA_VERSION = "infercrane.serving-workload/v1"
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 ArmOrder = Literal["sequential", "interleaved", "sandwich"]
 
+# Fields added to the workload after receipts were recorded, with the default that means what those receipts did.
+LATER_FIELDS: dict[str, Any] = {"prompts": "driver"}
 WARMUP_PER_SLOT = 2
 MIN_WARMUP = 4
 MIN_WINDOW_S = 5.0
@@ -143,6 +145,11 @@ class Workload(BaseModel):
         if not self.ignore_eos:
             out.append("ignore_eos is off: output lengths vary with the model, so throughputs compare different work")
         return out
+
+    def identity(self) -> dict[str, Any]:
+        """The workload as a run's identity (a PoC section's hash): every field, except a field added later while it
+        holds its default, so that a run recorded before the field existed is still the same run."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if LATER_FIELDS.get(k, object()) != v}
 
     def with_overrides(self, **changes: Any) -> Workload:
         """A new validated workload with the given fields replaced (CLI overrides)."""

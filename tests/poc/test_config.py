@@ -123,3 +123,28 @@ def test_a_relative_recipe_path_is_read_beside_the_config(tmp_path):
     assert resolve_ref("mine.yaml", tmp_path / "poc.yaml") == str(tmp_path / "mine.yaml")
     assert resolve_ref("compiled", tmp_path / "poc.yaml") == "compiled"
     assert os.path.isabs(resolve_ref("mine.yaml", tmp_path / "poc.yaml"))
+
+
+def test_the_committed_h200_paired_section_keeps_its_identity() -> None:
+    """A field added to the workload later, at its default, leaves a recorded section's hash as it was, so that
+    `poc --resume` still reuses the H200 run's paired A/B (its hash is recorded in the section receipt)."""
+    import json
+    import tarfile
+    from pathlib import Path
+
+    from infercrane.decide.policy import ServingPolicy
+    from infercrane.poc.runner import ab_section_sha
+    from infercrane.serving.recipes import Recipe
+    from infercrane.serving.workload import Workload
+
+    tar = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-poc/poc-evidence.tar.xz"
+    with tarfile.open(tar) as t:
+        doc = json.load(t.extractfile("./poc/paired.json"))
+    cfg = doc["provenance"]["config"]
+    options = cfg["options"]
+    canon = [Recipe.model_validate(r).canonical() | {"model": "stand-in of Qwen/Qwen3-0.6B"}
+             for r in cfg["recipes"].values()]
+    policy = ServingPolicy.model_validate({k: v for k, v in doc["policy"].items() if k != "workload_notes"})
+    sha = ab_section_sha("paired", canon, Workload.model_validate(cfg["workload"]), options["drivers"], policy,
+                         options["startup_timeout_s"], options["coresident"])
+    assert sha == options["poc_section"]["sha256"]
