@@ -28,7 +28,6 @@ cache is reset (``POST /reset_prefix_cache``) before every (run, concurrency) po
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any, Literal
 from collections.abc import Callable, Mapping, Sequence
