@@ -403,6 +403,16 @@ class BenchServingV2(Strict):
     measurements: list[BenchMeasurementV2] = Field(min_length=1)
     driver_agreement: list[DriverAgreement] = Field(default_factory=list)
     drift: list[ArmDrift] = Field(default_factory=list)
+    time_accounting: TimeAccounting | None = None
+
+
+class TimeAccounting(Strict):
+    """Where a serving plan's wall time went: how much of it the measurement windows were."""
+
+    wall_s: PositiveFloat = Field(description="the plan's wall time, first engine start to last engine stop (each "
+                                              "engine's own start-up is in its engine record)")
+    measured_s: NonNegativeFloat = Field(description="every ok run's measurement window, added up")
+    measured_share: NonNegativeFloat = Field(description="measured_s / wall_s")
 
 
 class PairedComparisonV2(Strict):
@@ -524,6 +534,7 @@ class PairedServingV2(Strict):
     decision_code: DecisionCode
     reason: NonEmptyStr
     drift: list[ArmDrift] = Field(default_factory=list)
+    time_accounting: TimeAccounting | None = None
 
 
 class PublicArmV2(Strict):
@@ -596,6 +607,8 @@ class OptimizationPocReceiptV2(Strict):
     engines: list[EngineRecord] = Field(default_factory=list)
     runs: list[RunRecord] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=dict)
+    plan_wall_s: PositiveFloat | None = Field(default=None, description="the serving plan's wall time as measured "
+                                                                       "(raw evidence of time_accounting)")
     policy_sha256: str | None = Field(default=None, description="sha256 of the policy's canonical JSON (its workload "
                                                                 "notes aside)")
     merged_from: list[MergedInput] = Field(default_factory=list, description="the receipts receipt merge joined")

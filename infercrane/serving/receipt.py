@@ -102,6 +102,19 @@ def serving_arm(result: PlanResult, arm: str, c: int, driver: str) -> ServingArm
                       runs={k: [getattr(m, k) for m in runs] for k in STAT_METRICS})
 
 
+def _present(**fields: Any) -> dict[str, Any]:
+    """The fields that hold a value: a receipt names what a run recorded, and leaves out what it did not."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def time_accounting(result: PlanResult) -> dict[str, Any] | None:
+    """How much of the plan's wall time the measurement windows were (None for a plan whose wall time is unknown)."""
+    if not result.wall_s:
+        return None
+    measured = sum(m.duration_s for m in result.runs if m.ok and m.requests_completed)
+    return {"wall_s": result.wall_s, "measured_s": measured, "measured_share": measured / result.wall_s}
+
+
 DRIFT_METRIC = "output_tok_s"
 
 
@@ -209,6 +222,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         "qualification_boundary": SYNTHETIC_BOUNDARY.format(weights=", dummy weights" if dummy else ""),
         "complete": complete,
         "incomplete_reason": None if complete else (incomplete_reason or "the plan stopped part-way"),
+        **_present(plan_wall_s=result.wall_s if complete else None),
         "drivers": {d: _driver_version(result, d) for d in result.drivers},
         "engines": [engine_record(e) for e in result.engines],
         "runs": [run_record(m) for m in result.runs],
@@ -224,7 +238,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         "requests_per_point": {str(c): w.requests_at(c) for c in w.concurrency},
         "warmup_requests": w.warmup_at(w.concurrency[0]), "ignore_eos": w.ignore_eos, "order": result.order,
         "preset": w.name, "notes": w.notes(),
-        **{k: v for k, v in (("window_s", w.window_s), ("warmup_s", w.warmup_s)) if v is not None},
+        **_present(window_s=w.window_s, warmup_s=w.warmup_s),
         **({"prompts": w.prompts} if w.prompts == "shared" else {}),
     }
     if kind == "ab":
@@ -265,6 +279,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             "measurements": measurements, "comparisons": comparisons, "statistics": stats,
             "decision": text, "decision_code": code, "reason": reason,
             "drift": [d for arm in (a, b) for d in arm_drift(result, arm, primary)],
+            **_present(time_accounting=time_accounting(result)),
         }
     else:
         arm = arms[0]
@@ -276,6 +291,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
             "measurements": measurements, "driver_agreement": agreement,
             "drift": [d for drv in result.drivers for d in arm_drift(result, arm, drv)],
+            **_present(time_accounting=time_accounting(result)),
         }
         if len(w.concurrency) == 1:
             doc["public_workload_reproduction"] = _public_reproduction(result, arm, provenance, agreement)
@@ -451,7 +467,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
             raise InputError(f"runs[{i}] cannot be rebuilt exactly from the receipt (fields {diff} differ)")
         runs.append(metrics)
     result = PlanResult(workload=workload, recipes=recipes, drivers=drivers, order=order,
-                        plan=plan_runs(list(recipes), workload, order), runs=runs,
+                        plan=plan_runs(list(recipes), workload, order), runs=runs, wall_s=doc.get("plan_wall_s"),
                         notes=list(doc.get("policy", {}).get("workload_notes", [])), complete=True)
     return result, kind
 

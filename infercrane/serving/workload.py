@@ -28,6 +28,7 @@ cache is reset (``POST /reset_prefix_cache``) before every (run, concurrency) po
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any, Literal
 from collections.abc import Callable, Mapping, Sequence
@@ -239,6 +240,7 @@ class PlanResult(BaseModel):
     engines: list[EngineRecord] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     complete: bool = False
+    wall_s: float | None = Field(default=None, description="wall time of the whole plan, once it has finished")
 
 
 def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str, dict[str, str]]:
@@ -438,6 +440,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             raise engine.failure(f"died during its visit (runs {[p.run_index for p in runs]})")
 
     shared: dict[str, Any] = dict(external)
+    t0 = time.monotonic()
     try:
         if coresident:
             shared.update(_launch_coresident({a: r for a, r in arms.items() if a not in external}, out,
@@ -461,6 +464,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         for arm, engine in shared.items():
             if arm not in external:
                 engine.stop()
+    result.wall_s = round(time.monotonic() - t0, 3)
     result.complete = True
     return result
 

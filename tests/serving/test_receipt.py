@@ -173,3 +173,23 @@ def test_shared_prompts_are_recorded_and_the_plan_rebuilds(tmp_path: Path, stand
     plain.complete = True
     doc = build_document(plain, kind="bench", policy=load_policy("serving"), provenance=_prov(plain, "bench"))
     assert "prompts" not in doc["bench"]["workload"]
+
+
+def test_time_accounting_is_derived_from_the_runs_and_the_plan_wall_time(tmp_path: Path, stand_in_dir: Path,
+                                                                          ts_recipe) -> None:
+    from infercrane.receipts.io import HASH_FIELD, content_hash
+    from infercrane.receipts.validate import check_document
+
+    w = load_workload("seed-paired").with_overrides(concurrency=[8], runs_per_arm=5)
+    result = _plan(stand_in_dir, ts_recipe, ["slow", "fast"], w, ["aiperf"])
+    result.runs += [_run("slow", i, 8, 400 + i) for i in range(5)] + [_run("fast", i, 8, 2400 + i) for i in range(5)]
+    result.complete, result.wall_s = True, 120.0
+    doc = write_receipt(build_document(result, kind="ab", policy=load_policy("serving"),
+                                       provenance=_prov(result, "ab")), tmp_path / "ab.json").document
+    t = doc["paired_aiperf"]["time_accounting"]
+    windows = sum(m.duration_s for m in result.runs)
+    assert doc["plan_wall_s"] == 120.0 and t["measured_s"] == windows and t["measured_share"] == windows / 120.0
+    edited = {k: v for k, v in json.loads(json.dumps(doc)).items() if k != HASH_FIELD}
+    edited["paired_aiperf"]["time_accounting"]["measured_share"] = 0.9
+    edited[HASH_FIELD] = content_hash(edited)
+    assert any(p.startswith("paired_aiperf.time_accounting") for p, _ in check_document(edited)[1])

@@ -255,3 +255,16 @@ def test_shared_prompts_hand_one_file_per_point_to_every_driver_and_arm(tmp_path
     plain = run_plan([a], workload(concurrency=[1]), out_dir=tmp_path / "plain", drivers="probe",
                      order="sequential")
     assert plain.complete and all(s.prompts_file is None for s, _ in probe["probe"].seen[-3:])
+
+
+def test_a_finished_plan_accounts_for_its_wall_time(tmp_path, ts_recipe, probe):
+    from infercrane.serving.receipt import time_accounting
+
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
+    b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
+    result = run_plan([a, b], workload(), out_dir=tmp_path, drivers="probe", tokenizer="unused")
+    assert result.wall_s and result.wall_s > 0
+    t = time_accounting(result)
+    assert t["wall_s"] == result.wall_s
+    assert t["measured_s"] == pytest.approx(0.1 * len(result.runs))  # the probe reports 0.1 s windows
+    assert t["measured_share"] == pytest.approx(t["measured_s"] / t["wall_s"]) and t["measured_share"] < 1
