@@ -4,6 +4,9 @@
 #   bash benchmarks/poc_h200.sh start OUTDIR [CONFIG]   # launch `infercrane poc` detached; returns at once
 #   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS     # wait up to SECONDS for it to end; print its log's tail
 #   bash benchmarks/poc_h200.sh pack OUTDIR DEST        # receipts + console log, and the artifacts, as tarballs
+# An OUTDIR that already holds poc.json is resumed (`--resume OUTDIR/poc.json`): its finished sections are reused.
+# AGREE=1 adds, after the PoC, the two drivers on one compiled engine at c = 8 with shared prompts
+# (`serve bench compiled --workload seed-paired-two-drivers`), written to OUTDIR/drivers-c8.json.
 # Needs vllm==0.22.1 and aiperf==0.12.0 importable by python3 and one GPU. On a tree copied without .git, set
 # INFERCRANE_GIT_COMMIT so the receipts name the commit. Every section's receipt is written as it finishes, so a
 # PoC stopped part-way keeps what it measured (`infercrane poc CONFIG --resume OUTDIR/poc.json` continues it).
@@ -16,19 +19,30 @@ case $verb in
 start)
   config=${3:-seed-reproduction}
   mkdir -p "$out"
-  printf '%q ' python3 -m infercrane poc "$config" --out "$out/poc.json" >"$out/command.txt"
-  echo "=== $(date -u +%FT%TZ) start: $(cat "$out/command.txt")" >"$log"
-  setsid nohup bash -c 'PYTHONUNBUFFERED=1 python3 -m infercrane poc "$1" --out "$2/poc.json" >>"$2/poc.log" 2>&1
-                        echo "=== $(date -u +%FT%TZ) rc=$?" >>"$2/poc.log"' _ "$config" "$out" </dev/null >/dev/null 2>&1 &
+  if [ -f "$out/poc.json" ]; then where=(--resume "$out/poc.json"); else where=(--out "$out/poc.json"); fi
+  {
+    printf '%q ' python3 -m infercrane poc "$config" "${where[@]}"; echo
+    if [ -n "${AGREE:-}" ]; then
+      printf '%q ' python3 -m infercrane serve bench compiled --stand-in --workload seed-paired-two-drivers \
+        --drivers aiperf vllm-bench --runs 3 --concurrency 8 --out "$out/drivers-c8.json"; echo
+    fi
+  } >"$out/command.txt"
+  echo "=== $(date -u +%FT%TZ) start: $(head -1 "$out/command.txt")" >>"$log"
+  setsid nohup bash -c 'while read -r line; do
+                          echo "=== $(date -u +%FT%TZ) run: $line" >>"$1"
+                          eval "PYTHONUNBUFFERED=1 $line" </dev/null >>"$1" 2>&1
+                          rc=$?; echo "=== $(date -u +%FT%TZ) rc=$rc" >>"$1"
+                        done <"$2"; echo "=== $(date -u +%FT%TZ) all done" >>"$1"' _ "$log" "$out/command.txt" \
+    </dev/null >/dev/null 2>&1 &
   sleep 2
   tail -3 "$log"
   ;;
 wait)
   secs=${3:?usage: poc_h200.sh wait OUTDIR SECONDS}
   end=$((SECONDS + secs))
-  while ((SECONDS < end)) && ! grep -q '^=== .* rc=' "$log"; do sleep 5; done
+  while ((SECONDS < end)) && ! grep -q '^=== .* all done' "$log"; do sleep 5; done
   tail -c 6000 "$log"
-  grep -q '^=== .* rc=' "$log" && echo "PoC ended" || echo "PoC still running"
+  grep -q '^=== .* all done' "$log" && echo "PoC ended" || echo "PoC still running"
   ;;
 pack)
   dest=${3:?usage: poc_h200.sh pack OUTDIR DEST}

@@ -1,7 +1,8 @@
 """Engine lifecycle: start an engine per recipe, wait until it serves, stop it, never leave one running.
 
-An ``Engine`` is a context manager. ``start()`` is ``launch()`` then ``wait_ready()``; a caller that starts several
-engines at once (co-resident arms) launches them all before waiting on any, so that their start-ups overlap.
+An ``Engine`` is a context manager. ``start()`` is ``launch()`` then ``wait_ready()``. Co-resident arms (several
+engines on one GPU) are started one after the other, each ready before the next launches: vLLM sizes its KV cache
+from the memory its start-up profile sees taken, so overlapping start-ups take each other's memory for their own.
 
 ``launch()``:
   1. checks that the port is free on 127.0.0.1 (a server already listening there is not the engine InferCrane is

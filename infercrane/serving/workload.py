@@ -301,7 +301,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     (``check_recipe`` per recipe, driver availability and options) runs before any engine starts.
 
     Engines: by default each visit (``PlannedRun.segment``) starts its arm's engine and stops it after. With
-    ``coresident``, every arm's engine is launched at once (in parallel) with an even share of GPU memory
+    ``coresident``, every arm's engine is started (one after the other) with an even share of GPU memory
     (``engine_memory_share``) and stays up for the whole plan, so an interleaved or sandwich order costs no restart;
     if they cannot all start, InferCrane stops them, notes why, and falls back to one engine at a time.
     ``engines``: arm -> an engine InferCrane did not launch (``--url``), driven as is and never started or stopped.
