@@ -1,5 +1,6 @@
 """Driver processes: no driver (nor anything it started) outlives InferCrane, SIGKILL included; a driver's failure
-while its engine died is reported as the engine's death; the log starts with the shell-quoted command."""
+while its engine died is reported as the engine's death, for one run and for a whole AIPerf visit; the log starts
+with the shell-quoted command."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ import pytest
 
 from infercrane.errors import RunFailed
 from infercrane.serving.drivers import Driver, RunSpec, run_logged
+from infercrane.serving.drivers.aiperf import AiperfDriver, RunGrid
 from infercrane.serving.engine import Engine, ExternalEngine, engine_serving
 
 # A fake driver: starts a grandchild (a sleeping process of its own), writes both pids, then sleeps.
@@ -192,3 +194,42 @@ def test_a_running_server_that_stops_answering_is_named(tmp_path, ts_recipe, raw
     with pytest.raises(RunFailed, match=rf"server 'ext' at {srv.url} \(not launched by InferCrane\) stopped "
                                         "answering while driver script ran"):
         ScriptDriver(code).run(_spec(srv.url, tmp_path / "run"))
+
+
+class GridScriptDriver(AiperfDriver):
+    """AIPerf's visit path (``run_grid``) with a Python snippet in place of the AIPerf invocation."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def available(self) -> tuple[bool, str]:
+        return True, "test"
+
+    def version(self) -> str:
+        return "0"
+
+    def grid_command(self, grid: RunGrid) -> list[str]:
+        return [sys.executable, "-c", self.code, "--url", grid.spec.base_url]
+
+
+def test_an_engine_killed_under_a_whole_visit_is_the_engines(tmp_path, ts_recipe, monkeypatch):
+    # the snippet kills the engine and exits 0 without an export, as AIPerf does when every request of a trial fails
+    code = "import os, signal; os.kill(int(os.environ['ENGINE_PID']), signal.SIGKILL)"
+    with Engine(ts_recipe("--ttft-ms", "0"), log_dir=tmp_path, startup_timeout_s=30) as eng:
+        monkeypatch.setenv("ENGINE_PID", str(eng.proc.pid))
+        grid = RunGrid(spec=_spec(eng.base_url, tmp_path / "visit"), run_indices=(0, 1), concurrencies=(1, 4),
+                       window_s=1.0, warmup_s=0.0)
+        with pytest.raises(RunFailed) as err:
+            GridScriptDriver(code).run_grid(grid)
+    msg = str(err.value)
+    assert msg.startswith(f"engine {eng.label!r} (testserver) died while driver aiperf ran: it was killed by SIGKILL")
+    assert "(then: " in msg  # the unreadable export, after the engine's death
+
+
+def test_an_unreadable_visit_export_with_the_engine_alive_stays_the_drivers(tmp_path, ts_recipe):
+    with Engine(ts_recipe("--ttft-ms", "0"), log_dir=tmp_path, startup_timeout_s=30) as eng:
+        grid = RunGrid(spec=_spec(eng.base_url, tmp_path / "visit"), run_indices=(0,), concurrencies=(1,),
+                       window_s=1.0, warmup_s=0.0)
+        with pytest.raises(RunFailed) as err:
+            GridScriptDriver("pass").run_grid(grid)
+        assert not str(err.value).startswith("engine ")

@@ -22,13 +22,15 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Mapping
 
 from infercrane.errors import InputError, RunFailed, UnavailableError
 from infercrane.serving.engine import (_set_parent_death_signal, engine_serving, exit_text, log_tail,
                                        stop_process_group, utc_now)
 from infercrane.serving.metrics import RunMetrics
+
+T = TypeVar("T")
 
 # name -> (module, class); imported on first use so that listing drivers imports no driver.
 _REGISTRY: dict[str, tuple[str, str]] = {
@@ -101,17 +103,27 @@ class Driver:
         """Run the driver once against a live engine and return what it measured."""
         self.require_available()
         self.check(spec)
+        cmd = self.command(spec)
+        version, started_at, cpu_s = self.invoke(spec, cmd, timeout_s=spec.timeout_s)
+        return self.read_back(cmd, lambda: self.parse(spec, driver_version=version, driver_cpu_s=cpu_s,
+                                                      started_at=started_at))
+
+    def invoke(self, spec: RunSpec, cmd: list[str], *, timeout_s: float) -> tuple[str, str, float]:
+        """Run one driver command into ``spec.artifact_dir`` (``run_logged``): (driver version, start time, CPU s)."""
         version = self.version()
         spec.artifact_dir.mkdir(parents=True, exist_ok=True)
         started_at = utc_now()
-        cmd = self.command(spec)
-        what = f"driver {self.name}"
         cpu_s = run_logged(cmd, log_path=spec.artifact_dir / "driver.log", env={**os.environ, **spec.env},
-                           timeout_s=spec.timeout_s, what=what)
+                           timeout_s=timeout_s, what=f"driver {self.name}")
+        return version, started_at, cpu_s
+
+    def read_back(self, cmd: list[str], read: Callable[[], T]) -> T:
+        """``read()`` the driver's export; an unreadable one after an exit 0 is the engine's failure when the
+        engine ``cmd`` drove has died meanwhile, and the driver's otherwise."""
         try:
-            return self.parse(spec, driver_version=version, driver_cpu_s=cpu_s, started_at=started_at)
-        except RunFailed as exc:  # an unreadable export after an exit 0: the engine may have died under it
-            err = _engine_failure(cmd, f"while {what} ran", exc)
+            return read()
+        except RunFailed as exc:
+            err = _engine_failure(cmd, f"while driver {self.name} ran", exc)
             if err is None:
                 raise
             raise err from exc

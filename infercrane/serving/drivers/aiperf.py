@@ -26,7 +26,6 @@ Exports read back:
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,30 +120,28 @@ class AiperfDriver(Driver):
         ``profile_runs/trial_<k>/concurrency_<c>/``."""
         from dataclasses import replace
 
-        from infercrane.serving.drivers import run_logged
-        from infercrane.serving.engine import utc_now
-
         self.require_available()
         spec = grid.spec
-        spec.artifact_dir.mkdir(parents=True, exist_ok=True)
-        version = self.version()
-        started_at = utc_now()
-        cpu_s = run_logged(self.grid_command(grid), log_path=spec.artifact_dir / "driver.log",
-                           env={**os.environ, **spec.env}, timeout_s=spec.timeout_s * len(grid.run_indices)
-                           * len(grid.concurrencies), what=f"driver {self.name}")
-        out = []
-        for k, run_index in enumerate(grid.run_indices, start=1):
-            for c in grid.concurrencies:
-                point = replace(spec, concurrency=c, run_index=run_index,
-                                request_count=grid.request_counts.get(c, spec.request_count),
-                                artifact_dir=_point_dir(spec.artifact_dir, k, c, grid))
-                m = parse_aiperf_export(point, point.artifact_dir, driver_version=version, started_at=started_at,
-                                        driver_cpu_s=None, window_s=grid.window_s)
-                out.append(m.model_copy(update={"started_at": _point_started_at(point.artifact_dir) or started_at,
-                                                "notes": [*m.notes, f"one of {len(grid.run_indices)} x "
-                                                          f"{len(grid.concurrencies)} points of one AIPerf "
-                                                          f"invocation ({cpu_s:.1f} CPU s in all)"]}))
-        return out
+        cmd = self.grid_command(grid)
+        version, started_at, cpu_s = self.invoke(spec, cmd, timeout_s=spec.timeout_s * len(grid.run_indices)
+                                                 * len(grid.concurrencies))
+
+        def read() -> list[RunMetrics]:
+            out = []
+            for k, run_index in enumerate(grid.run_indices, start=1):
+                for c in grid.concurrencies:
+                    point = replace(spec, concurrency=c, run_index=run_index,
+                                    request_count=grid.request_counts.get(c, spec.request_count),
+                                    artifact_dir=_point_dir(spec.artifact_dir, k, c, grid))
+                    m = parse_aiperf_export(point, point.artifact_dir, driver_version=version,
+                                            started_at=started_at, driver_cpu_s=None, window_s=grid.window_s)
+                    out.append(m.model_copy(update={
+                        "started_at": _point_started_at(point.artifact_dir) or started_at,
+                        "notes": [*m.notes, f"one of {len(grid.run_indices)} x {len(grid.concurrencies)} points of "
+                                            f"one AIPerf invocation ({cpu_s:.1f} CPU s in all)"]}))
+            return out
+
+        return self.read_back(cmd, read)
 
 
 @dataclass(frozen=True)
