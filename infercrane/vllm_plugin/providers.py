@@ -1,0 +1,263 @@
+"""InferCrane's kernels as providers of vLLM IR ops (vLLM 0.22.1: ``vllm.ir.ops.<op>.register_impl``).
+
+For each chosen op (``selection.KernelChoice``) this module builds three things and registers the last one:
+
+1. **The launch, an opaque custom op** ``infercrane::<op>_<impl>`` (``torch.library.custom_op``, with a fake
+   implementation that does nothing): Inductor sees one node and never traces into the Triton or CuPy launch (tracing
+   into it kills the engine: "Cannot access data pointer of Tensor (e.g. FakeTensor…)"). Its Python body runs at
+   run time: it counts the call (``stats.ProviderStats``) and, on the first call of each shape outside CUDA-graph
+   capture, runs **the in-engine gate**: vLLM's own native implementation on copies of the inputs, the kernel on
+   the real ones, every output compared with the kernel lab's rule for the op and dtype
+   (``kernels.harness.correctness.compare``); the largest errors are recorded. A failed check is recorded, not
+   raised: InferCrane reads the record and fails the arm (``serving/kernels.py``).
+2. **The implementation**, with the native implementation's exact signature and annotations (``register_impl``
+   compares schemas; ``infer_schema`` needs annotations, so this module does not use postponed annotations). It
+   calls the launch and returns what the native returns (in place, as vLLM's ``vllm_c`` provider does, for
+   ``fused_add_rms_norm``).
+3. **``supports_args``**, with the native's parameter names and defaults: it declines (vLLM then takes the next
+   provider in the priority list) what the kernel cannot take — a ``variance_size``, no weight, a dtype other than
+   bf16/fp16, mixed dtypes, non-contiguous activations, a non-CUDA device — and counts each decline by reason.
+
+The kernels follow the kernel lab's calling contract (``infercrane.kernels.ops.<op>.spec``): InferCrane's are in
+place; a user's file may be either form (declared in the file or by the choice's ``in_place``), and an out-of-place
+one is copied into vLLM's buffers.
+"""
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+from infercrane.vllm_plugin.selection import KernelChoice
+from infercrane.vllm_plugin.stats import MAX_CHECKED_SHAPES, ProviderStats
+
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _shape(t: Tensor) -> str:
+    rows = t.numel() // max(1, int(t.shape[-1]))
+    return f"{rows}x{int(t.shape[-1])} {str(t.dtype).removeprefix('torch.')}"
+
+
+# --------------------------------------------------------------------------------------------- kernels
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The callable the launch runs, in the kernel lab's contract, and where it came from."""
+
+    fn: Callable[..., Any]
+    in_place: bool
+    label: str
+    sources: tuple[str, ...]  # files whose bytes are the kernel (hashed into the record)
+
+
+def load_kernel(choice: KernelChoice) -> Kernel:
+    from infercrane.kernels import registry
+
+    op = choice.lab_op
+    if choice.impl == "user":
+        from infercrane.kernels.user_candidate import load_candidate, parse_candidate_ref
+
+        ref = parse_candidate_ref(choice.candidate or "", in_place_override=choice.in_place)
+        loaded = load_candidate(ref)  # an undeclared contract is an InputError here: the engine cannot guess it
+        return Kernel(loaded.fn, loaded.in_place, f"user candidate {ref.text}", (str(ref.path),))
+    impl = registry.get(op, choice.impl)
+    ok, why = impl.probe()
+    if not ok:
+        raise RuntimeError(f"InferCrane's {choice.impl} kernel for {op} cannot run in this engine: {why}")
+    path = Path(impl.source.split("::", 1)[0])
+    sources = tuple(str(p) for p in sorted(path.parent.iterdir()) if p.suffix in (".py", ".cu"))
+    return Kernel(impl.load(None), impl.in_place, impl.label, sources)
+
+
+def sources_sha256(paths: tuple[str, ...] | list[str]) -> str:
+    """One hash over the named files and this plugin's own sources: what the provider runs."""
+    h = hashlib.sha256()
+    here = sorted(str(p) for p in Path(__file__).resolve().parent.glob("*.py"))
+    for p in [*sorted(paths), *here]:
+        h.update(p.encode() + b"\0" + Path(p).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- the gate
+
+
+def _tolerance(choice: KernelChoice, dtype: torch.dtype) -> Any:
+    from infercrane.kernels import registry
+
+    return registry.op_module(choice.lab_op).TOLERANCES[str(dtype).removeprefix("torch.")]
+
+
+def _check(choice: KernelChoice, names: tuple[str, ...], got: tuple[Tensor, ...], ref: tuple[Tensor, ...],
+           shape: str) -> dict[str, Any]:
+    from infercrane.kernels.harness.correctness import compare
+
+    tol = _tolerance(choice, got[0].dtype)
+    checks = [compare(n, g, r.to(torch.float32), tol) for n, g, r in zip(names, got, ref)]
+    return {"shape": shape, "passed": all(c.passed for c in checks), "against": "vLLM native",
+            "outputs": [c.model_dump(mode="json") for c in checks],
+            "max_abs_err": max((c.max_abs_err or 0.0) for c in checks),
+            "max_rel_err": max((c.max_rel_err or 0.0) for c in checks)}
+
+
+# --------------------------------------------------------------------------------------------- per op
+
+
+class _Provider:
+    """One op, one kernel: the launch body (stats + gate) and the three functions vLLM gets."""
+
+    def __init__(self, choice: KernelChoice, kernel: Kernel, native: Callable[..., Any], stats: ProviderStats):
+        self.choice, self.kernel, self.native, self.stats = choice, kernel, native, stats
+
+    def wants_check(self, shape: str) -> bool:
+        first = self.stats.call(shape, _capturing())
+        return first and not _capturing() and self.stats.checks_made() < MAX_CHECKED_SHAPES
+
+    def decline(self, reason: str) -> bool:
+        self.stats.declined(reason)
+        return False
+
+    def common_declines(self, x: Tensor, others: tuple[Tensor, ...], weight: Optional[Tensor],
+                        variance_size: Optional[int]) -> Optional[str]:
+        if variance_size is not None:
+            return "variance_size given"
+        if weight is None:
+            return "no weight"
+        if x.dtype not in SUPPORTED_DTYPES:
+            return f"dtype {str(x.dtype).removeprefix('torch.')}"
+        if any(t.dtype != x.dtype for t in (*others, weight)):
+            return "mixed dtypes"
+        if not all(t.is_contiguous() for t in (x, *others)):
+            return "not contiguous"
+        if x.device.type != "cuda" and not (self.choice.impl == "triton" and _interpreting()) \
+                and self.choice.impl != "user":
+            return f"device {x.device.type}"
+        return None
+
+
+class _FusedAddRMSNorm(_Provider):
+    mutates = ("x", "x_residual")
+    inplace = True
+
+    def launch_body(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
+        shape = _shape(x)
+        if self.wants_check(shape):
+            ref = self.native(x.clone(), x_residual.clone(), weight, epsilon)
+            self.run(x, x_residual, weight, epsilon)
+            self.stats.checked(_check(self.choice, ("out", "residual_out"), (x, x_residual), tuple(ref), shape))
+            return
+        self.run(x, x_residual, weight, epsilon)
+
+    def run(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
+        if self.kernel.in_place:
+            self.kernel.fn(x, x_residual, weight, epsilon)
+        else:
+            out, res = self.kernel.fn(x, x_residual, weight, epsilon)
+            x_residual.copy_(res)
+            x.copy_(out)
+
+    def functions(self, launch: Any) -> tuple[Callable[..., Any], Callable[..., bool]]:
+        def fused_add_rms_norm(x: Tensor, x_residual: Tensor, weight: Optional[Tensor], epsilon: float,
+                               variance_size: Optional[int] = None) -> tuple[Tensor, Tensor]:
+            launch(x, x_residual, weight, epsilon)
+            return x, x_residual
+
+        def supports_args(x, x_residual, weight, epsilon, variance_size=None) -> bool:
+            reason = self.common_declines(x, (x_residual,), weight, variance_size)
+            return True if reason is None else self.decline(reason)
+
+        return fused_add_rms_norm, supports_args
+
+
+class _RMSNorm(_Provider):
+    mutates = ("out",)
+    inplace = False
+
+    def launch_body(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
+        shape = _shape(x)
+        if self.wants_check(shape):
+            ref = self.native(x.clone(), weight, epsilon)
+            self.run(out, x, weight, epsilon)
+            self.stats.checked(_check(self.choice, ("out",), (out,), (ref,), shape))
+            return
+        self.run(out, x, weight, epsilon)
+
+    def run(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
+        if self.kernel.in_place:
+            self.kernel.fn(out, x, weight, epsilon)
+        else:
+            out.copy_(self.kernel.fn(x, weight, epsilon))
+
+    def functions(self, launch: Any) -> tuple[Callable[..., Any], Callable[..., bool]]:
+        def rms_norm(x: Tensor, weight: Optional[Tensor], epsilon: float,
+                     variance_size: Optional[int] = None) -> Tensor:
+            out = torch.empty_like(x)
+            launch(out, x, weight, epsilon)
+            return out
+
+        def supports_args(x, weight, epsilon, variance_size=None) -> bool:
+            reason = self.common_declines(x, (), weight, variance_size)
+            return True if reason is None else self.decline(reason)
+
+        return rms_norm, supports_args
+
+
+ADAPTERS: dict[str, type[_Provider]] = {"fused_add_rms_norm": _FusedAddRMSNorm, "rms_norm": _RMSNorm}
+
+
+_LIVE: dict[str, _Provider] = {}  # custom-op name -> the provider its body runs (the latest registered)
+_OPS: dict[str, Any] = {}
+
+
+def _opaque(name: str, provider: _Provider) -> Any:
+    """``torch.library.custom_op`` around the launch body; its fake does nothing (the launch only mutates). A name
+    is defined once per process; registering it again rebinds the body to the new provider."""
+    _LIVE[name] = provider
+    if name not in _OPS:
+        if isinstance(provider, _FusedAddRMSNorm):
+            def launch(x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
+                _LIVE[name].launch_body(x, x_residual, weight, epsilon)
+        else:
+            def launch(out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
+                _LIVE[name].launch_body(out, x, weight, epsilon)
+        op = torch.library.custom_op(name, mutates_args=provider.mutates)(launch)
+        op.register_fake(lambda *args: None)
+        _OPS[name] = op
+    return _OPS[name]
+
+
+def register_choice(choice: KernelChoice, ir_ops: Any, stats_dir: Optional[str]) -> ProviderStats:
+    """Register one provider with vLLM's IR op ``getattr(ir_ops, choice.vllm_op)``; returns its record keeper.
+    A kernel that cannot load is recorded (``errors``) and re-raised: vLLM then logs the plugin's failure, and the
+    priority list names a provider that does not exist, which vLLM refuses at start-up."""
+    ir_op = getattr(ir_ops, choice.vllm_op)
+    stats = ProviderStats(stats_dir, provider=choice.provider, vllm_op=choice.vllm_op, impl=choice.impl,
+                          source_sha256=choice.source_sha256)
+    try:
+        kernel = load_kernel(choice)
+        stats.doc["detail"].update({"kernel": kernel.label, "in_place": kernel.in_place,
+                                    "sources_sha256": sources_sha256(kernel.sources)})
+        provider = ADAPTERS[choice.vllm_op](choice, kernel, ir_op.impls["native"].impl_fn, stats)
+        launch = _opaque(f"infercrane::{choice.vllm_op}_{choice.impl}", provider)
+        impl_fn, supports_args = provider.functions(launch)
+        ir_op.register_impl(choice.provider, supported=True, supports_args=supports_args,
+                            inplace=provider.inplace)(impl_fn)
+    except Exception as exc:
+        stats.error(f"registration failed: {type(exc).__name__}: {exc}")
+        raise
+    stats.doc["detail"]["registered"] = True
+    stats.write()
+    return stats

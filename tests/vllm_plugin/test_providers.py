@@ -1,0 +1,189 @@
+"""The vLLM plugin against a stand-in of vLLM 0.22.1's IR registry (``ir_stub``): registration, the kernels' results
+on CPU tensors under Triton's interpreter, the in-engine gate, declines, and the record each process writes."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from infercrane.vllm_plugin import selection  # noqa: E402
+from infercrane.vllm_plugin.selection import KernelChoice  # noqa: E402
+from infercrane.vllm_plugin.stats import read_stats  # noqa: E402
+
+from ir_stub import native_fused_add_rms_norm, native_rms_norm, stub_ops  # noqa: E402
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _register(choice, tmp_path):
+    from infercrane.vllm_plugin.providers import register_choice
+
+    ops = stub_ops()
+    stats = register_choice(choice, ops, str(tmp_path))
+    op = getattr(ops, choice.vllm_op)
+    op.priority = [choice.provider, "native"]
+    return op, stats
+
+
+def _inputs(rows, hidden=1024, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, hidden, generator=g).to(dtype)
+    res = (2 * torch.randn(rows, hidden, generator=g)).to(dtype)
+    w = (1 + 0.5 * torch.randn(hidden, generator=g)).to(dtype)
+    return x, res, w
+
+
+def test_triton_fused_add_rms_norm_registers_and_matches_native_on_cpu(tmp_path, interpret):
+    op, stats = _register(KernelChoice("fused_add_rms_norm", "triton"), tmp_path)
+    assert op.impls["infercrane_triton"].inplace  # vLLM's in-place form, as its vllm_c provider
+    x, res, w = _inputs(8)
+    ref_out, ref_res = native_fused_add_rms_norm(x.clone(), res.clone(), w, 1e-6)
+    xa, ra = x.clone(), res.clone()
+    assert op.dispatch(xa, ra, w, 1e-6, None).provider == "infercrane_triton"
+    out, new_res = op(xa, ra, w, 1e-6, None)
+    assert out.data_ptr() == xa.data_ptr() and new_res.data_ptr() == ra.data_ptr()  # in place
+    assert torch.equal(new_res, ref_res)  # one rounded sum, as native
+    assert torch.allclose(out.float(), ref_out.float(), rtol=1.6e-2, atol=1e-2)
+    # the in-engine gate: the first call of the shape was checked against native, and passed
+    (doc,) = read_stats(tmp_path)
+    assert doc["detail"]["registered"] and doc["provider"] == "infercrane_triton"
+    assert doc["calls"] == 1 and doc["calls_by_shape"] == {"8x1024 bfloat16": 1}
+    (check,) = doc["checks"]
+    assert check["passed"] and check["shape"] == "8x1024 bfloat16" and check["against"] == "vLLM native"
+    assert check["max_abs_err"] < 0.1
+    # a second call of the same shape is counted, not checked again; a new shape is checked
+    op(*_inputs(8, seed=1), 1e-6, None)
+    op(*_inputs(3, seed=2), 1e-6, None)
+    stats.write()
+    (doc,) = read_stats(tmp_path)
+    assert doc["calls"] == 3 and [c["shape"] for c in doc["checks"]] == ["8x1024 bfloat16", "3x1024 bfloat16"]
+
+
+def test_triton_rms_norm_returns_a_new_tensor_matching_native(tmp_path, interpret):
+    op, _ = _register(KernelChoice("rms_norm", "triton"), tmp_path)
+    x, _, w = _inputs(4, hidden=128)
+    out = op(x, w, 1e-6, None)
+    assert out.data_ptr() != x.data_ptr()
+    assert torch.allclose(out.float(), native_rms_norm(x, w, 1e-6).float(), rtol=1.6e-2, atol=1e-2)
+    (doc,) = read_stats(tmp_path)
+    assert doc["checks"][0]["passed"]
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"variance_size": 512}, "variance_size given"),
+    ({"weight": None}, "no weight"),
+    ({"dtype": torch.float32}, "dtype float32"),
+    ({"strided": True}, "not contiguous"),
+])
+def test_what_the_kernel_cannot_take_falls_back_to_native_and_is_counted(tmp_path, interpret, change, reason):
+    op, stats = _register(KernelChoice("fused_add_rms_norm", "triton"), tmp_path)
+    x, res, w = _inputs(4, dtype=change.get("dtype", torch.bfloat16))
+    if change.get("strided"):
+        x = torch.cat([x, x], dim=1)[:, ::2]
+    weight = change["weight"] if "weight" in change else w
+    args = (x, res, weight, 1e-6, change.get("variance_size"))
+    assert op.dispatch(*args).provider == "native"
+    stats.write()
+    (doc,) = read_stats(tmp_path)
+    assert doc["declined"] == {reason: 1} and doc["calls"] == 0
+
+
+def test_a_wrong_candidate_fails_the_in_engine_gate_with_its_error(tmp_path, interpret):
+    bad = tmp_path / "bad.py"
+    bad.write_text(textwrap.dedent("""
+        IN_PLACE = True
+        def kernel(x, residual, weight, eps):
+            residual.add_(x)
+            x.copy_(residual * weight)   # forgets to normalize
+    """))
+    op, _ = _register(KernelChoice("fused_add_rms_norm", "user", candidate=f"{bad}:kernel"), tmp_path / "stats")
+    x, res, w = _inputs(2, seed=3)
+    op(x * 8, res, w, 1e-6, None)
+    (doc,) = read_stats(tmp_path / "stats")
+    (check,) = doc["checks"]
+    assert not check["passed"]
+    out = {o["name"]: o for o in check["outputs"]}
+    assert out["residual_out"]["passed"] and not out["out"]["passed"]
+    assert out["out"]["mismatched"] > 0 and check["max_abs_err"] > 1
+
+
+def test_an_out_of_place_user_candidate_is_copied_into_vllms_buffers(tmp_path):
+    good = tmp_path / "good.py"
+    good.write_text(textwrap.dedent("""
+        import torch
+        IN_PLACE = False
+        def kernel(x, residual, weight, eps):
+            s = x.float() + residual.float()
+            out = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
+            return (out.to(x.dtype) * weight), s.to(x.dtype)
+    """))
+    op, _ = _register(KernelChoice("fused_add_rms_norm", "user", candidate=f"{good}:kernel"), tmp_path / "s")
+    x, res, w = _inputs(2)
+    ref_out, ref_res = native_fused_add_rms_norm(x.clone(), res.clone(), w, 1e-6)
+    out, new_res = op(x, res, w, 1e-6, None)
+    assert out.data_ptr() == x.data_ptr() and torch.equal(new_res, ref_res)
+    assert read_stats(tmp_path / "s")[0]["checks"][0]["passed"]
+
+
+def test_the_launch_is_opaque_to_the_compiler(tmp_path, interpret):
+    # traced with fake tensors (torch.compile, aot_eager): the launch is one node with a fake impl, never traced
+    # into (tracing into a Triton launch needs real data pointers)
+    op, _ = _register(KernelChoice("fused_add_rms_norm", "triton"), tmp_path)
+    impl = op.impls["infercrane_triton"].impl_fn
+
+    def f(x, r, w):
+        return impl(x, r, w, 1e-6, None)
+
+    x, res, w = _inputs(4)
+    ref_out, ref_res = native_fused_add_rms_norm(x.clone(), res.clone(), w, 1e-6)
+    out, new_res = torch.compile(f, backend="aot_eager", fullgraph=True)(x, res, w)
+    assert torch.equal(new_res, ref_res)
+    assert torch.allclose(out.float(), ref_out.float(), rtol=1.6e-2, atol=1e-2)
+
+
+def test_a_kernel_that_cannot_load_is_recorded_and_raised(tmp_path):
+    from infercrane.vllm_plugin.providers import register_choice
+
+    with pytest.raises(Exception, match="does not exist"):
+        register_choice(KernelChoice("rms_norm", "user", candidate=f"{tmp_path}/missing.py:k"), stub_ops(),
+                        str(tmp_path))
+    (doc,) = read_stats(tmp_path)
+    assert "registration failed" in doc["errors"][0] and "registered" not in doc["detail"]
+
+
+def test_register_does_nothing_without_the_environment_and_registers_with_it(tmp_path, monkeypatch, interpret):
+    import infercrane.vllm_plugin as plugin
+
+    ops = stub_ops()
+    fake_vllm = SimpleNamespace(ir=SimpleNamespace(ops=ops))
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    monkeypatch.setattr(plugin, "_registered", [])
+    monkeypatch.delenv(selection.ENV_KERNELS, raising=False)
+    plugin.register()
+    assert list(ops.fused_add_rms_norm.impls) == ["native"]
+    monkeypatch.setenv(selection.ENV_KERNELS, selection.encode([KernelChoice("fused_add_rms_norm", "triton")]))
+    monkeypatch.setenv(selection.ENV_STATS, str(tmp_path))
+    plugin.register()
+    plugin.register()  # vLLM may load plugins more than once per process
+    assert list(ops.fused_add_rms_norm.impls) == ["native", "infercrane_triton"]
+    assert json.loads((next(tmp_path.glob("*.json"))).read_text())["detail"]["registered"]
+
+
+def test_selection_names():
+    assert selection.vllm_op_of("fused_add_rmsnorm") == "fused_add_rms_norm"
+    assert selection.vllm_op_of("rms_norm") == "rms_norm"
+    with pytest.raises(ValueError, match="known: fused_add_rms_norm, rms_norm"):
+        selection.vllm_op_of("silu_and_mul")
+    with pytest.raises(ValueError, match="needs a candidate"):
+        KernelChoice("rms_norm", "user")
+    choices = [KernelChoice("rms_norm", "cuda"), KernelChoice("fused_add_rms_norm", "user", candidate="k.py:f")]
+    assert selection.decode(selection.encode(choices)) == choices
