@@ -478,6 +478,49 @@ class RunRecord(Strict):
     raw_export: str | None = None
 
 
+class KernelCheckRecord(Strict):
+    """One in-engine gate check: a shape's first call outside CUDA-graph capture against vLLM's native."""
+
+    shape: NonEmptyStr
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    against: NonEmptyStr
+
+
+class KernelInEngine(Strict):
+    """A candidate kernel inside the engine (``serving/kernels.py``): whether it ran, and its in-engine gate."""
+
+    vllm_op: NonEmptyStr
+    impl: NonEmptyStr
+    provider: NonEmptyStr
+    candidate: str | None = None
+    source_sha256: str = SHA256
+    priority: list[str] | None = Field(description="the op's final priority in the engine log (None: no such line)")
+    registered_in_pids: list[PositiveInt]
+    calls: NonNegativeInt = Field(description="Python-level calls; CUDA-graph replays are not counted")
+    calls_captured: NonNegativeInt = Field(description="calls made while a CUDA graph was captured")
+    calls_by_shape: dict[str, NonNegativeInt]
+    declined: dict[str, NonNegativeInt] = Field(description="supports_args refusals by reason (next provider ran)")
+    checks: list[KernelCheckRecord]
+    errors: list[str]
+    ran: bool
+    gate_passed: bool
+    failed_stage: Literal["priority", "registration", "calls", "gate"] | None
+
+
+class TokenGateRecord(Strict):
+    """Greedy outputs of fixed prompts on this engine against the reference arm's."""
+
+    reference: NonEmptyStr
+    prompts: PositiveInt
+    max_tokens: PositiveInt
+    greedy: bool
+    identical: bool
+    first_divergence: str | None
+    compared: Literal["token ids", "words"]
+
+
 class EngineRecord(Strict):
     recipe: NonEmptyStr
     recipe_sha256: str = SHA256
@@ -499,6 +542,8 @@ class EngineRecord(Strict):
                                                  description="the share of GPU memory the engine was given")
     coresident_with: list[str] = Field(default_factory=list,
                                        description="recipes whose engines were up on the same GPU at the same time")
+    kernels: list[KernelInEngine] = Field(default_factory=list, description="candidate kernels inside the engine")
+    token_gate: TokenGateRecord | None = None
 
 
 class ArmDrift(Strict):

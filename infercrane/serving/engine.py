@@ -61,6 +61,7 @@ import urllib.parse
 import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
@@ -488,6 +489,10 @@ class EngineRecord(BaseModel):
     prefix_cache_reset_offered: bool | None = Field(default=None, description="whether POST /reset_prefix_cache "
                                                                               "answered 200 (probed on --url servers)")
     prefix_cache_resets: int = Field(default=0, description="resets sent before runs")
+    kernels: list[dict[str, Any]] = Field(default_factory=list, description="per kernel of the recipe: the proof "
+                                          "that it ran and the in-engine gate (serving.kernels.proof)")
+    token_gate: dict[str, Any] | None = Field(default=None, description="greedy outputs against the reference "
+                                              "arm's (serving.kernels.token_gate)")
 
 
 def program_env_of(env: Mapping[str, str]) -> dict[str, str]:
@@ -533,8 +538,12 @@ class Engine:
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
         self._t0: float | None = None
+        self.kernel_stats_dir = self.log_path.with_name(self.log_path.stem + "-kernels")
+        from infercrane.serving.kernels import engine_additions
+
+        self._kernel_args, kernel_env = engine_additions(self.recipe, self.kernel_stats_dir)
         self.command = self._build_command()
-        self.env_added = {**self.kind.default_env(), **self.recipe.env}
+        self.env_added = {**self.kind.default_env(), **self.recipe.env, **kernel_env}
         self.record = EngineRecord(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
                                    engine=self.recipe.engine, command=self.command, env_added=self.env_added,
                                    host=HOST, port=self.port, url=self.base_url, log_path=str(self.log_path),
@@ -543,7 +552,7 @@ class Engine:
         self._stop_lock = threading.RLock()
 
     def _build_command(self) -> list[str]:
-        cmd = self.kind.command(self.recipe, self.port)
+        cmd = self.kind.command(self.recipe, self.port) + self._kernel_args
         if self.gpu_memory_utilization is not None and self.recipe.engine == "vllm":
             cmd += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
         return cmd
@@ -632,6 +641,10 @@ class Engine:
             self._wait_ready(self._t0)
             self._check_identity()
             self.record.version = self._read_version()
+            if self.recipe.kernels:
+                from infercrane.serving.kernels import prove
+
+                prove(self)
         except BaseException:
             self.stop()
             raise

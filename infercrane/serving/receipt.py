@@ -70,7 +70,8 @@ def engine_record(e: Any) -> dict[str, Any]:
             "launched_by_infercrane": launched, "served_models": list(getattr(e, "served_models", [])),
             "program_env": dict(getattr(e, "program_env", {})),
             "gpu_memory_utilization": getattr(e, "gpu_memory_utilization", None),
-            "coresident_with": list(getattr(e, "coresident_with", []))}
+            "coresident_with": list(getattr(e, "coresident_with", [])),
+            "kernels": list(getattr(e, "kernels", [])), "token_gate": getattr(e, "token_gate", None)}
 
 
 def _ok_runs(result: PlanResult, arm: str, concurrency: int, driver: str) -> list[RunMetrics]:

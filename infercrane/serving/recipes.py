@@ -89,6 +89,11 @@ class Recipe(BaseModel):
         default=False, description="let env set variables that change which program or libraries run "
                                    "(PROGRAM_ENV_VARS: PYTHONPATH, PATH, LD_PRELOAD, ...); refused otherwise")
     workarounds: list[Workaround] = Field(default_factory=list)
+    kernels: dict[str, Literal["triton", "cuda", "user"]] = Field(
+        default_factory=dict,
+        description="vLLM IR op -> the kernel that provides it inside the engine (InferCrane's triton or cuda, or "
+                    "user: the candidate file); see serving/kernels.py")
+    candidate: str | None = Field(default=None, description="PATH.py:FUNCTION, the user kernel of kernels: user")
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
                                description="optional: if given, must equal the computed hash (a recipe copied "
                                            "from a receipt); computed otherwise")
@@ -127,6 +132,26 @@ class Recipe(BaseModel):
         if bad:
             raise ValueError(f"not environment variable names: {bad}")
         return value
+
+    @field_validator("kernels", mode="before")
+    @classmethod
+    def _kernel_ops(cls, value: Any) -> Any:
+        from infercrane.vllm_plugin.selection import vllm_op_of
+
+        if isinstance(value, dict):
+            return {vllm_op_of(str(k)): v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _kernels_said(self) -> Recipe:
+        users = [op for op, impl in self.kernels.items() if impl == "user"]
+        if users and not self.candidate:
+            raise ValueError(f"kernels: {users[0]}: user needs candidate: PATH.py:FUNCTION")
+        if self.candidate and not users:
+            raise ValueError("candidate is the kernel of kernels: <op>: user; no op names user")
+        if self.kernels and self.engine != "vllm":
+            raise ValueError(f"kernels run inside vLLM (vLLM IR ops); this recipe's engine is {self.engine}")
+        return self
 
     @model_validator(mode="after")
     def _program_env_said(self) -> Recipe:
@@ -175,8 +200,13 @@ class Recipe(BaseModel):
         """The resolved recipe as plain data (the hash input): everything but ``sha256``."""
         data = self.model_dump(mode="json", exclude={"sha256"})
         data["model"] = self.resolved_model()
-        if not self.allow_program_env:  # absent when off: recipes hashed before the field existed keep their hash
-            del data["allow_program_env"]
+        # absent when unused: recipes hashed before these fields existed keep their hash
+        for key, unused in (("allow_program_env", False), ("kernels", {}), ("candidate", None)):
+            if data[key] == unused:
+                del data[key]
+        if self.candidate:  # the file, not the spelling, is the recipe's: absolute
+            path, fn = self.candidate.rsplit(":", 1)
+            data["candidate"] = f"{Path(path).expanduser().resolve()}:{fn}"
         return data
 
     def computed_sha256(self) -> str:
@@ -325,11 +355,13 @@ def _cached_help_flags(engine: str) -> EngineFlags:
     return parse_help_flags(get_engine_kind(engine).help_text())
 
 
-def check_recipe(recipe: Recipe, *, help_text: str | None = None) -> None:
-    """Preflight one recipe before any GPU time: engine known and installed, flags accepted, model present.
+def check_recipe(recipe: Recipe, *, help_text: str | None = None, kernel_probe: str | None = None) -> None:
+    """Preflight one recipe before any GPU time: engine known and installed, flags accepted (the ones its
+    ``kernels`` add too), model present, kernels runnable (``serving.kernels.check_kernels``).
 
     ``help_text`` replaces the engine's own ``--help`` output (tests pass a recorded or fake one);
-    without it the installed engine is asked once per process and the parsed result cached.
+    without it the installed engine is asked once per process and the parsed result cached. ``kernel_probe``
+    replaces the engine Python's answer about its IR ops.
     Raises InputError (bad recipe) or UnavailableError (engine not installed here).
     """
     from infercrane.serving.engine import get_engine_kind
@@ -346,11 +378,17 @@ def check_recipe(recipe: Recipe, *, help_text: str | None = None) -> None:
     if not known.flags:
         raise UnavailableError(f"recipe {recipe.name!r}: could not read any flag from {recipe.engine}'s --help output",
                                hint="run the engine's --help by hand to see what it prints")
+    from infercrane.serving.kernels import check_kernels, choices_of, priority_arg
+
+    added = priority_arg(choices_of(recipe)) if recipe.kernels else []
     try:
         check_engine_args(list(recipe.engine_args), known, engine=kind.display_name,
                           underscores_ok=kind.underscores_ok, short_aliases=dict(kind.short_aliases))
+        check_engine_args(added, known, engine=kind.display_name, underscores_ok=kind.underscores_ok)
     except InputError as exc:
-        raise InputError(f"recipe {recipe.name!r}: {exc.message}", hint=exc.hint) from None
+        raise InputError(f"recipe {recipe.name!r}: {exc.message}" + (" (from its kernels:)" if added else ""),
+                         hint=exc.hint) from None
+    check_kernels(recipe, probe_output=kernel_probe)
     if recipe.model_is_local():
         path = Path(recipe.model).expanduser()
         if not path.is_dir():

@@ -25,6 +25,10 @@ content); each output token is one word from a fixed list, sent as one SSE chunk
 Output length ``n``: exactly ``max_tokens`` (or ``max_completion_tokens``) when ``ignore_eos`` is true
 or ``min_tokens >= max_tokens``; otherwise ``min(max_tokens, max(min_tokens, eos_after))`` where
 ``eos_after`` (``--eos-after``) is the server's "natural" length (default: never stops early).
+
+Output tokens: token ``i`` is ``WORDS[i % 16]`` (its id ``i % 16``, returned as ``token_ids`` when a completion asks
+``return_token_ids``, as vLLM does); with ``--diverge-after K`` tokens from the K-th on are other words, as an engine
+whose numerics changed what greedy decoding picks.
 The short-output fault (``--short-output-rate``) returns ``max(1, n // 2)`` tokens even when
 ``ignore_eos`` asks for all of them, as a server that ignores the flag would.
 
@@ -64,6 +68,7 @@ class ServerConfig:
     fail_rate: float = 0.0
     short_output_rate: float = 0.0
     eos_after: int | None = None
+    diverge_after: int | None = None
     crash_after: int | None = None
     hang_after: int | None = None
     startup_delay_s: float = 0.0
@@ -224,7 +229,9 @@ def build_app(cfg: ServerConfig):
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         common = {"id": rid, "created": created, "model": body.get("model") or cfg.model}
-        words = [" " + WORDS[i % len(WORDS)] for i in range(n)]
+        ids = [(i + (7 if cfg.diverge_after is not None and i >= cfg.diverge_after else 0)) % len(WORDS)
+               for i in range(n)]
+        words = [" " + WORDS[t] for t in ids]
 
         async def sleep_until(t: float) -> None:
             delay = t - time.perf_counter()
@@ -242,6 +249,8 @@ def build_app(cfg: ServerConfig):
                 payload = {**common, "object": "chat.completion", "choices": [choice], "usage": usage}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+                if body.get("return_token_ids"):
+                    choice["token_ids"] = ids
                 payload = {**common, "object": "text_completion", "choices": [choice], "usage": usage}
             return await send_whole(request, web.json_response(payload))
 
@@ -340,6 +349,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--short-output-rate", type=_fraction, default=0.0,
                    help="fraction of requests that return half the asked tokens despite ignore_eos")
     p.add_argument("--eos-after", type=int, default=None, help="natural output length when ignore_eos is off")
+    p.add_argument("--diverge-after", type=int, default=None,
+                   help="output tokens from the K-th on differ from the default ones")
     p.add_argument("--crash-after", type=int, default=None, help="exit after N generation requests")
     p.add_argument("--hang-after", type=int, default=None, help="stop answering after N generation requests")
     p.add_argument("--startup-delay-s", type=_non_negative, default=0.0, help="sleep before listening")

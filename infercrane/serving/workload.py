@@ -399,10 +399,17 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         if on_run is not None:
             on_run(metrics)
 
+    from infercrane.serving.kernels import KernelGates
+
+    gates = KernelGates(arms, plan[0].arm, coresident) if any(r.kernels for r in arms.values()) else None
+    shared: dict[str, Any] = dict(external)
+
     def visit(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         arm = runs[0].arm
         if not engine.alive():
             raise engine.failure(f"died before run {runs[0].run_index} at concurrency {runs[0].concurrency}")
+        if gates is not None:
+            gates.before_visit(arm, engine, shared)
         if grid and workload.prompts == "shared":  # a prompt file per point: one one-point invocation per point
             from infercrane.serving.drivers.aiperf import RunGrid
 
@@ -438,8 +445,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                     record(m, f"{p.arm} run {p.run_index} at c={p.concurrency}")
         if not engine.alive():
             raise engine.failure(f"died during its visit (runs {[p.run_index for p in runs]})")
+        if gates is not None:
+            gates.after_visit(arm, engine)
 
-    shared: dict[str, Any] = dict(external)
     t0 = time.monotonic()
     try:
         if coresident:

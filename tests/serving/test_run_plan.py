@@ -267,4 +267,5 @@ def test_a_finished_plan_accounts_for_its_wall_time(tmp_path, ts_recipe, probe):
     t = time_accounting(result)
     assert t["wall_s"] == result.wall_s
     assert t["measured_s"] == pytest.approx(0.1 * len(result.runs))  # the probe reports 0.1 s windows
-    assert t["measured_share"] == pytest.approx(t["measured_s"] / t["wall_s"]) and t["measured_share"] < 1
+    # the probe's windows are nominal, not timed: their share can exceed 1 on a fast machine; only the arithmetic counts
+    assert t["measured_share"] == pytest.approx(t["measured_s"] / t["wall_s"])

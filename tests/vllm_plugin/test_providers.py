@@ -187,3 +187,33 @@ def test_selection_names():
         KernelChoice("rms_norm", "user")
     choices = [KernelChoice("rms_norm", "cuda"), KernelChoice("fused_add_rms_norm", "user", candidate="k.py:f")]
     assert selection.decode(selection.encode(choices)) == choices
+
+
+def test_what_a_provider_records_is_what_the_proof_reads(tmp_path, interpret):
+    from infercrane.serving.kernels import proof
+
+    choice = KernelChoice("fused_add_rms_norm", "triton")
+    op, stats = _register(choice, tmp_path)
+    op(*_inputs(8), 1e-6, None)
+    op(*_inputs(8, seed=4), 1e-6, 64)  # declined: variance_size
+    stats.write()
+    log = ("INFO Final IR op priority after setting platform defaults: "
+           "IrOpPriorityConfig(rms_norm=['native'], fused_add_rms_norm=['infercrane_triton', 'native'])")
+    doc = proof(choice, log, read_stats(tmp_path))
+    assert doc["failed_stage"] is None and doc["ran"] and doc["gate_passed"]
+    assert doc["calls"] == 1 and doc["declined"] == {"variance_size given": 1}
+    assert doc["priority"] == ["infercrane_triton", "native"] and doc["checks"][0]["passed"]
+
+
+def test_the_package_declares_the_plugin_vllm_loads():
+    import importlib
+    import tomllib
+    from pathlib import Path
+
+    from infercrane.serving.kernels import PLUGIN_ENTRY
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    entry = meta["project"]["entry-points"]["vllm.general_plugins"]["infercrane"]
+    assert entry == PLUGIN_ENTRY  # the record InferCrane writes for an engine that lacks the installed package
+    module, fn = entry.split(":")
+    assert callable(getattr(importlib.import_module(module), fn))
