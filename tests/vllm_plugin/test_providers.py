@@ -217,3 +217,28 @@ def test_the_package_declares_the_plugin_vllm_loads():
     assert entry == PLUGIN_ENTRY  # the record InferCrane writes for an engine that lacks the installed package
     module, fn = entry.split(":")
     assert callable(getattr(importlib.import_module(module), fn))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["triton", "cuda"])
+def test_on_a_gpu_the_provider_prewarms_checks_and_runs_inside_a_cuda_graph(tmp_path, impl):
+    op, stats = _register(KernelChoice("fused_add_rms_norm", impl), tmp_path)
+    x, res, w = (t.cuda() for t in _inputs(8192))
+    op(x, res, w, 1e-6, None)  # the profiling run's shape: prewarms the decode sizes, checks this shape
+    stats.write()
+    (doc,) = read_stats(tmp_path)
+    assert doc["detail"]["prewarmed_rows"][0] == 1 and doc["checks"][0]["passed"] and not doc["errors"]
+    xs, rs, ws = (t.cuda() for t in _inputs(4, seed=9))
+    ref_out, ref_res = native_fused_add_rms_norm(xs.clone(), rs.clone(), ws, 1e-6)
+    sx, sr = xs.clone(), rs.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # a first call of this shape under capture: counted as captured, not checked
+        op(sx, sr, ws, 1e-6, None)
+    sx.copy_(xs)
+    sr.copy_(rs)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(sr, ref_res) and torch.allclose(sx.float(), ref_out.float(), rtol=1.6e-2, atol=1e-2)
+    stats.write()
+    (doc,) = read_stats(tmp_path)
+    assert doc["calls_captured"] == 1 and [c["shape"] for c in doc["checks"]] == ["8192x1024 bfloat16"]
