@@ -496,6 +496,7 @@ class KernelInEngine(Strict):
     provider: NonEmptyStr
     candidate: str | None = None
     source_sha256: str = SHA256
+    engine_sources_match: bool = Field(description="every engine process hashed the same kernel sources")
     priority: list[str] | None = Field(description="the op's final priority in the engine log (None: no such line)")
     registered_in_pids: list[PositiveInt]
     calls: NonNegativeInt = Field(description="Python-level calls; CUDA-graph replays are not counted")

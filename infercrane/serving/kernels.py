@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.vllm_plugin.selection import ENV_KERNELS, ENV_STATS, KernelChoice, encode
+from infercrane.vllm_plugin.selection import (ENV_KERNELS, ENV_STATS, INFERCRANE_ROOT, KernelChoice, encode,
+                                              kernel_sources_sha256)
 
 PLUGIN_ENTRY = "infercrane.vllm_plugin:register"
 PRIORITY_LINE = re.compile(r"Final IR op priority[^\n]*")
@@ -49,7 +50,6 @@ GATE_PROMPTS: tuple[str, ...] = (
     "Once upon a time there was a benchmark that",
 )
 GATE_MAX_TOKENS = 32
-INFERCRANE_ROOT = Path(__file__).resolve().parents[2]  # the folder ``import infercrane`` resolves from
 
 
 def choices_of(recipe: Any) -> list[KernelChoice]:
@@ -57,29 +57,12 @@ def choices_of(recipe: Any) -> list[KernelChoice]:
     out = []
     for op, impl in recipe.kernels.items():
         candidate = recipe.candidate if impl == "user" else None
-        out.append(KernelChoice(op, impl, candidate=candidate, source_sha256=kernel_sources_sha256(op, impl, candidate)))
-    return out
-
-
-def kernel_sources_sha256(op: str, impl: str, candidate: str | None) -> str:
-    """Hash of the files a provider runs: the op's kernel folder (InferCrane's kernels) or the user's file, and the
-    plugin itself. Computed here, without importing torch."""
-    from infercrane.vllm_plugin.selection import VLLM_OPS
-
-    if impl == "user":
-        files = [Path((candidate or "").rsplit(":", 1)[0]).expanduser()]
-    else:
-        folder = INFERCRANE_ROOT / "infercrane" / "kernels" / "ops" / VLLM_OPS[op]
-        files = sorted(p for p in folder.iterdir() if p.suffix in (".py", ".cu"))
-    files += sorted((INFERCRANE_ROOT / "infercrane" / "vllm_plugin").glob("*.py"))
-    h = hashlib.sha256()
-    for p in files:
         try:
-            h.update(str(p.name).encode() + b"\0" + p.read_bytes() + b"\0")
-        except OSError as exc:
-            raise InputError(f"kernel source {p} cannot be read: {exc}",
-                             hint="check the candidate's PATH.py:FUNCTION") from None
-    return h.hexdigest()
+            sha = kernel_sources_sha256(op, impl, candidate)
+        except ValueError as exc:
+            raise InputError(f"recipe {recipe.name!r}: {exc}") from None
+        out.append(KernelChoice(op, impl, candidate=candidate, source_sha256=sha))
+    return out
 
 
 def priority_arg(choices: list[KernelChoice]) -> list[str]:
@@ -200,6 +183,8 @@ def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]]) ->
     doc = {
         "vllm_op": choice.vllm_op, "impl": choice.impl, "provider": choice.provider,
         "candidate": choice.candidate, "source_sha256": choice.source_sha256,
+        "engine_sources_match": all(r.get("detail", {}).get("sources_sha256") in (None, choice.source_sha256)
+                                    for r in mine),
         "priority": priority, "registered_in_pids": sorted(r["pid"] for r in mine if r.get("detail", {}).get("registered")),
         "calls": sum(r.get("calls", 0) for r in mine), "calls_captured": sum(r.get("calls_captured", 0) for r in mine),
         "calls_by_shape": _merge(r.get("calls_by_shape", {}) for r in mine),
@@ -210,7 +195,7 @@ def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]]) ->
     stage = None
     if not priority or priority[0] != choice.provider:
         stage = "priority"
-    elif not doc["registered_in_pids"]:
+    elif not doc["registered_in_pids"] or not doc["engine_sources_match"]:
         stage = "registration"
     elif doc["calls"] == 0:
         stage = "calls"
@@ -235,6 +220,9 @@ def why_failed(doc: dict[str, Any]) -> str:
     if stage == "priority":
         return (f"{what} did not run: the engine log's final IR op priority for {doc['vllm_op']} is "
                 f"{doc['priority']}, not led by {doc['provider']}")
+    if stage == "registration" and not doc["engine_sources_match"]:
+        return (f"{what}: the engine registered other sources than InferCrane hashed (another InferCrane on the "
+                "engine's path?)")
     if stage == "registration":
         return f"{what} did not run: no vLLM process registered it ({'; '.join(doc['errors']) or 'no record'})"
     if stage == "calls":

@@ -22,7 +22,6 @@ The kernels follow the kernel lab's calling contract (``infercrane.kernels.ops.<
 place; a user's file may be either form (declared in the file or by the choice's ``in_place``), and an out-of-place
 one is copied into vLLM's buffers.
 """
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -30,7 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from infercrane.vllm_plugin.selection import KernelChoice
+from infercrane.vllm_plugin.selection import KernelChoice, kernel_sources_sha256
 from infercrane.vllm_plugin.stats import MAX_CHECKED_SHAPES, ProviderStats
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
@@ -85,15 +84,6 @@ def load_kernel(choice: KernelChoice) -> Kernel:
     path = Path(impl.source.split("::", 1)[0])
     sources = tuple(str(p) for p in sorted(path.parent.iterdir()) if p.suffix in (".py", ".cu"))
     return Kernel(impl.load(None), impl.in_place, impl.label, sources)
-
-
-def sources_sha256(paths: tuple[str, ...] | list[str]) -> str:
-    """One hash over the named files and this plugin's own sources: what the provider runs."""
-    h = hashlib.sha256()
-    here = sorted(str(p) for p in Path(__file__).resolve().parent.glob("*.py"))
-    for p in [*sorted(paths), *here]:
-        h.update(p.encode() + b"\0" + Path(p).read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------- the gate
@@ -275,8 +265,8 @@ def register_choice(choice: KernelChoice, ir_ops: Any, stats_dir: Optional[str])
                           source_sha256=choice.source_sha256)
     try:
         kernel = load_kernel(choice)
-        stats.doc["detail"].update({"kernel": kernel.label, "in_place": kernel.in_place,
-                                    "sources_sha256": sources_sha256(kernel.sources)})
+        stats.doc["detail"].update({"kernel": kernel.label, "in_place": kernel.in_place, "sources_sha256":
+                                    kernel_sources_sha256(choice.vllm_op, choice.impl, choice.candidate)})
         provider = ADAPTERS[choice.vllm_op](choice, kernel, ir_op.impls["native"].impl_fn, stats)
         launch = _opaque(f"infercrane::{choice.vllm_op}_{choice.impl}", provider)
         impl_fn, supports_args = provider.functions(launch)

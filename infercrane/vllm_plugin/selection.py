@@ -13,8 +13,10 @@ vLLM.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 ENV_KERNELS = "INFERCRANE_VLLM_KERNELS"
@@ -24,6 +26,7 @@ ENV_STATS = "INFERCRANE_KERNEL_STATS"
 VLLM_OPS: dict[str, str] = {"fused_add_rms_norm": "fused_add_rmsnorm", "rms_norm": "rms_norm"}
 IMPLS: tuple[str, ...] = ("triton", "cuda", "user")
 PROVIDER_PREFIX = "infercrane_"
+INFERCRANE_ROOT = Path(__file__).resolve().parents[2]  # the folder ``import infercrane`` resolves from
 
 
 def provider_name(impl: str) -> str:
@@ -79,3 +82,21 @@ def decode(text: str) -> list[KernelChoice]:
     if not isinstance(data, list):
         raise ValueError(f"{ENV_KERNELS} must be a JSON list of kernel choices")
     return [KernelChoice(**d) for d in data]
+
+
+def kernel_sources_sha256(op: str, impl: str, candidate: str | None) -> str:
+    """Hash of the files a provider runs: the op's kernel folder (InferCrane's kernels) or the user's file, and the
+    plugin itself. Computed here, without importing torch."""
+    if impl == "user":
+        files = [Path((candidate or "").rsplit(":", 1)[0]).expanduser()]
+    else:
+        folder = INFERCRANE_ROOT / "infercrane" / "kernels" / "ops" / VLLM_OPS[op]
+        files = sorted(p for p in folder.iterdir() if p.suffix in (".py", ".cu"))
+    files += sorted((INFERCRANE_ROOT / "infercrane" / "vllm_plugin").glob("*.py"))
+    h = hashlib.sha256()
+    for p in files:
+        try:
+            h.update(str(p.name).encode() + b"\0" + p.read_bytes() + b"\0")
+        except OSError as exc:
+            raise ValueError(f"kernel source {p} cannot be read: {exc}; check the candidate's PATH.py:FUNCTION") from None
+    return h.hexdigest()

@@ -81,6 +81,7 @@ def test_preflight_refuses_a_vllm_without_the_op_or_without_an_ir(tmp_path):
 
 def _record(**kw):
     doc = {"provider": "infercrane_triton", "vllm_op": "fused_add_rms_norm", "pid": 7, "detail": {"registered": True},
+           # no sources_sha256: the proof's choice names none either
            "calls": 3, "calls_captured": 2, "calls_by_shape": {"8x1024 bfloat16": 3}, "declined": {},
            "checks": [{"shape": "8x1024 bfloat16", "passed": True, "max_abs_err": 0.01, "max_rel_err": 0.004,
                        "against": "vLLM native"}], "errors": []}

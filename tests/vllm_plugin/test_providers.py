@@ -190,9 +190,11 @@ def test_selection_names():
 
 
 def test_what_a_provider_records_is_what_the_proof_reads(tmp_path, interpret):
-    from infercrane.serving.kernels import proof
+    from infercrane.serving.kernels import proof, why_failed
+    from infercrane.vllm_plugin.selection import kernel_sources_sha256
 
-    choice = KernelChoice("fused_add_rms_norm", "triton")
+    choice = KernelChoice("fused_add_rms_norm", "triton",
+                          source_sha256=kernel_sources_sha256("fused_add_rms_norm", "triton", None))
     op, stats = _register(choice, tmp_path)
     op(*_inputs(8), 1e-6, None)
     op(*_inputs(8, seed=4), 1e-6, 64)  # declined: variance_size
@@ -203,6 +205,10 @@ def test_what_a_provider_records_is_what_the_proof_reads(tmp_path, interpret):
     assert doc["failed_stage"] is None and doc["ran"] and doc["gate_passed"]
     assert doc["calls"] == 1 and doc["declined"] == {"variance_size given": 1}
     assert doc["priority"] == ["infercrane_triton", "native"] and doc["checks"][0]["passed"]
+    assert doc["engine_sources_match"]
+    # an engine that imported other kernel sources than InferCrane hashed is not the candidate asked for
+    other = proof(KernelChoice("fused_add_rms_norm", "triton", source_sha256="0" * 64), log, read_stats(tmp_path))
+    assert other["failed_stage"] == "registration" and "other sources" in why_failed(other)
 
 
 def test_the_package_declares_the_plugin_vllm_loads():
