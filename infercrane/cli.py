@@ -49,6 +49,8 @@ kernel = App(name="kernel", help="Kernel lab: screen candidate kernels of an op 
 kernel.command("infercrane.commands.kernel:screen", name="screen",
                help="Screen an op's candidate kernels (--op; default fused_add_rmsnorm) against its baselines and decide.")
 kernel.command("infercrane.commands.kernel:decide", name="decide", help="Decide again on a finished screen (e.g. with a decode step time from a serving receipt).")
+kernel.command("infercrane.commands.apply:apply", name="apply",
+               help="Put a candidate kernel inside vLLM and A/B it end to end against the incumbent, compiled and eager, gated, prediction beside measurement.")
 kernel.command("infercrane.commands.kernel:list_impls", name="list", help="List an op's implementations and what a screen here would do with each.")
 app.command(kernel)
 

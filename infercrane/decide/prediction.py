@@ -111,3 +111,37 @@ def predict_against_measurement(kernel_doc: dict[str, Any], serving_doc: dict[st
                 "CONSISTENT: the predicted B/A output-throughput ratio inside the measured 95 % interval; BELOW / "
                 "ABOVE: the whole interval below / above it; informative: the interval's half-width is smaller than "
                 "the predicted effect"), "concurrencies": rows_out}
+
+
+def _used_comparisons(kernel_doc: dict[str, Any], candidate: str, incumbent: str, mode: str) -> list[dict[str, Any]]:
+    """The kernel receipt's comparisons a prediction can use, reduced to what it reads (embedded in the receipt, so
+    that validation derives the prediction again without the kernel receipt)."""
+    keep = []
+    for c in kernel_doc["result"]["comparisons"]:
+        if c["candidate"] == candidate and c["reference"] == incumbent and c["mode"] == mode:
+            sp = c["speedup"]
+            keep.append({"candidate": candidate, "reference": incumbent, "rows": c["rows"], "mode": mode,
+                         "verdict": c["verdict"], "speedup": {"candidate_t_us": sp.get("candidate_t_us"),
+                                                              "baseline_t_us": sp.get("baseline_t_us")}})
+    return keep
+
+
+def kernel_in_serving(kernel_doc: dict[str, Any], serving_doc: dict[str, Any], *, candidate: str, incumbent: str,
+                      calls_per_step: int, input_tokens: int, kernel_source: str, mode: str = "graph"
+                      ) -> dict[str, Any]:
+    """A serving receipt's ``kernel_in_serving`` block: the inputs (the kernel receipt's used comparisons, its hash)
+    and the prediction against this receipt's measurement."""
+    inputs = {"candidate": candidate, "incumbent": incumbent, "mode": mode, "calls_per_step": calls_per_step,
+              "input_tokens": input_tokens, "kernel_receipt": kernel_source,
+              "kernel_receipt_sha256": kernel_doc.get("content_sha256"),
+              "kernel_comparisons": _used_comparisons(kernel_doc, candidate, incumbent, mode)}
+    return {"inputs": inputs, "prediction": derive_prediction(inputs, serving_doc)}
+
+
+def derive_prediction(inputs: dict[str, Any], serving_doc: dict[str, Any]) -> dict[str, Any]:
+    """The prediction from a block's recorded inputs and the serving receipt's own runs and statistics."""
+    return predict_against_measurement({"result": {"comparisons": inputs["kernel_comparisons"]}}, serving_doc,
+                                       candidate=inputs["candidate"], incumbent=inputs["incumbent"],
+                                       calls_per_step=inputs["calls_per_step"], input_tokens=inputs["input_tokens"],
+                                       mode=inputs["mode"], kernel_source=inputs["kernel_receipt"],
+                                       serving_source="this receipt")

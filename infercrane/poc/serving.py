@@ -27,6 +27,8 @@ class ABPlan:
     out: Path
     section_sha256: str
     options: dict[str, Any]
+    # applied to the finished receipt's document before it is written (kernel apply: its kernel_in_serving block)
+    decorate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None]) -> Any:
@@ -49,6 +51,8 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None]) -
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
         prov = provenance(config=config, run_id=run_id, model=model_prov)
         doc = build_document(result, kind="ab", policy=plan.policy, provenance=prov, incomplete_reason=incomplete)
+        if plan.decorate is not None and incomplete is None and result.complete:
+            doc = plan.decorate(doc)
         return write_receipt(doc, plan.out)
 
     partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(plan.drivers),

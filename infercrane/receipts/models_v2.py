@@ -633,6 +633,15 @@ class MergedInput(Strict):
     content_sha256: str = SHA256
 
 
+class KernelInServingV2(Strict):
+    """A kernel inside the engine (arm B) against the incumbent (arm A): the kernel lab's prediction beside this
+    receipt's measurement (``decide/prediction.py``); ``prediction`` is derived again by validation from ``inputs``
+    and the receipt's runs."""
+
+    inputs: dict[str, Any]
+    prediction: dict[str, Any]
+
+
 class OptimizationPocReceiptV2(Strict):
     schema_version: Literal["infercrane.optimization-poc-receipt/v2"]
     recorded_at: AwareDatetime
@@ -645,6 +654,8 @@ class OptimizationPocReceiptV2(Strict):
     paired_aiperf: PairedServingV2 | None = None
     bench: BenchServingV2 | None = None
     public_workload_reproduction: PublicWorkloadReproductionV2 | None = None
+    kernel_in_serving: KernelInServingV2 | None = Field(default=None, description="infercrane kernel apply: the "
+                                                        "candidate kernel inside arm B's engine, predicted and measured")
     runtime_compatibility: list[RuntimeFindingV2] = Field(default_factory=list)
     qualification_boundary: NonEmptyStr
     complete: bool

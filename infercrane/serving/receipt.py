@@ -475,7 +475,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
 
 # What re-deciding a receipt recomputes: everything but the raw evidence (runs, engines) and the provenance.
 DERIVED_FIELDS = ("model", "runtime_compatibility", "qualification_boundary", "paired_aiperf", "bench",
-                  "public_workload_reproduction")
+                  "public_workload_reproduction", "kernel_in_serving")
 
 
 def receipt_policy(doc: dict[str, Any]) -> ServingPolicy:
@@ -503,4 +503,9 @@ def rederive(doc: dict[str, Any]) -> dict[str, Any]:
     prov = dict(doc["provenance"])
     prov["model"] = prov.get("model") or provenance_model_from_block(doc["model"])
     again = build_document(result, kind=kind, policy=receipt_policy(doc), provenance=prov)
+    block = doc.get("kernel_in_serving")
+    if block is not None:
+        from infercrane.decide.prediction import derive_prediction
+
+        again["kernel_in_serving"] = {"inputs": block["inputs"], "prediction": derive_prediction(block["inputs"], again)}
     return {k: again.get(k) for k in DERIVED_FIELDS}

@@ -1,0 +1,133 @@
+"""``infercrane kernel apply``: a candidate kernel inside vLLM, A/B'd end to end against the incumbent, in each
+serving mode, with the kernel lab's prediction beside the measurement.
+
+For each mode (``MODES``): arm A is the shipped recipe (``compiled``: the incumbent is Inductor's own code for the
+op; ``eager``: vLLM's CUDA kernel), arm B the same recipe with ``kernels: {<op>: <impl>}`` (``serving/kernels.py``:
+the kernel inside the engine, its proof, the in-engine gate and the token gate before B is timed). The arms run
+co-resident on one GPU where memory allows. Each A/B is a ``serve ab`` receipt (``<out>/<mode>.json``) carrying
+``kernel_in_serving``: the prediction (``decide/prediction.py``) from a kernel screen of the candidate against that
+mode's incumbent at the row counts the workload decodes and prefills (``<out>/kernel.json``, or ``--kernel-receipt``),
+set against the measured B/A ratio and its interval; ``receipt validate`` derives it again.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+
+from ..kernels.config import ApplyConfig
+from .options import plain
+
+# serving mode -> (the shipped recipe of arm A, the kernel lab's baseline that stands for its incumbent)
+MODES: dict[str, tuple[str, str]] = {"compiled": ("compiled", "torch_compile"), "eager": ("eager", "vllm_vendor")}
+
+
+def kernel_recipe(base: Any, vllm_op: str, impl: str, candidate: str | None) -> Any:
+    """``base`` with the kernel inside, named ``<base>-<impl>``."""
+    from ..serving.recipes import Recipe
+
+    data = base.model_dump(mode="json", exclude={"sha256"})
+    data.update(name=f"{base.name}-{impl}", kernels={vllm_op: impl}, candidate=candidate,
+                description=f"{base.name} with {impl} as vLLM's {vllm_op} provider")
+    return Recipe.model_validate(data).resolved()
+
+
+def screen_rows(workload: Any) -> tuple[int, ...]:
+    """Rows the workload runs the op at: each concurrency's decode batch, one prompt, every prompt at once."""
+    n = workload.input_tokens
+    return tuple(sorted({*workload.concurrency, n, *(c * n for c in workload.concurrency)}))
+
+
+def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()) -> int:
+    """Put a candidate kernel inside vLLM and A/B it end to end against the incumbent in each serving mode
+    (compiled and eager), gated (the kernel ran; its outputs match vLLM's native implementation in the engine;
+    greedy tokens match the incumbent's), with the kernel lab's prediction beside the measured B/A ratio."""
+    from ..commands.kernel import prepare_screen, run_prepared_screen
+    from ..commands.serve import _stand_in_for
+    from ..decide.policy import load_policy
+    from ..decide.prediction import kernel_in_serving
+    from ..env.capture import new_run_id, run_id_from_env
+    from ..errors import InputError, about
+    from ..kernels import registry
+    from ..kernels.config import ScreenConfig
+    from ..models.catalog import load_model_config
+    from ..poc.serving import ABPlan, run_ab
+    from ..receipts.io import read_json
+    from ..receipts.render import console
+    from ..serving.recipes import check_recipe, load_recipe
+    from ..serving.workload import load_workload, resolve_tokenizer
+    from ..vllm_plugin.selection import VLLM_OPS
+
+    con = console()
+    run_id = run_id_from_env() or new_run_id()
+    out = config.out or Path("runs") / run_id / "apply"
+    lab_op = VLLM_OPS[config.op]
+    with about("--policy"):
+        policy = load_policy("serving", config.policy)
+    with about("--workload"):
+        workload = load_workload(config.workload)
+    if config.runs is not None:
+        workload = workload.with_overrides(runs_per_arm=config.runs)
+    pairs = {}
+    for mode in config.modes:
+        base = load_recipe(MODES[mode][0])
+        pairs[mode] = [base, kernel_recipe(base, config.op, config.impl, config.candidate)]
+    model_id = pairs[config.modes[0]][0].model
+    spec = registry.make_spec(lab_op, load_model_config(model_id).config)
+    for recs in pairs.values():
+        for r in recs:
+            with about(f"recipe {r.name!r}"):
+                check_recipe(r)  # engine installed, flags accepted, the IR op present: before anything is written
+    kernel_path = config.kernel_receipt
+    if kernel_path is not None:
+        kernel_doc = read_json(kernel_path)
+        if kernel_doc.get("result", {}).get("spec", {}).get("op") != lab_op:
+            raise InputError(f"--kernel-receipt {kernel_path}: not a kernel screen of {lab_op}",
+                             hint="give a v3 receipt of infercrane kernel screen --op " + lab_op)
+    model = _stand_in_for(model_id) if config.stand_in else None
+    if model is not None:
+        pairs = {m: [r.with_overrides(model=model) for r in recs] for m, recs in pairs.items()}
+    for recs in pairs.values():
+        for r in recs:
+            resolve_tokenizer(r)
+    out.mkdir(parents=True, exist_ok=True)
+    con.print(f"[bold]kernel apply[/bold] {plain(config.impl)} as vLLM's {plain(config.op)} in "
+              f"{', '.join(config.modes)} vLLM; workload {plain(workload.name)} c={workload.concurrency} "
+              f"{workload.runs_per_arm} runs/arm → {plain(out)}")
+    if kernel_path is None:
+        impls = (config.impl, *dict.fromkeys(MODES[m][1] for m in config.modes))
+        screen = ScreenConfig(op=lab_op, device="cuda", model=model_id, rows=screen_rows(workload), impls=impls,
+                              candidate=config.candidate, modes=("graph",), trials=config.trials,
+                              out=out / "kernel.json")
+        with about("the kernel screen"):
+            prepared = prepare_screen(screen, out=out / "kernel.json", con=con)
+        kernel_path = run_prepared_screen(prepared, run_id=run_id, con=con).path
+        kernel_doc = read_json(kernel_path)
+    for mode, recs in pairs.items():
+        incumbent = MODES[mode][1]
+
+        def decorate(doc: dict[str, Any], incumbent: str = incumbent) -> dict[str, Any]:
+            return {**doc, "kernel_in_serving": kernel_in_serving(
+                kernel_doc, doc, candidate=config.impl, incumbent=incumbent, calls_per_step=spec.calls_per_decode_step,
+                input_tokens=workload.input_tokens, kernel_source=str(kernel_path))}
+
+        options = {"kernel_apply": {"op": config.op, "impl": config.impl, "mode": mode, "kernel_receipt":
+                                    str(kernel_path)},
+                   "drivers": ["aiperf"], "stand_in": config.stand_in, "startup_timeout_s": config.startup_timeout_s,
+                   "order": None, "coresident": True}
+        plan = ABPlan(section=f"apply {mode}", recipes=recs, workload=workload, drivers=["aiperf"], policy=policy,
+                      startup_timeout_s=config.startup_timeout_s, out=out / f"{mode}.json", section_sha256="",
+                      options=options, decorate=decorate)
+        receipt = run_ab(plan, run_id=run_id, con=con, say=lambda line: con.print(plain(line)))
+        block = receipt.document["kernel_in_serving"]["prediction"]
+        con.print(f"{mode}: {plain(receipt.document['paired_aiperf']['decision'])}")
+        for row in block["concurrencies"]:
+            m = row.get("measured") or {}
+            pred = "none" if row["predicted_ratio"] is None else f"{row['predicted_ratio']:.5f}"
+            con.print(f"  c={row['concurrency']}: predicted B/A {pred}, measured "
+                      f"{m.get('ratio_b_over_a', float('nan')):.4f} ({m.get('ci_low', float('nan')):.4f}–"
+                      f"{m.get('ci_high', float('nan')):.4f}): {row['verdict']}"
+                      + ("" if row.get("informative") else " (the interval is wider than the predicted effect)"))
+        con.print(f"receipt: {plain(receipt.path)}")
+    return 0
