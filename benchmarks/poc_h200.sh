@@ -4,6 +4,7 @@
 #   bash benchmarks/poc_h200.sh start OUTDIR [CONFIG]   # launch `infercrane poc` detached; returns at once
 #   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS     # wait up to SECONDS for it to end; print its log's tail
 #   bash benchmarks/poc_h200.sh pack OUTDIR DEST        # receipts + console log, and the artifacts, as tarballs
+#   bash benchmarks/poc_h200.sh run OUTDIR -- CMD...     # any other long command the same way (e.g. kernel apply)
 # An OUTDIR that already holds poc.json is resumed (`--resume OUTDIR/poc.json`): its finished sections are reused.
 # AGREE=1 adds, after the PoC, the two drivers on one compiled engine at c = 8 with shared prompts
 # (`serve bench compiled --workload seed-paired-two-drivers`), written to OUTDIR/drivers-c8.json.
@@ -16,6 +17,20 @@ out=${2:?usage: poc_h200.sh start|wait|pack OUTDIR ...}
 log=$out/poc.log
 
 case $verb in
+run)
+  shift 2; [ "${1:-}" = "--" ] && shift
+  mkdir -p "$out"
+  { printf '%q ' "$@"; echo; } >"$out/command.txt"
+  echo "=== $(date -u +%FT%TZ) start: $(head -1 "$out/command.txt")" >>"$log"
+  setsid nohup bash -c 'while read -r line; do
+                          echo "=== $(date -u +%FT%TZ) run: $line" >>"$1"
+                          eval "PYTHONUNBUFFERED=1 $line" </dev/null >>"$1" 2>&1
+                          rc=$?; echo "=== $(date -u +%FT%TZ) rc=$rc" >>"$1"
+                        done <"$2"; echo "=== $(date -u +%FT%TZ) all done" >>"$1"' _ "$log" "$out/command.txt" \
+    </dev/null >/dev/null 2>&1 &
+  sleep 2
+  tail -3 "$log"
+  ;;
 start)
   config=${3:-seed-reproduction}
   mkdir -p "$out"
