@@ -16,11 +16,8 @@ verb=${1:?usage: poc_h200.sh start|wait|pack OUTDIR ...}
 out=${2:?usage: poc_h200.sh start|wait|pack OUTDIR ...}
 log=$out/poc.log
 
-case $verb in
-run)
-  shift 2; [ "${1:-}" = "--" ] && shift
-  mkdir -p "$out"
-  { printf '%q ' "$@"; echo; } >"$out/command.txt"
+# run each line of OUTDIR/command.txt in turn, in a session of its own, logging to the log; returns at once
+launch() {
   echo "=== $(date -u +%FT%TZ) start: $(head -1 "$out/command.txt")" >>"$log"
   setsid nohup bash -c 'while read -r line; do
                           echo "=== $(date -u +%FT%TZ) run: $line" >>"$1"
@@ -30,6 +27,14 @@ run)
     </dev/null >/dev/null 2>&1 &
   sleep 2
   tail -3 "$log"
+}
+
+case $verb in
+run)
+  shift 2; [ "${1:-}" = "--" ] && shift
+  mkdir -p "$out"
+  { printf '%q ' "$@"; echo; } >"$out/command.txt"
+  launch
   ;;
 start)
   config=${3:-seed-reproduction}
@@ -42,15 +47,7 @@ start)
         --drivers aiperf vllm-bench --runs 3 --concurrency 8 --out "$out/drivers-c8.json"; echo
     fi
   } >"$out/command.txt"
-  echo "=== $(date -u +%FT%TZ) start: $(head -1 "$out/command.txt")" >>"$log"
-  setsid nohup bash -c 'while read -r line; do
-                          echo "=== $(date -u +%FT%TZ) run: $line" >>"$1"
-                          eval "PYTHONUNBUFFERED=1 $line" </dev/null >>"$1" 2>&1
-                          rc=$?; echo "=== $(date -u +%FT%TZ) rc=$rc" >>"$1"
-                        done <"$2"; echo "=== $(date -u +%FT%TZ) all done" >>"$1"' _ "$log" "$out/command.txt" \
-    </dev/null >/dev/null 2>&1 &
-  sleep 2
-  tail -3 "$log"
+  launch
   ;;
 wait)
   secs=${3:?usage: poc_h200.sh wait OUTDIR SECONDS}
