@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..kernels.config import ApplyConfig
-from .options import plain
+from .options import check_output_folder, plain
 
 # serving mode -> (the shipped recipe of arm A, the kernel lab's baseline that stands for its incumbent)
 MODES: dict[str, tuple[str, str]] = {"compiled": ("compiled", "torch_compile"), "eager": ("eager", "vllm_vendor")}
@@ -62,7 +62,15 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     con = console()
     run_id = run_id_from_env() or new_run_id()
     out = config.out or Path("runs") / run_id / "apply"
+    check_output_folder(out, "--out")
     lab_op = VLLM_OPS[config.op]
+    kernel_doc: dict[str, Any] | None = None
+    if config.kernel_receipt is not None:
+        with about("--kernel-receipt"):
+            kernel_doc = read_json(config.kernel_receipt)
+        if (kernel_doc.get("result") or {}).get("spec", {}).get("op") != lab_op:
+            raise InputError(f"--kernel-receipt {config.kernel_receipt}: not a kernel screen of {lab_op}",
+                             hint="give a v3 receipt of infercrane kernel screen --op " + lab_op)
     with about("--policy"):
         policy = load_policy("serving", config.policy)
     with about("--workload"):
@@ -80,11 +88,6 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
             with about(f"recipe {r.name!r}"):
                 check_recipe(r)  # engine installed, flags accepted, the IR op present: before anything is written
     kernel_path = config.kernel_receipt
-    if kernel_path is not None:
-        kernel_doc = read_json(kernel_path)
-        if kernel_doc.get("result", {}).get("spec", {}).get("op") != lab_op:
-            raise InputError(f"--kernel-receipt {kernel_path}: not a kernel screen of {lab_op}",
-                             hint="give a v3 receipt of infercrane kernel screen --op " + lab_op)
     model = _stand_in_for(model_id) if config.stand_in else None
     if model is not None:
         pairs = {m: [r.with_overrides(model=model) for r in recs] for m, recs in pairs.items()}
