@@ -486,6 +486,10 @@ class KernelCheckRecord(Strict):
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     against: NonEmptyStr
+    native_us: float | None = Field(default=None, description="one warm synchronized call of vLLM's native (CUDA)")
+    kernel_us: float | None = Field(default=None, description="one warm synchronized call of the kernel (CUDA)")
+    slowdown: float | None = None
+    too_slow: bool | None = Field(default=None, description="slowdown beyond the plugin's SLOWDOWN_LIMIT")
 
 
 class KernelInEngine(Strict):

@@ -189,7 +189,8 @@ def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]]) ->
         "calls": sum(r.get("calls", 0) for r in mine), "calls_captured": sum(r.get("calls_captured", 0) for r in mine),
         "calls_by_shape": _merge(r.get("calls_by_shape", {}) for r in mine),
         "declined": _merge(r.get("declined", {}) for r in mine),
-        "checks": [{k: c[k] for k in ("shape", "passed", "max_abs_err", "max_rel_err", "against")} for c in checks],
+        "checks": [{k: c.get(k) for k in ("shape", "passed", "max_abs_err", "max_rel_err", "against", "native_us",
+                                            "kernel_us", "slowdown", "too_slow")} for c in checks],
         "errors": [e for r in mine for e in r.get("errors", [])] + [f"unreadable record {u}" for u in unreadable],
     }
     stage = None
@@ -230,6 +231,11 @@ def why_failed(doc: dict[str, Any]) -> str:
     bad = [c for c in doc["checks"] if not c["passed"]]
     if not doc["checks"]:
         return f"{what} failed the in-engine gate: no call was checked against vLLM's native implementation"
+    slow = [c for c in bad if c.get("too_slow")]
+    if slow:
+        worst = max(slow, key=lambda c: c["slowdown"])
+        return (f"{what} failed the in-engine gate: {worst['slowdown']:.0f} times slower than vLLM's native "
+                f"implementation at {worst['shape']} ({worst['kernel_us']:.1f} us against {worst['native_us']:.1f} us)")
     return (f"{what} failed the in-engine gate at {', '.join(c['shape'] for c in bad)} against vLLM's native "
             f"implementation (max abs error {max(c['max_abs_err'] for c in bad):.4g})")
 

@@ -8,8 +8,9 @@ For each chosen op (``selection.KernelChoice``) this module builds three things 
    run time: it counts the call (``stats.ProviderStats``) and, on the first call of each shape outside CUDA-graph
    capture, runs **the in-engine gate**: vLLM's own native implementation on copies of the inputs, the kernel on
    the real ones, every output compared with the kernel lab's rule for the op and dtype
-   (``kernels.harness.correctness.compare``); the largest errors are recorded. A failed check is recorded, not
-   raised: InferCrane reads the record and fails the arm (``serving/kernels.py``).
+   (``kernels.harness.correctness.compare``); the largest errors are recorded, and on CUDA one warm call of each is
+   timed: a kernel ``SLOWDOWN_LIMIT`` times slower than native fails too. A failed check is recorded, not raised:
+   InferCrane reads the record and fails the arm (``serving/kernels.py``).
 2. **The implementation**, with the native implementation's exact signature and annotations (``register_impl``
    compares schemas; ``infer_schema`` needs annotations, so this module does not use postponed annotations). It
    calls the launch and returns what the native returns (in place, as vLLM's ``vllm_c`` provider does, for
@@ -37,6 +38,9 @@ SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 # only): vLLM's decode batch sizes up to its default largest captured graph, so that no Triton JIT or NVRTC compile
 # and module load happens while a graph is being captured.
 PREWARM_ROWS = (1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512)
+# The in-engine gate also times one warm call of the kernel and of vLLM's native on CUDA (each on copies of the
+# inputs, synchronized): a kernel this many times slower fails the gate (orders of magnitude, not a speed claim).
+SLOWDOWN_LIMIT = 100.0
 
 
 def _interpreting() -> bool:
@@ -137,6 +141,27 @@ class _Provider:
         except Exception as exc:  # recorded; the real call that follows reports the kernel's own failure
             self.stats.error(f"prewarm failed: {type(exc).__name__}: {exc}")
 
+    def speed(self, native: Callable[[], Any], kernel: Callable[[], Any], x: Tensor) -> dict[str, Any]:
+        """One warm, synchronized call of each (CUDA only): ``native_us``, ``kernel_us``, ``slowdown``."""
+        if x.device.type != "cuda":
+            return {"native_us": None, "kernel_us": None, "slowdown": None}
+        import time
+
+        def one(fn: Callable[[], Any]) -> float:
+            fn()
+            torch.cuda.synchronize(x.device)
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize(x.device)
+            return (time.perf_counter() - t0) * 1e6
+
+        native_us, kernel_us = one(native), one(kernel)
+        return {"native_us": native_us, "kernel_us": kernel_us, "slowdown": kernel_us / max(native_us, 1e-3)}
+
+    def checked(self, record: dict[str, Any], timing: dict[str, Any]) -> None:
+        slow = timing["slowdown"] is not None and timing["slowdown"] > SLOWDOWN_LIMIT
+        self.stats.checked({**record, **timing, "too_slow": slow, "passed": record["passed"] and not slow})
+
     def decline(self, reason: str) -> bool:
         self.stats.declined(reason)
         return False
@@ -171,7 +196,9 @@ class _FusedAddRMSNorm(_Provider):
         if self.wants_check(shape, x):
             ref = self.native(x.clone(), x_residual.clone(), weight, epsilon)
             self.run(x, x_residual, weight, epsilon)
-            self.stats.checked(_check(self.choice, ("out", "residual_out"), (x, x_residual), tuple(ref), shape))
+            record = _check(self.choice, ("out", "residual_out"), (x, x_residual), tuple(ref), shape)
+            self.checked(record, self.speed(lambda: self.native(x.clone(), x_residual.clone(), weight, epsilon),
+                                            lambda: self.run(x.clone(), x_residual.clone(), weight, epsilon), x))
             return
         self.run(x, x_residual, weight, epsilon)
 
@@ -208,7 +235,9 @@ class _RMSNorm(_Provider):
         if self.wants_check(shape, x):
             ref = self.native(x.clone(), weight, epsilon)
             self.run(out, x, weight, epsilon)
-            self.stats.checked(_check(self.choice, ("out",), (out,), (ref,), shape))
+            record = _check(self.choice, ("out",), (out,), (ref,), shape)
+            self.checked(record, self.speed(lambda: self.native(x.clone(), weight, epsilon),
+                                            lambda: self.run(torch.empty_like(x), x, weight, epsilon), x))
             return
         self.run(out, x, weight, epsilon)
 

@@ -147,3 +147,14 @@ def test_the_gate_needs_a_reference_arm_first():
     kernels.KernelGates(_arms(cand={"rms_norm": "triton"}), "cand", coresident=True)  # all up before any visit
     with pytest.raises(InputError, match="needs a reference arm"):
         kernels.KernelGates({"a": SimpleNamespace(kernels={"rms_norm": "cuda"})}, "a", coresident=True)
+
+
+def test_a_kernel_orders_of_magnitude_slower_than_native_fails_the_gate():
+    slow = _record(checks=[{"shape": "8x1024 bfloat16", "passed": False, "max_abs_err": 0.01, "max_rel_err": 0.004,
+                            "against": "vLLM native", "native_us": 12.0, "kernel_us": 4800.0, "slowdown": 400.0,
+                            "too_slow": True}])
+    doc = kernels.proof(KernelChoice("fused_add_rms_norm", "triton"), PRIORITY.format(first="infercrane_triton"), [slow])
+    assert doc["failed_stage"] == "gate"
+    assert kernels.why_failed(doc) == ("kernel infercrane_triton for fused_add_rms_norm failed the in-engine gate: 400 "
+                                       "times slower than vLLM's native implementation at 8x1024 bfloat16 (4800.0 us "
+                                       "against 12.0 us)")

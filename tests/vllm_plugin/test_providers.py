@@ -234,6 +234,7 @@ def test_on_a_gpu_the_provider_prewarms_checks_and_runs_inside_a_cuda_graph(tmp_
     stats.write()
     (doc,) = read_stats(tmp_path)
     assert doc["detail"]["prewarmed_rows"][0] == 1 and doc["checks"][0]["passed"] and not doc["errors"]
+    assert doc["checks"][0]["slowdown"] > 0 and doc["checks"][0]["too_slow"] is False  # timed on CUDA
     xs, rs, ws = (t.cuda() for t in _inputs(4, seed=9))
     ref_out, ref_res = native_fused_add_rms_norm(xs.clone(), rs.clone(), ws, 1e-6)
     sx, sr = xs.clone(), rs.clone()
