@@ -509,9 +509,11 @@ class KernelInEngine(Strict):
     declined: dict[str, NonNegativeInt] = Field(description="supports_args refusals by reason (next provider ran)")
     checks: list[KernelCheckRecord]
     errors: list[str]
+    lowered: dict[str, NonNegativeInt] | None = Field(default=None, description="provider -> IR nodes of the op "
+                                                      "vLLM's lowering pass gave it (compiled engines; None: not logged)")
     ran: bool
     gate_passed: bool
-    failed_stage: Literal["priority", "registration", "calls", "gate"] | None
+    failed_stage: Literal["priority", "registration", "calls", "lowering", "gate"] | None
 
 
 class TokenGateRecord(Strict):

@@ -19,6 +19,8 @@ A recipe names kernels by vLLM IR op (``kernels: {fused_add_rms_norm: triton}``;
 ``Final IR op priority`` line puts the provider first for the op; a vLLM process registered it; it was called
 (Python-level calls: the profiling run, CUDA-graph warm-up and capture, batches run without a graph; replays of a
 captured graph run the kernel without Python and are not counted, ``calls_captured`` says how many captures hold it);
+under torch.compile, vLLM's lowering pass gave the op's nodes to it (its ``Selected implementations`` lines, which
+the plugin keeps beside the records: ``lowered``);
 and **the in-engine gate**: every shape's first call outside capture was checked against vLLM's native
 implementation, and passed. ``recheck`` reads the record again after each visit (new shapes are checked as they come).
 
@@ -172,7 +174,30 @@ def _priority_of(log_text: str, op: str) -> list[str] | None:
     return None if m is None else [p.strip().strip("'\"") for p in m.group(1).split(",") if p.strip()]
 
 
-def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+SELECTED = re.compile(r"Selected implementations: (.*)")
+
+
+def lowered_counts(lines: list[str], op: str) -> dict[str, int] | None:
+    """Provider -> IR nodes of ``op`` that vLLM's lowering pass gave it, summed over its ``Selected implementations``
+    lines (``fused_add_rms_norm=infercrane_triton*56,native``); None when there is no such line."""
+    found = [m.group(1) for ln in lines if (m := SELECTED.search(ln))]
+    if not found:
+        return None
+    counts: dict[str, int] = {}
+    for text in found:
+        for part in text.split(", "):
+            name, _, impls = part.partition("=")
+            if name.strip() != op:
+                continue
+            for item in impls.split(","):
+                prov, _, n = item.strip().partition("*")
+                if prov:
+                    counts[prov] = counts.get(prov, 0) + (int(n) if n.isdigit() else 1)
+    return counts
+
+
+def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]],
+          lowering_lines: list[str] | None = None) -> dict[str, Any]:
     """What the engine shows of one provider: its priority, the processes that registered it, its calls and the
     in-engine gate's checks; ``ran`` and ``gate_passed`` say whether it ran and passed, ``failed_stage`` which stage
     did not (``priority``, ``registration``, ``calls``, ``gate``), None when none."""
@@ -192,6 +217,7 @@ def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]]) ->
         "checks": [{k: c.get(k) for k in ("shape", "passed", "max_abs_err", "max_rel_err", "against", "native_us",
                                             "kernel_us", "slowdown", "too_slow")} for c in checks],
         "errors": [e for r in mine for e in r.get("errors", [])] + [f"unreadable record {u}" for u in unreadable],
+        "lowered": lowered_counts(lowering_lines or [], choice.vllm_op),
     }
     stage = None
     if not priority or priority[0] != choice.provider:
@@ -200,9 +226,11 @@ def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]]) ->
         stage = "registration"
     elif doc["calls"] == 0:
         stage = "calls"
+    elif doc["lowered"] is not None and doc["lowered"].get(choice.provider, 0) == 0:
+        stage = "lowering"
     elif not checks or not all(c["passed"] for c in checks):
         stage = "gate"
-    doc.update(ran=stage not in ("priority", "registration", "calls"), gate_passed=stage is None and bool(checks),
+    doc.update(ran=stage not in ("priority", "registration", "calls", "lowering"), gate_passed=stage is None and bool(checks),
                failed_stage=stage)
     return doc
 
@@ -228,6 +256,9 @@ def why_failed(doc: dict[str, Any]) -> str:
         return f"{what} did not run: no vLLM process registered it ({'; '.join(doc['errors']) or 'no record'})"
     if stage == "calls":
         return f"{what} did not run: registered and first in priority, but never called"
+    if stage == "lowering":
+        return (f"{what} did not run in the compiled graph: vLLM's lowering pass gave {doc['vllm_op']}'s nodes to "
+                f"{doc['lowered']}")
     bad = [c for c in doc["checks"] if not c["passed"]]
     if not doc["checks"]:
         return f"{what} failed the in-engine gate: no call was checked against vLLM's native implementation"
@@ -246,8 +277,11 @@ def prove(engine: Any) -> list[dict[str, Any]]:
     from infercrane.vllm_plugin.stats import read_stats
 
     text = Path(engine.log_path).read_text(errors="replace") if Path(engine.log_path).exists() else ""
-    records = read_stats(engine.kernel_stats_dir) if engine.kernel_stats_dir.is_dir() else []
-    docs = [proof(c, text, records) for c in choices_of(engine.recipe)]
+    folder = engine.kernel_stats_dir
+    records = read_stats(folder) if folder.is_dir() else []
+    lowering = [ln for f in sorted(folder.glob("lowering-*.log")) for ln in f.read_text(errors="replace").splitlines()] \
+        if folder.is_dir() else []
+    docs = [proof(c, text, records, lowering) for c in choices_of(engine.recipe)]
     engine.record.kernels = docs
     failed = [d for d in docs if d["failed_stage"] is not None]
     if failed:

@@ -24,6 +24,27 @@ def register() -> None:
 
     from infercrane.vllm_plugin.providers import register_choice
 
+    folder = os.environ.get(ENV_STATS)
     for choice in decode(text):
-        register_choice(choice, ir.ops, os.environ.get(ENV_STATS))
+        register_choice(choice, ir.ops, folder)
         _registered.append(choice.provider)
+    if folder:
+        _record_lowering(folder)
+
+
+LOWERING_LOGGER = "vllm.compilation.passes.ir.lowering_pass"
+
+
+def _record_lowering(folder: str) -> None:
+    """vLLM logs which implementation it lowered each IR op node to (``Selected implementations: …``) at DEBUG only;
+    keep those lines, and only those, in ``<folder>/lowering-<pid>.log`` (vLLM's own log is left as it is)."""
+    import logging
+    from pathlib import Path
+
+    log = logging.getLogger(LOWERING_LOGGER)
+    handler = logging.FileHandler(Path(folder) / f"lowering-{os.getpid()}.log", delay=True)
+    handler.setLevel(logging.DEBUG)
+    handler.addFilter(lambda record: record.getMessage().startswith("Selected implementations"))
+    log.addHandler(handler)
+    if log.getEffectiveLevel() > logging.DEBUG:
+        log.setLevel(logging.DEBUG)  # DEBUG records reach vLLM's handlers too, which drop them at their INFO level

@@ -158,3 +158,20 @@ def test_a_kernel_orders_of_magnitude_slower_than_native_fails_the_gate():
     assert kernels.why_failed(doc) == ("kernel infercrane_triton for fused_add_rms_norm failed the in-engine gate: 400 "
                                        "times slower than vLLM's native implementation at 8x1024 bfloat16 (4800.0 us "
                                        "against 12.0 us)")
+
+
+LOWERED = ("DEBUG 12-01 [lowering_pass.py:90] Selected implementations: rms_norm=native*57, "
+           "fused_add_rms_norm=infercrane_triton*55,native")
+
+
+def test_the_lowering_lines_say_which_provider_got_the_ops_nodes():
+    assert kernels.lowered_counts([LOWERED, LOWERED], "fused_add_rms_norm") == {"infercrane_triton": 110, "native": 2}
+    assert kernels.lowered_counts([LOWERED], "rms_norm") == {"native": 57}
+    assert kernels.lowered_counts(["nothing here"], "rms_norm") is None
+    choice = KernelChoice("fused_add_rms_norm", "triton")
+    log = PRIORITY.format(first="infercrane_triton")
+    assert kernels.proof(choice, log, [_record()], [LOWERED])["failed_stage"] is None
+    # compiled, and the lowering pass gave every node to native: the kernel is not in the graph
+    native_only = LOWERED.replace("infercrane_triton*55,native", "native*56")
+    doc = kernels.proof(choice, log, [_record()], [native_only])
+    assert doc["failed_stage"] == "lowering" and "did not run in the compiled graph" in kernels.why_failed(doc)

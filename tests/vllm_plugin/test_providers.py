@@ -249,3 +249,25 @@ def test_on_a_gpu_the_provider_prewarms_checks_and_runs_inside_a_cuda_graph(tmp_
     stats.write()
     (doc,) = read_stats(tmp_path)
     assert doc["calls_captured"] == 1 and [c["shape"] for c in doc["checks"]] == ["8192x1024 bfloat16"]
+
+
+def test_the_plugin_keeps_vllms_lowering_lines_beside_its_records(tmp_path):
+    import logging
+
+    import infercrane.vllm_plugin as plugin
+
+    log = logging.getLogger(plugin.LOWERING_LOGGER)
+    before, level = list(log.handlers), log.level
+    try:
+        plugin._record_lowering(str(tmp_path))
+        log.debug("Selected implementations: %s", "fused_add_rms_norm=infercrane_triton*55,native")
+        log.debug("VllmIRLoweringPass lowered 56 vLLM IR nodes")
+        for h in log.handlers:
+            h.flush()
+        (f,) = tmp_path.glob("lowering-*.log")
+        assert f.read_text().splitlines() == ["Selected implementations: fused_add_rms_norm=infercrane_triton*55,native"]
+    finally:
+        for h in log.handlers[len(before):]:
+            h.close()
+        log.handlers[:] = before
+        log.setLevel(level)
