@@ -561,6 +561,10 @@ class Engine:
     def base_url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
+    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        """One HTTP request to this engine (``path`` below its base URL): (status, body)."""
+        return _http(method, f"{self.base_url}{path}", body, timeout_s)
+
     @property
     def served_model(self) -> str:
         """The model name requests must carry (what ``/v1/models`` lists)."""
@@ -826,6 +830,10 @@ class ExternalEngine:
                                    port=parsed.port or (443 if parsed.scheme == "https" else 80), url=self.base_url,
                                    log_path="", launched_by_infercrane=False)
         self.connected = False
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        """One HTTP request to this engine (``path`` below its base URL): (status, body)."""
+        return _http(method, f"{self.base_url}{path}", body, timeout_s)
 
     def __enter__(self) -> ExternalEngine:
         return self.connect()

@@ -296,13 +296,11 @@ def prove(engine: Any) -> list[dict[str, Any]]:
 def greedy_tokens(engine: Any) -> list[list[Any]]:
     """Each gate prompt's greedy continuation on ``engine``: token ids where the server returns them (vLLM's
     ``return_token_ids``), else the text's whitespace-separated words."""
-    from infercrane.serving.engine import _http
-
     out = []
     for prompt in GATE_PROMPTS:
         body = {"model": engine.served_model, "prompt": prompt, "max_tokens": GATE_MAX_TOKENS, "temperature": 0.0,
                 "ignore_eos": True, "seed": 0, "return_token_ids": True}
-        status, payload = _http("POST", f"{engine.base_url}/v1/completions", body, timeout_s=120.0)
+        status, payload = engine.request("POST", "/v1/completions", body, timeout_s=120.0)
         if status != 200:
             raise engine.failure(f"answered {status} to the token gate's greedy request: {payload[:300]!r}")
         choice = json.loads(payload)["choices"][0]
