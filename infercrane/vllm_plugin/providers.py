@@ -68,7 +68,7 @@ class Kernel:
     fn: Callable[..., Any]
     in_place: bool
     label: str
-    sources: tuple[str, ...]  # files whose bytes are the kernel (hashed into the record)
+    sources: tuple[str, ...]  # the files it is made of (their hash: selection.kernel_sources_sha256)
 
 
 def load_kernel(choice: KernelChoice) -> Kernel:
@@ -115,7 +115,8 @@ def _check(choice: KernelChoice, names: tuple[str, ...], got: tuple[Tensor, ...]
 
 
 class _Provider:
-    """One op, one kernel: the launch body (stats + gate) and the three functions vLLM gets."""
+    """One op, one kernel: the launch body (stats, prewarm, gate) and the implementation and ``supports_args``
+    vLLM gets (``functions``)."""
 
     def __init__(self, choice: KernelChoice, kernel: Kernel, native: Callable[..., Any], stats: ProviderStats):
         self.choice, self.kernel, self.native, self.stats = choice, kernel, native, stats
