@@ -63,6 +63,12 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     run_id = run_id_from_env() or new_run_id()
     out = config.out or Path("runs") / run_id / "apply"
     check_output_folder(out, "--out")
+    held = [m for m in config.modes if (out / f"{m}.json").exists()]
+    if held:
+        raise InputError(f"--out {out}: already holds the {', '.join(held)} receipt"
+                         f"{'s' if len(held) > 1 else ''} of an earlier apply; nothing measured is overwritten",
+                         hint="give another --out; to finish an apply that stopped, run the modes it lacks with "
+                              f"--modes … --kernel-receipt {out / 'kernel.json'} and another --out")
     lab_op = VLLM_OPS[config.op]
     kernel_doc: dict[str, Any] | None = None
     if config.kernel_receipt is not None:

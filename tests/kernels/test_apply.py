@@ -42,3 +42,12 @@ def test_without_vllm_it_stops_before_anything_runs(tmp_path, capsys, monkeypatc
         pytest.skip("vLLM is installed here")
     assert main(["kernel", "apply", "--out", str(tmp_path / "apply")]) == 3
     assert "vllm" in capsys.readouterr().err and not (tmp_path / "apply").exists()
+
+
+def test_an_earlier_applys_receipts_are_never_overwritten(tmp_path, capsys):
+    out = tmp_path / "apply"
+    out.mkdir()
+    (out / "compiled.json").write_text("{}")
+    assert main(["kernel", "apply", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds the compiled receipt" in err and "--kernel-receipt" in err
