@@ -163,6 +163,13 @@ class _Provider:
         slow = timing["slowdown"] is not None and timing["slowdown"] > SLOWDOWN_LIMIT
         self.stats.checked({**record, **timing, "too_slow": slow, "passed": record["passed"] and not slow})
 
+    def run_scratch(self, a: Tensor, b: Tensor, weight: Tensor) -> None:
+        """The kernel on two scratch row tensors (fused: x, residual; rms_norm: out, x)."""
+        self.run(a, b, weight, 1e-6)
+
+    def run(self, *args: Any) -> None:
+        raise NotImplementedError
+
     def decline(self, reason: str) -> bool:
         self.stats.declined(reason)
         return False
@@ -188,9 +195,6 @@ class _Provider:
 class _FusedAddRMSNorm(_Provider):
     mutates = ("x", "x_residual")
     inplace = True
-
-    def run_scratch(self, a: Tensor, b: Tensor, weight: Tensor) -> None:
-        self.run(a, b, weight, 1e-6)
 
     def launch_body(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
         shape = _shape(x)
@@ -227,9 +231,6 @@ class _FusedAddRMSNorm(_Provider):
 class _RMSNorm(_Provider):
     mutates = ("out",)
     inplace = False
-
-    def run_scratch(self, a: Tensor, b: Tensor, weight: Tensor) -> None:
-        self.run(a, b, weight, 1e-6)
 
     def launch_body(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
         shape = _shape(x)
