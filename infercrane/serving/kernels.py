@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.vllm_plugin.selection import (ENV_KERNELS, ENV_STATS, INFERCRANE_ROOT, KernelChoice, encode,
-                                              kernel_sources_sha256)
+from infercrane.vllm_plugin.selection import (ENV_KERNELS, ENV_STATS, INFERCRANE_ROOT, KernelChoice, decode, encode,
+                                              kernel_sources_sha256, provider_name)
 
 PLUGIN_ENTRY = "infercrane.vllm_plugin:register"
 PRIORITY_LINE = re.compile(r"Final IR op priority[^\n]*")
@@ -67,8 +67,10 @@ def choices_of(recipe: Any) -> list[KernelChoice]:
     return out
 
 
-def priority_arg(choices: list[KernelChoice]) -> list[str]:
-    return ["--ir-op-priority", json.dumps({c.vllm_op: [c.provider] for c in choices}, sort_keys=True)]
+def priority_arg(kernels: dict[str, str]) -> list[str]:
+    """The engine flag that puts each kernel's provider first for its op (a recipe's ``kernels`` mapping)."""
+    return ["--ir-op-priority", json.dumps({op: [provider_name(impl)] for op, impl in kernels.items()},
+                                           sort_keys=True)]
 
 
 def _plugin_installed() -> bool:
@@ -100,7 +102,7 @@ def engine_additions(recipe: Any, stats_dir: Path) -> tuple[list[str], dict[str,
         entry = plugin_path(stats_dir.with_name(stats_dir.name + "-plugin"))
         inherited = os.environ.get("PYTHONPATH", "")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(entry), str(INFERCRANE_ROOT), inherited) if p)
-    return priority_arg(choices), env
+    return priority_arg(recipe.kernels), env
 
 
 # --------------------------------------------------------------------------------------------- preflight
@@ -281,7 +283,8 @@ def prove(engine: Any) -> list[dict[str, Any]]:
     records = read_stats(folder) if folder.is_dir() else []
     lowering = [ln for f in sorted(folder.glob("lowering-*.log")) for ln in f.read_text(errors="replace").splitlines()] \
         if folder.is_dir() else []
-    docs = [proof(c, text, records, lowering) for c in choices_of(engine.recipe)]
+    # the selection the engine was started with (its sources' hashes as they were then), not the files as they are now
+    docs = [proof(c, text, records, lowering) for c in decode(engine.env_added[ENV_KERNELS])]
     engine.record.kernels = docs
     failed = [d for d in docs if d["failed_stage"] is not None]
     if failed:

@@ -378,9 +378,9 @@ def check_recipe(recipe: Recipe, *, help_text: str | None = None, kernel_probe: 
     if not known.flags:
         raise UnavailableError(f"recipe {recipe.name!r}: could not read any flag from {recipe.engine}'s --help output",
                                hint="run the engine's --help by hand to see what it prints")
-    from infercrane.serving.kernels import check_kernels, choices_of, priority_arg
+    from infercrane.serving.kernels import check_kernels, priority_arg
 
-    added = priority_arg(choices_of(recipe)) if recipe.kernels else []
+    added = priority_arg(recipe.kernels) if recipe.kernels else []
     try:
         check_engine_args(list(recipe.engine_args), known, engine=kind.display_name,
                           underscores_ok=kind.underscores_ok, short_aliases=dict(kind.short_aliases))

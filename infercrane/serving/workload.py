@@ -497,8 +497,8 @@ def _write_shared_prompts(workload: Workload, plan: Sequence[PlannedRun], tokeni
 
 def _launch_coresident(arms: Mapping[str, Recipe], out: Path, startup_timeout_s: float,
                        result: PlanResult) -> dict[str, Any]:
-    """Every arm's engine up at once, each with an even share of GPU memory; {} (and a note) when they cannot all
-    start, after stopping those that did: the plan then starts one engine per visit."""
+    """Every arm's engine up together (started one after the other), each with an even share of GPU memory; {} (and a
+    note) when they cannot all start, after stopping those that did: the plan then starts one engine per visit."""
     from infercrane.serving.engine import Engine
 
     if len(arms) < 2:

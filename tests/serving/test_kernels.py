@@ -175,3 +175,23 @@ def test_the_lowering_lines_say_which_provider_got_the_ops_nodes():
     native_only = LOWERED.replace("infercrane_triton*55,native", "native*56")
     doc = kernels.proof(choice, log, [_record()], [native_only])
     assert doc["failed_stage"] == "lowering" and "did not run in the compiled graph" in kernels.why_failed(doc)
+
+
+def test_the_proof_holds_an_engine_to_the_selection_it_was_started_with(tmp_path, monkeypatch):
+    from infercrane.vllm_plugin.selection import kernel_sources_sha256
+
+    monkeypatch.setattr(kernels, "_plugin_installed", lambda: True)
+    cand = tmp_path / "mine.py"
+    cand.write_text("IN_PLACE = True\ndef k(x, residual, weight, eps):\n    pass\n")
+    r = _recipe(kernels={"fused_add_rms_norm": "user"}, candidate=f"{cand}:k")
+    eng = Engine(r, log_dir=tmp_path / "logs", label="cand")
+    started = kernel_sources_sha256("fused_add_rms_norm", "user", r.candidate)
+    eng.log_path.parent.mkdir(parents=True)
+    eng.log_path.write_text(PRIORITY.format(first="infercrane_user") + "\n")
+    eng.kernel_stats_dir.mkdir()
+    rec = _record(provider="infercrane_user", detail={"registered": True, "sources_sha256": started})
+    (eng.kernel_stats_dir / "infercrane_user-fused_add_rms_norm-7.json").write_text(json.dumps(rec))
+    cand.write_text("IN_PLACE = True\ndef k(x, residual, weight, eps):\n    return None\n")  # edited mid-run
+    (doc,) = kernels.prove(eng)
+    assert doc["source_sha256"] == started and doc["engine_sources_match"] and doc["failed_stage"] is None
+    assert eng.record.kernels == [doc]
