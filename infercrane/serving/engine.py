@@ -505,7 +505,18 @@ def _has_flag(args: Sequence[str], flag: str) -> bool:
     return any(a.split("=", 1)[0] in spellings for a in args)
 
 
-class Engine:
+class _Served:
+    """What an engine InferCrane launched and a server it was given (``--url``) both answer: HTTP below
+    ``base_url``."""
+
+    base_url: str
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        """One HTTP request to this engine (``path`` below its base URL): (status, body)."""
+        return _http(method, f"{self.base_url}{path}", body, timeout_s)
+
+
+class Engine(_Served):
     """One running engine for one recipe; see the module docstring for the lifecycle.
 
     ``gpu_memory_utilization``: the share of GPU memory this engine may take (co-resident engines split one GPU);
@@ -560,10 +571,6 @@ class Engine:
     @property
     def base_url(self) -> str:
         return f"http://{HOST}:{self.port}"
-
-    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
-        """One HTTP request to this engine (``path`` below its base URL): (status, body)."""
-        return _http(method, f"{self.base_url}{path}", body, timeout_s)
 
     @property
     def served_model(self) -> str:
@@ -805,7 +812,7 @@ def parse_server_url(url: str) -> str:
     return f"{parsed.scheme}://{parsed.netloc}"
 
 
-class ExternalEngine:
+class ExternalEngine(_Served):
     """A server InferCrane did not launch (``--url``), with ``Engine``'s interface and no lifecycle.
 
     ``connect()`` (or entering the context) probes it: ``GET /v1/models`` must be an OpenAI model list that holds the
@@ -830,10 +837,6 @@ class ExternalEngine:
                                    port=parsed.port or (443 if parsed.scheme == "https" else 80), url=self.base_url,
                                    log_path="", launched_by_infercrane=False)
         self.connected = False
-
-    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
-        """One HTTP request to this engine (``path`` below its base URL): (status, body)."""
-        return _http(method, f"{self.base_url}{path}", body, timeout_s)
 
     def __enter__(self) -> ExternalEngine:
         return self.connect()
