@@ -196,17 +196,10 @@ def test_a_running_server_that_stops_answering_is_named(tmp_path, ts_recipe, raw
         ScriptDriver(code).run(_spec(srv.url, tmp_path / "run"))
 
 
-class GridScriptDriver(AiperfDriver):
+class GridScriptDriver(ScriptDriver, AiperfDriver):
     """AIPerf's visit path (``run_grid``) with a Python snippet in place of the AIPerf invocation."""
 
-    def __init__(self, code: str) -> None:
-        self.code = code
-
-    def available(self) -> tuple[bool, str]:
-        return True, "test"
-
-    def version(self) -> str:
-        return "0"
+    name = "aiperf"
 
     def grid_command(self, grid: RunGrid) -> list[str]:
         return [sys.executable, "-c", self.code, "--url", grid.spec.base_url]

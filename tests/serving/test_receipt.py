@@ -31,6 +31,18 @@ def _plan(stand_in_dir: Path, ts_recipe, arms: list[str], workload, drivers: lis
                       plan=plan_runs(arms, workload, "sequential"))
 
 
+def _two_driver_bench(tmp_path: Path, stand_in_dir: Path, ts_recipe, w, c: int, aiperf: list[float],
+                      vllm: list[float]) -> dict:
+    """A complete serve bench receipt of one recipe at concurrency ``c``: run i read ``aiperf[i]`` by AIPerf and
+    ``vllm[i]`` by vllm bench serve (output tok/s)."""
+    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
+    for i, (a, b) in enumerate(zip(aiperf, vllm)):
+        result.runs += [_run("compiled", i, c, a), _run("compiled", i, c, b, "vllm-bench")]
+    result.complete = True
+    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
+    return write_receipt(doc, tmp_path / "bench.json").document
+
+
 def _prov(result: PlanResult, kind: str) -> dict:
     config = plan_config(kind, list(result.recipes.values()), result.workload, {"order": result.order})
     p = provenance(config=config, command_line=["test"])
@@ -57,12 +69,8 @@ def test_ab_receipt_from_five_runs_each(tmp_path: Path, stand_in_dir: Path, ts_r
 
 def test_bench_receipt_sets_two_drivers_side_by_side(tmp_path: Path, stand_in_dir: Path, ts_recipe) -> None:
     w = load_workload("public-1000").with_overrides(runs_per_arm=3)
-    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
-    for i in range(3):
-        result.runs += [_run("compiled", i, 100, 15000 + i), _run("compiled", i, 100, 15300 + i, "vllm-bench")]
-    result.complete = True
-    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
-    r = write_receipt(doc, tmp_path / "bench.json").document
+    r = _two_driver_bench(tmp_path, stand_in_dir, ts_recipe, w, 100, [15000 + i for i in range(3)],
+                          [15300 + i for i in range(3)])
     pw = r["public_workload_reproduction"]
     assert [(a["driver"], a["output_tokens_per_second"]) for a in pw["arms"]] == [("aiperf", 15001),
                                                                                    ("vllm-bench", 15301)]
@@ -133,12 +141,7 @@ def test_partial_plan_gives_an_incomplete_receipt_without_decision(tmp_path: Pat
 
 def _agreement_of(tmp_path: Path, stand_in_dir: Path, ts_recipe, aiperf: list[float], vllm: list[float]) -> dict:
     w = load_workload("public-1000").with_overrides(runs_per_arm=len(aiperf))
-    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
-    for i, (a, b) in enumerate(zip(aiperf, vllm)):
-        result.runs += [_run("compiled", i, 100, a), _run("compiled", i, 100, b, "vllm-bench")]
-    result.complete = True
-    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
-    r = write_receipt(doc, tmp_path / "bench.json").document
+    r = _two_driver_bench(tmp_path, stand_in_dir, ts_recipe, w, 100, aiperf, vllm)
     return next(a for a in r["bench"]["driver_agreement"] if a["metric"] == "output_tokens_per_second")
 
 
@@ -158,12 +161,8 @@ def test_shared_prompts_are_recorded_and_the_plan_rebuilds(tmp_path: Path, stand
     from infercrane.serving.receipt import plan_result_from_receipt
 
     w = load_workload("seed-paired-two-drivers").with_overrides(concurrency=[8], runs_per_arm=3)
-    result = _plan(stand_in_dir, ts_recipe, ["compiled"], w, ["aiperf", "vllm-bench"])
-    for i in range(3):
-        result.runs += [_run("compiled", i, 8, 400 + i), _run("compiled", i, 8, 410 + i, "vllm-bench")]
-    result.complete = True
-    doc = build_document(result, kind="bench", policy=load_policy("serving"), provenance=_prov(result, "bench"))
-    r = write_receipt(doc, tmp_path / "bench.json").document
+    r = _two_driver_bench(tmp_path, stand_in_dir, ts_recipe, w, 8, [400 + i for i in range(3)],
+                          [410 + i for i in range(3)])
     assert r["bench"]["workload"]["prompts"] == "shared"
     rebuilt, kind = plan_result_from_receipt(r)
     assert kind == "bench" and rebuilt.workload.prompts == "shared" and rebuilt.workload == w
