@@ -528,6 +528,23 @@ class TokenGateRecord(Strict):
     compared: Literal["token ids", "words"]
 
 
+class EngineWarmup(Strict):
+    """The unmeasured load an engine was given before its first measured point (``serving.warmup``)."""
+
+    concurrencies: list[PositiveInt] = Field(min_length=1, description="ascending; the workload's")
+    rounds: PositiveInt = Field(description="rounds of c concurrent requests at each concurrency c")
+    requests: NonNegativeInt
+    seconds: NonNegativeFloat
+
+
+class JitDuringServing(Strict):
+    """A Triton compile the engine logged while serving (vLLM's JIT monitor; ``serving.jit``)."""
+
+    logged_at: NonEmptyStr = Field(description="the engine log's stamp, MM-DD HH:MM:SS local time")
+    kernel: NonEmptyStr
+    runs: list[str] = Field(description="the measured runs whose window holds it (empty: between windows)")
+
+
 class EngineRecord(Strict):
     recipe: NonEmptyStr
     recipe_sha256: str = SHA256
@@ -551,6 +568,9 @@ class EngineRecord(Strict):
                                        description="recipes whose engines were up on the same GPU at the same time")
     kernels: list[KernelInEngine] = Field(default_factory=list, description="candidate kernels inside the engine")
     token_gate: TokenGateRecord | None = None
+    warmup: EngineWarmup | None = Field(default=None, description="absent from receipts written before engines were "
+                                                            "warmed up")
+    jit_during_serving: list[JitDuringServing] = Field(default_factory=list)
 
 
 class ArmDrift(Strict):

@@ -493,6 +493,11 @@ class EngineRecord(BaseModel):
                                           "that it ran and the in-engine gate (serving.kernels.proof)")
     token_gate: dict[str, Any] | None = Field(default=None, description="greedy outputs against the reference "
                                               "arm's (serving.kernels.token_gate)")
+    warmup: dict[str, Any] | None = Field(default=None, description="the unmeasured load it was given before its "
+                                          "first measured point (serving.warmup.warm_engine)")
+    jit_during_serving: list[dict[str, Any]] = Field(
+        default_factory=list, description="Triton compiles the engine logged while serving, each with the measured runs "
+                                          "whose window holds it (serving.jit)")
 
 
 def program_env_of(env: Mapping[str, str]) -> dict[str, str]:

@@ -71,7 +71,8 @@ def engine_record(e: Any) -> dict[str, Any]:
             "program_env": dict(getattr(e, "program_env", {})),
             "gpu_memory_utilization": getattr(e, "gpu_memory_utilization", None),
             "coresident_with": list(getattr(e, "coresident_with", [])),
-            "kernels": list(getattr(e, "kernels", [])), "token_gate": getattr(e, "token_gate", None)}
+            "kernels": list(getattr(e, "kernels", [])), "token_gate": getattr(e, "token_gate", None),
+            "warmup": getattr(e, "warmup", None), "jit_during_serving": list(getattr(e, "jit_during_serving", []))}
 
 
 def _ok_runs(result: PlanResult, arm: str, concurrency: int, driver: str) -> list[RunMetrics]:

@@ -35,7 +35,8 @@ The short-output fault (``--short-output-rate``) returns ``max(1, n // 2)`` toke
 Faults, all deterministic: ``--fail-rate F`` answers HTTP 500 to a fraction F of generation requests,
 chosen by a seeded generator over the arrival order (``--seed``), so the number of failures among
 the first N requests is fixed; ``--crash-after N`` exits the process (code 17) once N generation
-requests have finished; ``--hang-after N`` leaves every request after the N-th generation request
+requests have finished; ``--log-jit-after N`` prints, once N have finished, the line vLLM's JIT monitor logs
+when Triton compiles a kernel while serving (``serving/jit.py`` reads it); ``--hang-after N`` leaves every request after the N-th generation request
 (and /health) unanswered (N = 0: from the start); ``--startup-delay-s`` sleeps before listening, as an engine loading weights.
 """
 from __future__ import annotations
@@ -71,6 +72,7 @@ class ServerConfig:
     diverge_after: int | None = None
     crash_after: int | None = None
     hang_after: int | None = None
+    log_jit_after: int | None = None
     startup_delay_s: float = 0.0
     seed: int = 0
     default_max_tokens: int = 16
@@ -188,6 +190,10 @@ def build_app(cfg: ServerConfig):
 
     def after_finish() -> None:
         state.finished_requests += 1
+        if cfg.log_jit_after is not None and state.finished_requests == cfg.log_jit_after:
+            print(f"(EngineCore pid={os.getpid()}) WARNING {time.strftime('%m-%d %H:%M:%S')} [jit_monitor.py:103] "
+                  "Triton kernel JIT compilation during inference: testserver_kernel. This causes a latency spike; "
+                  "consider extending warmup to cover this shape/config.", flush=True)
         if cfg.crash_after is not None and state.finished_requests >= cfg.crash_after:
             print(f"testserver: crashing after {state.finished_requests} requests (--crash-after)", flush=True)
             os._exit(CRASH_EXIT_CODE)
@@ -353,6 +359,8 @@ def parser() -> argparse.ArgumentParser:
                    help="output tokens from the K-th on differ from the default ones")
     p.add_argument("--crash-after", type=int, default=None, help="exit after N generation requests")
     p.add_argument("--hang-after", type=int, default=None, help="stop answering after N generation requests")
+    p.add_argument("--log-jit-after", type=int, default=None,
+                   help="after N generation requests, log a JIT-compile line as vLLM's JIT monitor does")
     p.add_argument("--startup-delay-s", type=_non_negative, default=0.0, help="sleep before listening")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault choices")
     p.add_argument("--no-prefix-cache-reset", dest="prefix_cache_reset", action="store_false",

@@ -400,16 +400,39 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             on_run(metrics)
 
     from infercrane.serving.kernels import KernelGates
+    from infercrane.serving.jit import attribute, jit_events, notes as jit_notes
+    from infercrane.serving.warmup import warm_engine
 
     gates = KernelGates(arms, plan[0].arm, coresident) if any(r.kernels for r in arms.values()) else None
     shared: dict[str, Any] = dict(external)
 
     def visit(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
+        first = len(result.runs)
+        try:
+            measure(engine, seg, runs)
+        finally:  # compiles the engine logged inside the windows just measured (serving.jit)
+            jit_check(engine, result.runs[first:])
+
+    engine_runs: dict[int, tuple[Any, list[RunMetrics]]] = {}  # id(record) -> (record, held so the id stays its own)
+
+    def jit_check(engine: Any, new: list[RunMetrics]) -> None:
+        log = getattr(engine, "log_path", None)
+        if log is None or not getattr(engine.record, "launched_by_infercrane", True):
+            return
+        events = jit_events(log)
+        _, mine = engine_runs.setdefault(id(engine.record), (engine.record, []))
+        mine.extend(new)
+        engine.record.jit_during_serving = attribute(events, mine)
+        result.notes.extend(jit_notes(engine.record.recipe_name, attribute(events, new)))
+
+    def measure(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         arm = runs[0].arm
         if not engine.alive():
             raise engine.failure(f"died before run {runs[0].run_index} at concurrency {runs[0].concurrency}")
         if gates is not None:
             gates.before_visit(arm, engine, shared)
+        if engine.record.warmup is None:  # its first visit: load it at every concurrency first (serving.warmup)
+            engine.record.warmup = warm_engine(engine, workload)
         if grid and workload.prompts == "shared":  # a prompt file per point: one one-point invocation per point
             from infercrane.serving.drivers.aiperf import RunGrid
 

@@ -35,8 +35,9 @@ from infercrane.vllm_plugin.stats import MAX_CHECKED_SHAPES, ProviderStats
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 # Row counts the kernel is run at once, on scratch tensors, at its first call outside CUDA-graph capture (CUDA devices
-# only): vLLM's decode batch sizes up to its default largest captured graph, so that no Triton JIT or NVRTC compile
-# and module load happens while a graph is being captured.
+# only; ``prewarm_rows``): vLLM's decode batch sizes up to its default largest captured graph, so that no Triton JIT or
+# NVRTC compile and module load happens while a graph is being captured, and more (below) so that none happens while
+# serving either.
 PREWARM_ROWS = (1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512)
 # The in-engine gate also times one warm call of the kernel and of vLLM's native on CUDA (each on copies of the
 # inputs, synchronized): a kernel this many times slower fails the gate (orders of magnitude, not a speed claim).
@@ -51,6 +52,23 @@ def _interpreting() -> bool:
 
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def prewarm_rows(first_rows: int) -> tuple[int, ...]:
+    """The row counts the prewarm runs, given the first call's (vLLM's profiling run: its largest batch).
+
+    ``PREWARM_ROWS``, the first call's count, and p - 1, p and p + 1 for every power of two p up to it. A launcher
+    picks its compiled configuration by row-count regimes with power-of-two bounds and by whether the rows fill its
+    power-of-two tiles, and each new configuration is a compile: on the H200, prefill batches of more than 2048 rows
+    that are not a multiple of the Triton kernel's rows per program compiled while serving when only the decode sizes
+    had been run (``docs/benchmarks/2026-12-01-h200-kernel-in-vllm``)."""
+    top = max(int(first_rows), max(PREWARM_ROWS))
+    rows = {*PREWARM_ROWS, top}
+    p = 1
+    while p <= top:
+        rows |= {r for r in (p - 1, p, p + 1) if 1 <= r <= top}
+        p *= 2
+    return tuple(sorted(rows))
 
 
 def _shape(t: Tensor) -> str:
@@ -120,25 +138,27 @@ class _Provider:
 
     def __init__(self, choice: KernelChoice, kernel: Kernel, native: Callable[..., Any], stats: ProviderStats):
         self.choice, self.kernel, self.native, self.stats = choice, kernel, native, stats
-
-    prewarmed = False
+        self.prewarmed: set[tuple[int, torch.dtype]] = set()
 
     def wants_check(self, shape: str, x: Tensor) -> bool:
         capturing = _capturing()
         first = self.stats.call(shape, capturing)
-        if not capturing and not self.prewarmed and x.device.type == "cuda":
-            self.prewarmed = True
-            self.prewarm(int(x.shape[-1]), x.dtype, x.device)
+        width = (int(x.shape[-1]), x.dtype)  # each width and dtype the op meets is prewarmed at its first call
+        if not capturing and x.device.type == "cuda" and width not in self.prewarmed:
+            self.prewarmed.add(width)
+            self.prewarm(prewarm_rows(x.numel() // max(1, width[0])), width[0], x.dtype, x.device)
         return first and not capturing and self.stats.checks_made() < MAX_CHECKED_SHAPES
 
-    def prewarm(self, hidden: int, dtype: torch.dtype, device: torch.device) -> None:
+    def prewarm(self, row_counts: tuple[int, ...], hidden: int, dtype: torch.dtype, device: torch.device) -> None:
         try:
-            for rows in PREWARM_ROWS:
+            weight = torch.ones(hidden, device=device, dtype=dtype)
+            for rows in row_counts:
                 a, b = torch.randn(rows, hidden, device=device, dtype=dtype), torch.randn(rows, hidden, device=device,
                                                                                          dtype=dtype)
-                self.run_scratch(a, b, torch.ones(hidden, device=device, dtype=dtype))
+                self.run_scratch(a, b, weight)
             torch.cuda.synchronize(device)
-            self.stats.doc["detail"]["prewarmed_rows"] = list(PREWARM_ROWS)
+            self.stats.doc["detail"].setdefault("prewarmed_rows", {})[f"{hidden} {str(dtype).removeprefix('torch.')}"] \
+                = list(row_counts)
         except Exception as exc:  # recorded; the real call that follows reports the kernel's own failure
             self.stats.error(f"prewarm failed: {type(exc).__name__}: {exc}")
 

@@ -119,14 +119,15 @@ def test_run_arm_is_one_engine(tmp_path, ts_recipe, probe):
 
 
 def test_engine_crash_stops_plan_with_partial_results(tmp_path, ts_recipe, probe):
-    # readiness uses 1 request, each probe run 2: the engine exits right after the first run
-    crashy = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--crash-after", "3", name="crashy")
+    # readiness uses 1 request, the engine warm-up 2 (2 rounds at c=1), each probe run 2: the engine exits right after
+    # the first run
+    crashy = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--crash-after", "5", name="crashy")
     with pytest.raises(RunFailed) as err:
         run_plan([crashy], workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused",
                  order="sequential")
     partial = err.value.partial
     assert not partial.complete and len(partial.runs) == 1 and partial.runs[0].ok
-    assert "crashy" in str(err.value) and "crashing after 3 requests" in str(err.value)  # the log tail
+    assert "crashy" in str(err.value) and "crashing after 5 requests" in str(err.value)  # the log tail
     assert partial.engines[0].returncode is not None and not group_alive(partial.engines[0].pid)
     assert any("stopped part-way" in n for n in partial.notes)
 
@@ -269,3 +270,55 @@ def test_a_finished_plan_accounts_for_its_wall_time(tmp_path, ts_recipe, probe):
     assert t["measured_s"] == pytest.approx(0.1 * len(result.runs))  # the probe reports 0.1 s windows
     # the probe's windows are nominal, not timed: their share can exceed 1 on a fast machine; only the arithmetic counts
     assert t["measured_share"] == pytest.approx(t["measured_s"] / t["wall_s"])
+
+
+def test_each_engine_is_warmed_once_before_its_first_measured_run(tmp_path, ts_recipe, probe):
+    from infercrane.receipts.models_v2 import EngineRecord as ReceiptEngine
+    from infercrane.serving.receipt import engine_record
+    from infercrane.serving.warmup import ROUNDS
+
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
+    b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
+    w = workload(concurrency=[1, 2])
+    result = run_plan([a, b], w, out_dir=tmp_path, drivers="probe", tokenizer="unused", coresident=True)
+    assert len(result.engines) == 2  # co-resident: a's two visits (sandwich) are one engine
+    for rec in result.engines:
+        assert rec.warmup["requests"] == ROUNDS * (1 + 2) and rec.warmup["concurrencies"] == [1, 2]
+        assert ReceiptEngine.model_validate(engine_record(rec)).warmup.requests == ROUNDS * 3
+    finished = {}  # arm -> the server's finished requests seen at the start of each probe run, in order
+    for spec, stats in probe["probe"].seen:
+        finished.setdefault(spec.arm, []).append(stats["finished_requests"])
+    for arm, counts in finished.items():
+        assert counts[0] >= ROUNDS * 3, (arm, counts)  # the warm-up came before the first measured run
+        assert all(y - x == 2 for x, y in zip(counts, counts[1:])), (arm, counts)  # and never again: 2 per probe run
+
+
+class TimedProbe(ProbeDriver):
+    """The probe with real windows (start, duration), a pause between runs so that no two windows touch."""
+
+    def run(self, spec: RunSpec) -> RunMetrics:
+        import time
+        from datetime import datetime, timezone
+
+        time.sleep(2.2)
+        start, t0 = datetime.now(timezone.utc).isoformat(), time.monotonic()
+        m = super().run(spec)
+        return m.model_copy(update={"started_at": start, "duration_s": time.monotonic() - t0})
+
+
+def test_a_compile_the_engine_logs_inside_a_window_is_recorded_against_that_run(tmp_path, ts_recipe, probe,
+                                                                               monkeypatch):
+    from infercrane.receipts.models_v2 import EngineRecord as ReceiptEngine
+    from infercrane.serving.receipt import engine_record
+
+    probe["probe"] = TimedProbe()
+    # readiness 1 request, warm-up 2 (c = 1), then 2 per probe run: the 6th finished request is run 1's second
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--log-jit-after", "6", name="a", model="model-a")
+    result = run_plan([a], workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused",
+                      order="sequential")
+    (rec,) = result.engines
+    assert [(j["kernel"], j["runs"]) for j in rec.jit_during_serving] == [("testserver_kernel",
+                                                                           ["a run 1 at c=1 (probe)"])]
+    assert ReceiptEngine.model_validate(engine_record(rec)).jit_during_serving[0].kernel == "testserver_kernel"
+    assert any("Triton JIT compile of testserver_kernel" in n and "a run 1 at c=1 (probe)" in n
+               for n in result.notes), result.notes

@@ -2,6 +2,7 @@
 on CPU tensors under Triton's interpreter, the in-engine gate, declines, and the record each process writes."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import textwrap
@@ -225,16 +226,51 @@ def test_the_package_declares_the_plugin_vllm_loads():
     assert callable(getattr(importlib.import_module(module), fn))
 
 
+@contextlib.contextmanager
+def _compiles(impl: str):
+    """The compiles of ``impl``'s kernel inside the block: Triton's JIT hook (as vLLM's JIT monitor uses it), or the
+    CUDA kernel's record of NVRTC compiles."""
+    seen: list[str] = []
+    if impl == "cuda":
+        from infercrane.kernels.ops.fused_add_rmsnorm import cuda_kernel
+
+        before = len(cuda_kernel._COMPILED)
+        yield seen
+        seen.extend(str(c["options"]) for c in cuda_kernel._COMPILED[before:])
+        return
+    from triton import knobs
+
+    previous = knobs.runtime.jit_post_compile_hook
+
+    def hook(**kwargs):
+        seen.append(getattr(kwargs.get("fn"), "name", "?"))
+        return previous(**kwargs) if previous is not None else None
+
+    knobs.runtime.jit_post_compile_hook = hook
+    try:
+        yield seen
+    finally:
+        knobs.runtime.jit_post_compile_hook = previous
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("impl", ["triton", "cuda"])
 def test_on_a_gpu_the_provider_prewarms_checks_and_runs_inside_a_cuda_graph(tmp_path, impl):
+    from infercrane.vllm_plugin.providers import prewarm_rows
+
     op, stats = _register(KernelChoice("fused_add_rms_norm", impl), tmp_path)
     x, res, w = (t.cuda() for t in _inputs(8192))
     op(x, res, w, 1e-6, None)  # the profiling run's shape: prewarms the decode sizes, checks this shape
     stats.write()
     (doc,) = read_stats(tmp_path)
-    assert doc["detail"]["prewarmed_rows"][0] == 1 and doc["checks"][0]["passed"] and not doc["errors"]
+    assert doc["detail"]["prewarmed_rows"]["1024 bfloat16"] == list(prewarm_rows(8192))
+    assert doc["checks"][0]["passed"] and not doc["errors"]
     assert doc["checks"][0]["slowdown"] > 0 and doc["checks"][0]["too_slow"] is False  # timed on CUDA
+    with _compiles(impl) as compiled:  # prefill sizes met while serving compile nothing more
+        for rows in (897, 1025, 2049, 2306, 3207, 4095, 8191):
+            op(*(t.cuda() for t in _inputs(rows, seed=rows)), 1e-6, None)
+        torch.cuda.synchronize()
+    assert compiled == [], compiled
     xs, rs, ws = (t.cuda() for t in _inputs(4, seed=9))
     ref_out, ref_res = native_fused_add_rms_norm(xs.clone(), rs.clone(), ws, 1e-6)
     sx, sr = xs.clone(), rs.clone()
@@ -271,3 +307,25 @@ def test_the_plugin_keeps_vllms_lowering_lines_beside_its_records(tmp_path):
             h.close()
         log.handlers[:] = before
         log.setLevel(level)
+
+
+@pytest.mark.parametrize("hidden, top", [(1024, 8192), (128, 131072), (4096, 8192)])
+def test_the_prewarm_meets_every_configuration_infercranes_kernels_compile_up_to_the_first_calls_rows(hidden, top):
+    """Each distinct compiled configuration (Triton constexprs and warps; CUDA -D defines) over 1..top rows is met by
+    one of the prewarmed row counts, for both ops and both kernels: nothing is left to compile while serving."""
+    from infercrane.kernels.ops.fused_add_rmsnorm import cuda_kernel as fused_cuda, triton_kernel as fused_triton
+    from infercrane.kernels.ops.rms_norm import cuda_kernel as rms_cuda, triton_kernel as rms_triton
+    from infercrane.vllm_plugin.providers import PREWARM_ROWS, prewarm_rows
+
+    def triton_key(module):
+        return lambda rows: tuple(sorted((k, v) for k, v in module.triton_config(rows, hidden).items() if k != "grid"))
+
+    def cuda_key(fn):
+        return lambda rows: tuple(fn(rows, hidden)["defines"])
+
+    warm = prewarm_rows(top)
+    assert set(PREWARM_ROWS) <= set(warm) and max(warm) == top and len(warm) < 64
+    for key in (triton_key(fused_triton), triton_key(rms_triton),
+                cuda_key(lambda r, h: fused_cuda.cuda_config(r, h, num_sms=132)), cuda_key(rms_cuda.cuda_config)):
+        needed = {key(rows) for rows in range(1, top + 1, 1 if top <= 8192 else 7)} | {key(top)}
+        assert needed <= {key(rows) for rows in warm}

@@ -1,0 +1,107 @@
+"""What one call of a kernel costs when vLLM runs it outside a CUDA graph, as InferCrane's provider and as vLLM's own.
+
+Outside CUDA graphs (vLLM captures batches up to 512 tokens; bigger prefill batches run eagerly through the compiled
+code) every call of an IR op pays its host-side cost. This times, per row count, calls issued back to back and
+synchronized once at the end (so the time per call is the larger of the host's cost and the GPU's), for:
+
+  kernel            InferCrane's kernel function, called directly
+  opaque            that call wrapped as a bare ``torch.library.custom_op`` (the dispatch the provider pays)
+  provider          vLLM's registered implementation for InferCrane's provider: the opaque op with InferCrane's
+                    call counter, shape bookkeeping and gate (``infercrane/vllm_plugin/providers.py``)
+  native            vLLM's native implementation (PyTorch operations), eager
+  native_compiled   the same under ``torch.compile`` (Inductor's code for the op alone: no neighbours to fuse with)
+
+Needs a CUDA GPU and vLLM 0.22.1 (its IR op registry). Usage:
+    python benchmarks/provider_overhead.py [--impl triton|cuda] [--rows 8 1024 4096] [--calls 2000] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+HIDDEN = 1024  # Qwen3-0.6B
+EPS = 1e-6
+
+
+def per_call_us(fn, calls: int) -> float:
+    import torch
+
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--impl", choices=["triton", "cuda"], default="triton")
+    p.add_argument("--rows", type=int, nargs="+", default=[8, 1024, 4096])
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--out", type=Path, default=None, help="also write the results as JSON lines here")
+    args = p.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("provider_overhead: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    try:
+        import vllm
+        from vllm import ir
+    except ImportError as exc:
+        print(f"provider_overhead: needs vLLM (its IR op registry): {exc}", file=sys.stderr)
+        return 2
+
+    from infercrane.vllm_plugin.providers import load_kernel, register_choice
+    from infercrane.vllm_plugin.selection import KernelChoice
+
+    choice = KernelChoice("fused_add_rms_norm", args.impl)
+    register_choice(choice, ir.ops, None)
+    op = ir.ops.fused_add_rms_norm
+    provider = op.impls[choice.provider].impl_fn
+    native = op.impls["native"].impl_fn
+    native_compiled = torch.compile(native, dynamic=False)
+    kernel = load_kernel(choice).fn
+
+    @torch.library.custom_op(f"infercrane_bench::opaque_{args.impl}", mutates_args=("x", "r"))
+    def opaque(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float) -> None:
+        kernel(x, r, w, eps)
+
+    opaque.register_fake(lambda *a: None)
+
+    rows_out = []
+    head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "vllm": vllm.__version__,
+            "python": platform.python_version(), "impl": args.impl, "hidden": HIDDEN, "dtype": "bfloat16",
+            "calls": args.calls, "timing": "back-to-back calls, one synchronize at the end; us per call"}
+    print(json.dumps(head))
+    for rows in args.rows:
+        g = torch.Generator(device="cuda").manual_seed(rows)
+        x = torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=g)
+        r = torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=g)
+        w = torch.ones(HIDDEN, device="cuda", dtype=torch.bfloat16)
+        # in-place ops on the same buffers: values grow but stay finite over a few thousand calls of a norm
+        variants = {
+            "kernel": lambda: kernel(x, r, w, EPS),
+            "opaque": lambda: opaque(x, r, w, EPS),
+            "provider": lambda: provider(x, r, w, EPS),
+            "native": lambda: native(x, r, w, EPS),
+            "native_compiled": lambda: native_compiled(x, r, w, EPS),
+        }
+        row = {"rows": rows} | {name: round(per_call_us(fn, args.calls), 3) for name, fn in variants.items()}
+        rows_out.append(row)
+        print(json.dumps(row))
+    if args.out is not None:
+        args.out.write_text("\n".join(json.dumps(o) for o in [head, *rows_out]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""The engine warm-up: load an engine at every concurrency of the workload before its first measured point.
+
+A fresh vLLM engine still compiles code the first time a batch shape or configuration is met while serving: on the
+H200 (vLLM 0.22.1, Qwen3-0.6B, compiled mode) the sampler's Triton top-k/top-p kernel was JIT-compiled in the first
+c = 8 point of each arm and stalled it for seconds (``docs/benchmarks/2026-12-01-h200-kernel-in-vllm``), longer than
+the warm-up the driver gives each point. So before an engine's first measured point InferCrane sends, at each of the
+workload's concurrencies in ascending order, ``ROUNDS`` rounds of ``c`` concurrent requests shaped like the
+workload's (endpoint, streaming, prompt length, output length, ``ignore_eos``; no sampling parameters, so the server
+applies the same defaults it applies to the driver's requests). Nothing of it is measured; what it did is recorded
+on the engine (``EngineRecord.warmup``). A request the engine refuses fails the arm there, with the engine's answer.
+"""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+ROUNDS = 2
+FILLER = "warm"  # one token per word for common BPE tokenizers: the prompt is about input_tokens long
+
+
+def warmup_body(workload: Any, served_model: str, index: int) -> tuple[str, dict[str, Any]]:
+    """(path, body) of warm-up request ``index``: the workload's shape, a prompt of its length, unique per index
+    (so that no two requests share a cached prefix)."""
+    prompt = f"{index} " + " ".join([FILLER] * max(1, workload.input_tokens - 1))
+    body: dict[str, Any] = {"model": served_model, "max_tokens": workload.output_tokens, "stream": workload.streaming}
+    if workload.ignore_eos:
+        body |= {"ignore_eos": True, "min_tokens": workload.output_tokens}
+    if workload.endpoint == "chat":
+        return "/v1/chat/completions", body | {"messages": [{"role": "user", "content": prompt}]}
+    return "/v1/completions", body | {"prompt": prompt}
+
+
+def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
+    """Warm ``engine`` for ``workload`` (module docstring); returns the record ``EngineRecord.warmup`` holds."""
+    t0 = time.monotonic()
+    concurrencies = sorted(set(workload.concurrency))
+    sent = 0
+    for c in concurrencies:
+        for _ in range(ROUNDS):
+            requests = [warmup_body(workload, engine.served_model, sent + i) for i in range(c)]
+            sent += c
+            with ThreadPoolExecutor(max_workers=c) as pool:
+                answers = list(pool.map(lambda req: _send(engine, req, workload.request_timeout_s), requests))
+            for status, payload in answers:
+                if status is None:
+                    raise engine.failure(f"did not answer a warm-up request at concurrency {c}: {payload!r}")
+                if status != 200:
+                    raise engine.failure(f"answered {status} to a warm-up request at concurrency {c}: "
+                                         f"{_text(payload)[:300]!r}")
+    return {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
+            "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _send(engine: Any, req: tuple[str, dict[str, Any]], timeout_s: float) -> tuple[int | None, Any]:
+    try:
+        return engine.request("POST", req[0], req[1], timeout_s=timeout_s)
+    except OSError as exc:  # refused, reset, timed out: (None, why)
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _text(payload: bytes) -> str:
+    try:
+        return json.dumps(json.loads(payload))
+    except ValueError:
+        return payload.decode("utf-8", "replace")

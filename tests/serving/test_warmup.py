@@ -1,0 +1,70 @@
+"""The engine warm-up (serving/warmup.py): what it sends, what it records, how a refusing engine fails."""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from infercrane.errors import RunFailed
+from infercrane.serving.engine import Engine
+from infercrane.serving.warmup import ROUNDS, warm_engine, warmup_body
+from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload
+
+
+def workload(**kw) -> Workload:
+    data = dict(schema_version=WORKLOAD_SCHEMA_VERSION, name="w", concurrency=[4, 1], input_tokens=16,
+                output_tokens=5, runs_per_arm=3)
+    data.update(kw)
+    return Workload(**data)
+
+
+def test_a_warm_up_request_has_the_workloads_shape_and_no_sampling_parameters():
+    path, body = warmup_body(workload(), "m", 3)
+    assert path == "/v1/completions"
+    assert body == {"model": "m", "max_tokens": 5, "stream": True, "ignore_eos": True, "min_tokens": 5,
+                    "prompt": body["prompt"]}
+    assert len(body["prompt"].split()) == 16 and body["prompt"] != warmup_body(workload(), "m", 4)[1]["prompt"]
+    path, body = warmup_body(workload(endpoint="chat", streaming=False, ignore_eos=False), "m", 0)
+    assert path == "/v1/chat/completions" and body["stream"] is False and "ignore_eos" not in body
+    assert body["messages"][0]["role"] == "user"
+
+
+def test_the_warm_up_loads_every_concurrency_and_says_what_it_sent(tmp_path, ts_recipe):
+    with Engine(ts_recipe("--ttft-ms", "0", "--itl-ms", "1"), log_dir=tmp_path, startup_timeout_s=30) as engine:
+        before = _stats(engine)["finished_requests"]
+        record = warm_engine(engine, workload())
+        after = _stats(engine)["finished_requests"]
+    assert record["concurrencies"] == [1, 4] and record["rounds"] == ROUNDS
+    assert record["requests"] == ROUNDS * (1 + 4) == after - before
+    assert record["seconds"] >= 0
+
+
+class _Refusing:
+    served_model = "m"
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def request(self, method, path, body=None, timeout_s=5.0):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def failure(self, what):
+        return RunFailed(f"engine 'x' {what}")
+
+
+def test_an_engine_that_refuses_a_warm_up_request_fails_with_its_answer():
+    with pytest.raises(RunFailed, match=r"answered 400 to a warm-up request at concurrency 1: .*max_tokens"):
+        warm_engine(_Refusing((400, json.dumps({"error": "max_tokens too large"}).encode())), workload())
+
+
+def test_an_engine_that_does_not_answer_a_warm_up_request_fails_naming_why():
+    with pytest.raises(RunFailed, match=r"did not answer a warm-up request at concurrency 1: .*ConnectionRefused"):
+        warm_engine(_Refusing(ConnectionRefusedError(111, "refused")), workload())
+
+
+def _stats(engine) -> dict:
+    with urllib.request.urlopen(f"{engine.base_url}/stats", timeout=5) as resp:
+        return json.loads(resp.read())
