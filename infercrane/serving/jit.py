@@ -14,6 +14,7 @@ of the run they are set against.
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from typing import Any, Iterable
 JIT_LINE = re.compile(r"(?P<month>\d\d)-(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d)(?:\.\d+)?\s.*?"
                       r"Triton kernel JIT compilation during inference: (?P<kernel>[^\s.]+)")
 SLACK_S = 1.0  # the log's stamps are whole seconds
+_log = logging.getLogger("infercrane.serving.engine")  # the engine lines the serve commands print as they come
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ def attribute(events: Iterable[JitEvent], runs: list[Any]) -> list[dict[str, Any
 
 
 def notes(engine_label: str, records: list[dict[str, Any]]) -> list[str]:
-    """The plan notes for the records that fall in measured windows."""
-    return [f"{engine_label}: vLLM logged a Triton JIT compile of {r['kernel']} at {r['logged_at']} inside the window "
-            f"of {', '.join(r['runs'])}: the compile's stall is in those numbers" for r in records if r["runs"]]
+    """The plan notes for the records that fall in measured windows, each also logged as a warning."""
+    out = [f"{engine_label}: vLLM logged a Triton JIT compile of {r['kernel']} at {r['logged_at']} inside the window "
+           f"of {', '.join(r['runs'])}: the compile's stall is in those numbers" for r in records if r["runs"]]
+    for line in out:
+        _log.warning(line)
+    return out

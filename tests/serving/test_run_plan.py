@@ -306,8 +306,7 @@ class TimedProbe(ProbeDriver):
         return m.model_copy(update={"started_at": start, "duration_s": time.monotonic() - t0})
 
 
-def test_a_compile_the_engine_logs_inside_a_window_is_recorded_against_that_run(tmp_path, ts_recipe, probe,
-                                                                               monkeypatch):
+def test_a_compile_the_engine_logs_inside_a_window_is_recorded_against_that_run(tmp_path, ts_recipe, probe, caplog):
     from infercrane.receipts.models_v2 import EngineRecord as ReceiptEngine
     from infercrane.serving.receipt import engine_record
 
@@ -322,3 +321,4 @@ def test_a_compile_the_engine_logs_inside_a_window_is_recorded_against_that_run(
     assert ReceiptEngine.model_validate(engine_record(rec)).jit_during_serving[0].kernel == "testserver_kernel"
     assert any("Triton JIT compile of testserver_kernel" in n and "a run 1 at c=1 (probe)" in n
                for n in result.notes), result.notes
+    assert any("testserver_kernel" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)  # said live
