@@ -48,10 +48,21 @@ def _is_table(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
 
 
-def _table(title: str, records: list[dict[str, Any]], show_all: bool) -> Table:
+def _tables(title: str, records: list[dict[str, Any]], show_all: bool) -> Iterator[Table]:
+    """The records as one table, then each record's own lists of records as tables of their own
+    (``engines[1].kernels``). A key that holds a dict or records in any record is not a column."""
+    nested = {k for r in records for k, v in r.items() if isinstance(v, dict) or _is_table(v)}
+    yield _table(title, records, show_all, skip=nested)
+    for i, r in enumerate(records if show_all else records[:MAX_ROWS]):
+        for k, v in r.items():
+            if _is_table(v):
+                yield from _tables(f"{title}[{i}].{k}", v, show_all)
+
+
+def _table(title: str, records: list[dict[str, Any]], show_all: bool, skip: set[str]) -> Table:
     cols: list[str] = []
     for r in records:
-        cols += [k for k, v in r.items() if k not in cols and not isinstance(v, dict) and not _is_table(v)]
+        cols += [k for k in r if k not in cols and k not in skip]
     t = Table(title=Text(safe(title)), title_justify="left", show_lines=False)
     for c in cols:
         t.add_column(Text(safe(c)), overflow="fold")
@@ -89,7 +100,7 @@ def _sections(doc: dict[str, Any], prefix: str, show_all: bool) -> Iterator[Any]
     for k, v in nested:
         name = f"{prefix}.{k}" if prefix else k
         if _is_table(v):
-            yield _table(name, v, show_all)
+            yield from _tables(name, v, show_all)
         else:
             yield from _sections(v, name, show_all)
 

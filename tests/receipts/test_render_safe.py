@@ -83,3 +83,15 @@ def test_the_ledger_tells_a_workaround_applied_from_a_finding_observed() -> None
     with pytest.raises(ValidationError, match="quotes its evidence"):
         RuntimeFindingV2(finding="f", workaround="w", status="observed")
     assert RuntimeFindingV2(finding="f", workaround="w", status="observed", evidence="engine log: x").evidence
+
+
+def test_records_inside_records_are_tables_of_their_own_not_cells():
+    doc = {"engines": [{"recipe": "a", "kernels": []},
+                       {"recipe": "b", "kernels": [{"provider": "infercrane_triton", "calls": 16017,
+                                                    "checks": [{"shape": "8x1024 bfloat16", "passed": True}]}]}]}
+    con = Console(width=120, record=True, color_system=None)
+    con.print(render_show(doc))
+    text = con.export_text()
+    assert "engines[1].kernels" in text and "infercrane_triton" in text and "16017" in text
+    assert "engines[1].kernels[0].checks" in text and "8x1024 bfloat16" in text
+    assert "{'provider'" not in text and "'checks'" not in text  # no record printed as a Python literal in a cell
