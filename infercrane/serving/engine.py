@@ -62,141 +62,20 @@ import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
-from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.errors import InputError, RunFailed
+from infercrane.serving.engine_kinds import HOST, get_engine_kind
 from infercrane.serving.recipes import PROGRAM_ENV_VARS, Recipe
 
-HOST = "127.0.0.1"
 _log = logging.getLogger(__name__)
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def needs_dummy_weights(model_dir: str | Path) -> bool:
-    """True for a model stand-in (its marker says so), or any model directory without weight files:
-    vLLM can serve those only with ``--load-format dummy``."""
-    path = Path(model_dir)
-    try:
-        from infercrane.models.standin import read_stand_in_marker
-    except ImportError:
-        marker = None
-    else:
-        marker = read_stand_in_marker(path)
-    if marker is not None:
-        return marker.get("weights") == "dummy"
-    if not (path / "config.json").is_file():
-        return False
-    return not any(p.suffix in WEIGHT_SUFFIXES for p in path.rglob("*") if p.is_file())
-
-
-# -- engine kinds (ordered registry) -------------------------------------------------------------
-@dataclass(frozen=True)
-class EngineKind:
-    """What differs between engines: how to tell it is installed, its command line, its defaults."""
-
-    name: str
-    display_name: str
-    install_hint: str
-    underscores_ok: bool  # the engine's parser accepts --max_model_len for --max-model-len
-    needs_model_config: bool  # a local model dir must hold config.json
-    short_aliases: tuple[tuple[str, str], ...] = ()  # rewritten by the engine before parsing; not in --help
-
-    def available(self) -> tuple[bool, str]:
-        raise NotImplementedError
-
-    def base_command(self) -> list[str]:
-        raise NotImplementedError
-
-    def command(self, recipe: Recipe, port: int) -> list[str]:
-        raise NotImplementedError
-
-    def default_env(self) -> dict[str, str]:
-        return {}
-
-    def help_text(self) -> str:
-        raise NotImplementedError
-
-
-class _VllmKind(EngineKind):
-    def available(self) -> tuple[bool, str]:
-        import importlib.util
-
-        from infercrane.env.capture import ABSENT, dist_version
-
-        if importlib.util.find_spec("vllm") is None:
-            return False, f"the vllm package is not importable by {sys.executable}"
-        found = dist_version("vllm")
-        return True, f"vllm {found}" if found != ABSENT else "vllm (version unknown: no package metadata)"
-
-    def base_command(self) -> list[str]:
-        # `python -m` rather than the `vllm` console script: a site installed with `pip --target`
-        # (the GPU machine's) has a console script whose shebang names the staging interpreter.
-        return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
-
-    def command(self, recipe: Recipe, port: int) -> list[str]:
-        model = recipe.resolved_model()
-        cmd = [*self.base_command(), "serve", model, "--host", HOST, "--port", str(port)]
-        has_load_format = any(a.split("=", 1)[0] in ("--load-format", "--load_format") for a in recipe.engine_args)
-        if recipe.model_is_local() and needs_dummy_weights(model) and not has_load_format:
-            cmd += ["--load-format", "dummy"]
-        return [*cmd, *recipe.engine_args]
-
-    def default_env(self) -> dict[str, str]:
-        return {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-
-    def help_text(self) -> str:
-        proc = subprocess.run([*self.base_command(), "serve", "--help=all"], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "COLUMNS": "200"})
-        if proc.returncode != 0:
-            raise RunFailed(f"`vllm serve --help=all` exited with {proc.returncode}: {proc.stderr[-2000:]}",
-                            hint="make vllm importable (PYTHONPATH) and run it by hand to see the error")
-        return proc.stdout
-
-
-class _TestServerKind(EngineKind):
-    def available(self) -> tuple[bool, str]:
-        import importlib.util
-
-        if importlib.util.find_spec("aiohttp") is None:
-            return False, "aiohttp is not installed (pip install 'infercrane[serve]')"
-        return True, "infercrane.serving.testserver (aiohttp)"
-
-    def base_command(self) -> list[str]:
-        return [sys.executable, "-m", "infercrane.serving.testserver"]
-
-    def command(self, recipe: Recipe, port: int) -> list[str]:
-        return [*self.base_command(), "--host", HOST, "--port", str(port), "--model", recipe.model,
-                *recipe.engine_args]
-
-    def help_text(self) -> str:
-        from infercrane.serving.testserver import parser
-
-        return parser().format_help()
-
-
-ENGINE_KINDS: dict[str, EngineKind] = {
-    "vllm": _VllmKind("vllm", "vllm serve", "install vllm==0.22.1 in the Python that runs InferCrane on the GPU machine "
-                      "(pip install vllm==0.22.1), or put an installed vLLM on PYTHONPATH",
-                      underscores_ok=True, needs_model_config=True,
-                      short_aliases=(("-O", "--optimization-level"),)),  # vllm/utils/argparse_utils.py
-    "testserver": _TestServerKind("testserver", "infercrane.serving.testserver", "pip install 'infercrane[serve]'",
-                                  underscores_ok=False, needs_model_config=False),
-}
-
-
-def get_engine_kind(name: str) -> EngineKind:
-    try:
-        return ENGINE_KINDS[name]
-    except KeyError:
-        raise InputError(f"unknown engine {name!r}", hint=f"known engines: {', '.join(ENGINE_KINDS)}") from None
 
 
 # -- process-group helpers ----------------------------------------------------------------------

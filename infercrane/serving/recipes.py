@@ -350,7 +350,7 @@ def check_engine_args(args: list[str], known: EngineFlags, *, engine: str, under
 
 @functools.lru_cache(maxsize=8)
 def _cached_help_flags(engine: str) -> EngineFlags:
-    from infercrane.serving.engine import get_engine_kind
+    from infercrane.serving.engine_kinds import get_engine_kind
 
     return parse_help_flags(get_engine_kind(engine).help_text())
 
@@ -364,7 +364,7 @@ def check_recipe(recipe: Recipe, *, help_text: str | None = None, kernel_probe: 
     replaces the engine Python's answer about its IR ops.
     Raises InputError (bad recipe) or UnavailableError (engine not installed here).
     """
-    from infercrane.serving.engine import get_engine_kind
+    from infercrane.serving.engine_kinds import get_engine_kind
 
     kind = get_engine_kind(recipe.engine)  # InputError listing the known engines
     if help_text is None:

@@ -10,7 +10,8 @@ import pytest
 
 import infercrane.serving.engine as engine_mod
 from infercrane.errors import InputError, RunFailed
-from infercrane.serving.engine import ENGINE_KINDS, Engine, group_alive, listening_inodes, port_in_use
+from infercrane.serving.engine import Engine, group_alive, listening_inodes, port_in_use
+from infercrane.serving.engine_kinds import ENGINE_KINDS
 from infercrane.serving.recipes import RECIPE_SCHEMA_VERSION, Recipe, load_recipe
 
 

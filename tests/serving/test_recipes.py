@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from infercrane.errors import InputError, UnavailableError
-from infercrane.serving.engine import ENGINE_KINDS
+from infercrane.serving.engine_kinds import ENGINE_KINDS
 from infercrane.serving.recipes import (ENGINE_NAMES, RECIPE_SCHEMA_VERSION, Recipe, check_recipe, load_recipe,
                                         parse_help_flags, shipped_recipes)
 
