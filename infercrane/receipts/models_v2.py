@@ -513,7 +513,7 @@ class KernelInEngine(Strict):
                                                       "vLLM's lowering pass gave it (compiled engines; None: not logged)")
     ran: bool
     gate_passed: bool
-    failed_stage: Literal["priority", "registration", "calls", "lowering", "gate"] | None
+    failed_stage: Literal["priority", "registration", "raised", "calls", "lowering", "gate"] | None
 
 
 class TokenGateRecord(Strict):

@@ -549,10 +549,23 @@ class Engine(_Served):
         return self
 
     def failure(self, what: str) -> RunFailed:
-        """A RunFailed naming this engine, its command and its log tail."""
+        """A RunFailed naming this engine, its command and its log tail (and, for a recipe with kernels, what their
+        records say, also recorded on ``record.kernels``)."""
+        if self.recipe.kernels:
+            what += self._kernel_errors()
         return RunFailed(f"engine {self.label!r} ({self.recipe.engine}) {what}\n"
                          f"command: {shlex.join(self.command)}\nlog {self.log_path}, last lines:\n{self.log_tail()}",
                          hint="read the engine log; fix the recipe or raise startup_timeout_s if it was still loading")
+
+    def _kernel_errors(self) -> str:
+        from infercrane.serving.kernels import read_proofs
+
+        try:
+            docs = read_proofs(self)
+        except Exception as exc:  # a failure report must not fail: say the records could not be read
+            return f"; its kernel records could not be read ({type(exc).__name__}: {exc})"
+        errors = [e for d in docs for e in d["errors"]]
+        return f"; its kernel records say: {'; '.join(errors[:3])}" if errors else ""
 
     def failure_if_dead(self, what: str, *, grace_s: float = 2.0) -> RunFailed | None:
         """When the engine has died (waiting up to ``grace_s`` for a dying one to be gone), a RunFailed saying so —

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from infercrane.errors import InputError, RunFailed
+from infercrane.vllm_plugin.stats import RAISED
 from infercrane.vllm_plugin.selection import (ENV_KERNELS, ENV_STATS, INFERCRANE_ROOT, KernelChoice, decode, encode,
                                               kernel_sources_sha256, provider_name)
 
@@ -226,6 +227,8 @@ def proof(choice: KernelChoice, log_text: str, records: list[dict[str, Any]],
         stage = "priority"
     elif not doc["registered_in_pids"] or not doc["engine_sources_match"]:
         stage = "registration"
+    elif any(e.startswith(RAISED) for e in doc["errors"]):
+        stage = "raised"
     elif doc["calls"] == 0:
         stage = "calls"
     elif doc["lowered"] is not None and doc["lowered"].get(choice.provider, 0) == 0:
@@ -256,6 +259,8 @@ def why_failed(doc: dict[str, Any]) -> str:
                 "engine's path?)")
     if stage == "registration":
         return f"{what} did not run: no vLLM process registered it ({'; '.join(doc['errors']) or 'no record'})"
+    if stage == "raised":
+        return f"{what} {next(e for e in doc['errors'] if e.startswith(RAISED))} inside the engine"
     if stage == "calls":
         return f"{what} did not run: registered and first in priority, but never called"
     if stage == "lowering":
@@ -276,6 +281,17 @@ def why_failed(doc: dict[str, Any]) -> str:
 def prove(engine: Any) -> list[dict[str, Any]]:
     """The proof for every kernel of ``engine``'s recipe (recorded on ``engine.record.kernels``); RunFailed naming
     the failed stage when a kernel did not run or failed the in-engine gate."""
+    docs = read_proofs(engine)
+    failed = [d for d in docs if d["failed_stage"] is not None]
+    if failed:
+        raise RunFailed(f"engine {engine.label!r}: " + "; ".join(why_failed(d) for d in failed),
+                        hint=f"read the engine log {engine.log_path} and the records in {engine.kernel_stats_dir}")
+    return docs
+
+
+def read_proofs(engine: Any) -> list[dict[str, Any]]:
+    """``proof`` of every kernel of ``engine``'s recipe from its log and records as they are now, recorded on
+    ``engine.record.kernels`` (also for an engine that died: what its providers recorded before)."""
     from infercrane.vllm_plugin.stats import read_stats
 
     text = Path(engine.log_path).read_text(errors="replace") if Path(engine.log_path).exists() else ""
@@ -286,10 +302,6 @@ def prove(engine: Any) -> list[dict[str, Any]]:
     # the selection the engine was started with (its sources' hashes as they were then), not the files as they are now
     docs = [proof(c, text, records, lowering) for c in decode(engine.env_added[ENV_KERNELS])]
     engine.record.kernels = docs
-    failed = [d for d in docs if d["failed_stage"] is not None]
-    if failed:
-        raise RunFailed(f"engine {engine.label!r}: " + "; ".join(why_failed(d) for d in failed),
-                        hint=f"read the engine log {engine.log_path} and the records in {engine.kernel_stats_dir}")
     return docs
 
 

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from infercrane.vllm_plugin.selection import KernelChoice, kernel_sources_sha256
-from infercrane.vllm_plugin.stats import MAX_CHECKED_SHAPES, ProviderStats
+from infercrane.vllm_plugin.stats import MAX_CHECKED_SHAPES, RAISED, ProviderStats
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 # Row counts the kernel is run at once, on scratch tensors, at its first call outside CUDA-graph capture (CUDA devices
@@ -190,6 +190,12 @@ class _Provider:
     def run(self, *args: Any) -> None:
         raise NotImplementedError
 
+    def raised(self, shape: str, exc: Exception) -> Exception:
+        """Record that the kernel (or its check) raised at ``shape``, then let it propagate: vLLM fails the step or
+        the engine, and InferCrane reads the record (``serving.kernels``: stage ``raised``)."""
+        self.stats.error(f"{RAISED} at {shape}: {type(exc).__name__}: {str(exc)[:500]}")
+        return exc
+
     def decline(self, reason: str) -> bool:
         self.stats.declined(reason)
         return False
@@ -218,14 +224,17 @@ class _FusedAddRMSNorm(_Provider):
 
     def launch_body(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
         shape = _shape(x)
-        if self.wants_check(shape, x):
-            ref = self.native(x.clone(), x_residual.clone(), weight, epsilon)
+        try:
+            if self.wants_check(shape, x):
+                ref = self.native(x.clone(), x_residual.clone(), weight, epsilon)
+                self.run(x, x_residual, weight, epsilon)
+                record = _check(self.choice, ("out", "residual_out"), (x, x_residual), tuple(ref), shape)
+                self.checked(record, self.speed(lambda: self.native(x.clone(), x_residual.clone(), weight, epsilon),
+                                                lambda: self.run(x.clone(), x_residual.clone(), weight, epsilon), x))
+                return
             self.run(x, x_residual, weight, epsilon)
-            record = _check(self.choice, ("out", "residual_out"), (x, x_residual), tuple(ref), shape)
-            self.checked(record, self.speed(lambda: self.native(x.clone(), x_residual.clone(), weight, epsilon),
-                                            lambda: self.run(x.clone(), x_residual.clone(), weight, epsilon), x))
-            return
-        self.run(x, x_residual, weight, epsilon)
+        except Exception as exc:
+            raise self.raised(shape, exc)
 
     def run(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
         if self.kernel.in_place:
@@ -254,14 +263,17 @@ class _RMSNorm(_Provider):
 
     def launch_body(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
         shape = _shape(x)
-        if self.wants_check(shape, x):
-            ref = self.native(x.clone(), weight, epsilon)
+        try:
+            if self.wants_check(shape, x):
+                ref = self.native(x.clone(), weight, epsilon)
+                self.run(out, x, weight, epsilon)
+                record = _check(self.choice, ("out",), (out,), (ref,), shape)
+                self.checked(record, self.speed(lambda: self.native(x.clone(), weight, epsilon),
+                                                lambda: self.run(torch.empty_like(x), x, weight, epsilon), x))
+                return
             self.run(out, x, weight, epsilon)
-            record = _check(self.choice, ("out",), (out,), (ref,), shape)
-            self.checked(record, self.speed(lambda: self.native(x.clone(), weight, epsilon),
-                                            lambda: self.run(torch.empty_like(x), x, weight, epsilon), x))
-            return
-        self.run(out, x, weight, epsilon)
+        except Exception as exc:
+            raise self.raised(shape, exc)
 
     def run(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
         if self.kernel.in_place:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_CHECKED_SHAPES = 64  # the in-engine gate checks the first call of at most this many shapes
+RAISED = "the kernel raised"  # how an error in a record says the kernel raised (serving.kernels: stage "raised")
 
 
 class ProviderStats:

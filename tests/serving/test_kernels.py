@@ -94,6 +94,7 @@ def _record(**kw):
     ("native", _record(), "priority"),
     (None, _record(), "priority"),
     ("infercrane_triton", _record(detail={}, errors=["registration failed: RuntimeError: no GPU"]), "registration"),
+    ("infercrane_triton", _record(errors=["the kernel raised at 8x1024 bfloat16: RuntimeError: boom"]), "raised"),
     ("infercrane_triton", _record(calls=0, calls_by_shape={}, checks=[]), "calls"),
     ("infercrane_triton", _record(checks=[{"shape": "8x1024 bfloat16", "passed": False, "max_abs_err": 3.5,
                                            "max_rel_err": 1.0, "against": "vLLM native"}]), "gate"),
@@ -102,7 +103,7 @@ def test_the_proof_names_the_stage_that_failed(log_first, record, stage):
     log = "" if log_first is None else PRIORITY.format(first=log_first)
     doc = kernels.proof(KernelChoice("fused_add_rms_norm", "triton"), log, [record])
     assert doc["failed_stage"] == stage
-    assert doc["ran"] == (stage in (None, "gate")) and doc["gate_passed"] == (stage is None)
+    assert doc["ran"] == (stage in (None, "gate", "raised")) and doc["gate_passed"] == (stage is None)
     if stage is not None:
         assert kernels.why_failed(doc).startswith("kernel infercrane_triton for fused_add_rms_norm")
 
@@ -195,3 +196,19 @@ def test_the_proof_holds_an_engine_to_the_selection_it_was_started_with(tmp_path
     (doc,) = kernels.prove(eng)
     assert doc["source_sha256"] == started and doc["engine_sources_match"] and doc["failed_stage"] is None
     assert eng.record.kernels == [doc]
+
+
+def test_an_engine_whose_kernel_raised_says_so_when_it_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernels, "_plugin_installed", lambda: True)
+    eng = Engine(_recipe(kernels={"fused_add_rms_norm": "triton"}), log_dir=tmp_path / "logs", label="cand")
+    eng.log_path.parent.mkdir(parents=True)
+    eng.log_path.write_text(PRIORITY.format(first="infercrane_triton") + "\nTraceback (most recent call last):\n")
+    eng.kernel_stats_dir.mkdir()
+    raised = "the kernel raised at 8192x1024 bfloat16: RuntimeError: The size of tensor a (7) must match"
+    (eng.kernel_stats_dir / "infercrane_triton-fused_add_rms_norm-7.json").write_text(
+        json.dumps(_record(checks=[], errors=[raised])))
+    err = eng.failure("exited with code 1 before it was ready")
+    assert f"its kernel records say: {raised}" in err.message
+    (doc,) = eng.record.kernels
+    assert doc["failed_stage"] == "raised" and kernels.why_failed(doc) == (
+        f"kernel infercrane_triton for fused_add_rms_norm {raised} inside the engine")

@@ -329,3 +329,21 @@ def test_the_prewarm_meets_every_configuration_infercranes_kernels_compile_up_to
                 cuda_key(lambda r, h: fused_cuda.cuda_config(r, h, num_sms=132)), cuda_key(rms_cuda.cuda_config)):
         needed = {key(rows) for rows in range(1, top + 1, 1 if top <= 8192 else 7)} | {key(top)}
         assert needed <= {key(rows) for rows in warm}
+
+
+@pytest.mark.parametrize("body, error", [
+    ("raise ValueError('unsupported hidden size')", "ValueError: unsupported hidden size"),
+    # out of place, the wrong shape: the copy into vLLM's buffer fails
+    ("return x.new_zeros(3, 5), residual", "RuntimeError: The size of tensor a (1024) must match"),
+])
+def test_a_candidate_that_raises_inside_the_engine_is_recorded_and_the_error_propagates(tmp_path, body, error):
+    bad = tmp_path / "bad.py"
+    bad.write_text(f"IN_PLACE = False\ndef kernel(x, residual, weight, eps):\n    {body}\n")
+    op, _ = _register(KernelChoice("fused_add_rms_norm", "user", candidate=f"{bad}:kernel"), tmp_path / "stats")
+    x, res, w = _inputs(4, seed=5)
+    with pytest.raises(Exception) as got:
+        op(x, res, w, 1e-6, None)
+    (doc,) = read_stats(tmp_path / "stats")
+    (recorded,) = doc["errors"]
+    assert recorded.startswith("the kernel raised at 4x1024 bfloat16: ") and error in recorded
+    assert type(got.value).__name__ in recorded
