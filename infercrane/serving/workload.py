@@ -419,11 +419,15 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         log = getattr(engine, "log_path", None)
         if log is None or not getattr(engine.record, "launched_by_infercrane", True):
             return
-        events = jit_events(log)
         _, mine = engine_runs.setdefault(id(engine.record), (engine.record, []))
         mine.extend(new)
-        engine.record.jit_during_serving = attribute(events, mine)
-        result.notes.extend(jit_notes(engine.record.recipe_name, attribute(events, new)))
+        try:
+            events = jit_events(log)
+            engine.record.jit_during_serving = attribute(events, mine)
+            result.notes.extend(jit_notes(engine.record.recipe_name, attribute(events, new)))
+        except Exception as exc:  # reading the log must not hide why a visit failed, nor fail one that did not
+            result.notes.append(f"{engine.record.recipe_name}: its log's compiles could not be read "
+                                f"({type(exc).__name__}: {exc})")
 
     def measure(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         arm = runs[0].arm
