@@ -322,3 +322,17 @@ def test_a_compile_the_engine_logs_inside_a_window_is_recorded_against_that_run(
     assert any("Triton JIT compile of testserver_kernel" in n and "a run 1 at c=1 (probe)" in n
                for n in result.notes), result.notes
     assert any("testserver_kernel" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)  # said live
+
+
+def test_a_log_whose_compiles_cannot_be_read_is_a_note_not_a_failure(tmp_path, ts_recipe, probe, monkeypatch):
+    import infercrane.serving.jit as jit
+
+    def broken(events, runs):
+        raise ValueError("bad stamp")
+
+    monkeypatch.setattr(jit, "attribute", broken)
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
+    result = run_plan([a], workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused",
+                      order="sequential")
+    assert result.complete and len(result.runs) == 3
+    assert any("its log's compiles could not be read (ValueError: bad stamp)" in n for n in result.notes)
