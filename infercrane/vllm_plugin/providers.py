@@ -187,6 +187,40 @@ class _Provider:
         """The kernel on two scratch row tensors (fused: x, residual; rms_norm: out, x)."""
         self.run(a, b, weight, 1e-6)
 
+    def launch_body(self, *args: Any) -> None:
+        """What the opaque launch runs: count the call; at a shape's first call outside capture, the in-engine gate
+        (vLLM's native on copies, the kernel on the real arguments, compared; one warm call of each timed)."""
+        x = self.activations(args)
+        shape = _shape(x)
+        try:
+            if self.wants_check(shape, x):
+                ref = self.reference(args)
+                self.run(*args)
+                record = _check(self.choice, self.output_names, self.outputs(args), ref, shape)
+                self.checked(record, self.speed(lambda: self.reference(args), lambda: self.run(*self.scratch(args)), x))
+                return
+            self.run(*args)
+        except Exception as exc:
+            raise self.raised(shape, exc)
+
+    # per op: the launch's arguments as the gate reads them
+    output_names: tuple[str, ...] = ()
+
+    def activations(self, args: tuple[Any, ...]) -> Tensor:
+        raise NotImplementedError
+
+    def reference(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
+        """vLLM's native implementation on copies of the inputs: what the launch should write."""
+        raise NotImplementedError
+
+    def outputs(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
+        """What the launch wrote, in ``output_names`` order."""
+        raise NotImplementedError
+
+    def scratch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Arguments for a timing call that writes somewhere else than vLLM's buffers."""
+        raise NotImplementedError
+
     def run(self, *args: Any) -> None:
         raise NotImplementedError
 
@@ -222,19 +256,21 @@ class _FusedAddRMSNorm(_Provider):
     mutates = ("x", "x_residual")
     inplace = True
 
-    def launch_body(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
-        shape = _shape(x)
-        try:
-            if self.wants_check(shape, x):
-                ref = self.native(x.clone(), x_residual.clone(), weight, epsilon)
-                self.run(x, x_residual, weight, epsilon)
-                record = _check(self.choice, ("out", "residual_out"), (x, x_residual), tuple(ref), shape)
-                self.checked(record, self.speed(lambda: self.native(x.clone(), x_residual.clone(), weight, epsilon),
-                                                lambda: self.run(x.clone(), x_residual.clone(), weight, epsilon), x))
-                return
-            self.run(x, x_residual, weight, epsilon)
-        except Exception as exc:
-            raise self.raised(shape, exc)
+    output_names = ("out", "residual_out")
+
+    def activations(self, args: tuple[Any, ...]) -> Tensor:
+        return args[0]
+
+    def reference(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
+        x, x_residual, weight, epsilon = args
+        return tuple(self.native(x.clone(), x_residual.clone(), weight, epsilon))
+
+    def outputs(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
+        return args[0], args[1]
+
+    def scratch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        x, x_residual, weight, epsilon = args
+        return x.clone(), x_residual.clone(), weight, epsilon
 
     def run(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
         if self.kernel.in_place:
@@ -261,19 +297,21 @@ class _RMSNorm(_Provider):
     mutates = ("out",)
     inplace = False
 
-    def launch_body(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
-        shape = _shape(x)
-        try:
-            if self.wants_check(shape, x):
-                ref = self.native(x.clone(), weight, epsilon)
-                self.run(out, x, weight, epsilon)
-                record = _check(self.choice, ("out",), (out,), (ref,), shape)
-                self.checked(record, self.speed(lambda: self.native(x.clone(), weight, epsilon),
-                                                lambda: self.run(torch.empty_like(x), x, weight, epsilon), x))
-                return
-            self.run(out, x, weight, epsilon)
-        except Exception as exc:
-            raise self.raised(shape, exc)
+    output_names = ("out",)
+
+    def activations(self, args: tuple[Any, ...]) -> Tensor:
+        return args[1]
+
+    def reference(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
+        _, x, weight, epsilon = args
+        return (self.native(x.clone(), weight, epsilon),)
+
+    def outputs(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
+        return (args[0],)
+
+    def scratch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        _, x, weight, epsilon = args
+        return torch.empty_like(x), x, weight, epsilon
 
     def run(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
         if self.kernel.in_place:
