@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable
 
 MAX_CHECKED_SHAPES = 64  # the in-engine gate checks the first call of at most this many shapes
 RAISED = "the kernel raised"  # how an error in a record says the kernel raised (serving.kernels: stage "raised")
@@ -29,6 +29,7 @@ class ProviderStats:
                  detail: dict[str, Any] | None = None) -> None:
         self.path = (Path(folder) / f"{provider}-{vllm_op}-{os.getpid()}.json") if folder else None
         self.lock = threading.Lock()
+        self._shape_of: dict[Hashable, str] = {}
         self.doc: dict[str, Any] = {
             "provider": provider, "vllm_op": vllm_op, "impl": impl, "source_sha256": source_sha256,
             "pid": os.getpid(), "registered_at": time.time(), "detail": dict(detail or {}),
@@ -50,8 +51,9 @@ class ProviderStats:
         except OSError:  # a record that cannot be written must not take the engine down; InferCrane sees it missing
             pass
 
-    def call(self, shape: str, captured: bool) -> bool:
-        """Count one call; True when this is the shape's first call (the caller then may check it)."""
+    def call(self, shape: str, captured: bool, key: Hashable | None = None) -> bool:
+        """Count one call; True when this is the shape's first call (the caller then may check it). ``key``: the
+        caller's own name for this input (its shape and dtype), under which ``count`` counts later calls."""
         with self.lock:
             d = self.doc
             d["calls"] += 1
@@ -59,9 +61,24 @@ class ProviderStats:
             first = shape not in d["calls_by_shape"]
             d["calls_by_shape"][shape] = d["calls_by_shape"].get(shape, 0) + 1
             n = d["calls"]
+            if key is not None:
+                self._shape_of[key] = shape
         if first or n & (n - 1) == 0:
             self.write()
         return first
+
+    def count(self, key: Hashable, captured: bool) -> None:
+        """Count a call of an input met before under ``key`` (``call``): the hot path, no lock and no string. Only
+        the calling thread changes counts, and only by incrementing existing entries, so a concurrent ``write``
+        sees a consistent dict."""
+        d = self.doc
+        d["calls"] += 1
+        if captured:
+            d["calls_captured"] += 1
+        d["calls_by_shape"][self._shape_of[key]] += 1
+        n = d["calls"]
+        if n & (n - 1) == 0:
+            self.write()
 
     def declined(self, reason: str) -> None:
         with self.lock:

@@ -347,3 +347,20 @@ def test_a_candidate_that_raises_inside_the_engine_is_recorded_and_the_error_pro
     (recorded,) = doc["errors"]
     assert recorded.startswith("the kernel raised at 4x1024 bfloat16: ") and error in recorded
     assert type(got.value).__name__ in recorded
+
+
+def test_calls_after_an_inputs_first_are_counted_under_its_shape_and_written_at_powers_of_two(tmp_path, interpret):
+    op, stats = _register(KernelChoice("fused_add_rms_norm", "triton"), tmp_path)
+    eight, three = _inputs(8), _inputs(3, seed=2)
+    for _ in range(4):
+        op(*eight, 1e-6, None)
+    (doc,) = read_stats(tmp_path)  # the 4th call is a power of two: on disk without an explicit write
+    assert doc["calls"] == 4 and doc["calls_by_shape"] == {"8x1024 bfloat16": 4} and len(doc["checks"]) == 1
+    op(*three, 1e-6, None)
+    op(*eight, 1e-6, None)
+    op(eight[0].view(2, 4, 1024), eight[1].view(2, 4, 1024), eight[2], 1e-6, None)  # same rows, another shape
+    stats.write()
+    (doc,) = read_stats(tmp_path)
+    assert doc["calls"] == 7 and doc["calls_captured"] == 0
+    assert doc["calls_by_shape"] == {"8x1024 bfloat16": 6, "3x1024 bfloat16": 1}
+    assert [c["shape"] for c in doc["checks"]] == ["8x1024 bfloat16", "3x1024 bfloat16"]
