@@ -12,11 +12,13 @@ on the engine (``EngineRecord.warmup``). A request the engine refuses fails the 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 ROUNDS = 2
+_log = logging.getLogger("infercrane.serving.engine")  # the engine lines the serve commands print as they come
 FILLER = "warm"  # one token per word for common BPE tokenizers: the prompt is about input_tokens long
 
 
@@ -49,8 +51,11 @@ def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
                 if status != 200:
                     raise engine.failure(f"answered {status} to a warm-up request at concurrency {c}: "
                                          f"{_text(payload)[:300]!r}")
-    return {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
-            "seconds": round(time.monotonic() - t0, 3)}
+    record = {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
+              "seconds": round(time.monotonic() - t0, 3)}
+    _log.info("engine %s warmed up: %d requests at c = %s in %.1f s (not measured)",
+              getattr(engine, "label", "?"), sent, ", ".join(map(str, concurrencies)), record["seconds"])
+    return record
 
 
 def _send(engine: Any, req: tuple[str, dict[str, Any]], timeout_s: float) -> tuple[int | None, Any]:
