@@ -24,7 +24,6 @@ place; a user's file may be either form (declared in the file or by the choice's
 one is copied into vLLM's buffers.
 """
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -50,8 +49,9 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
-def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+def _capturing(x: Tensor) -> bool:
+    """Whether ``x``'s call is being captured into a CUDA graph."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def prewarm_rows(first_rows: int) -> tuple[int, ...]:
@@ -81,12 +81,12 @@ def _shape(t: Tensor) -> str:
 
 @dataclass(frozen=True)
 class Kernel:
-    """The callable the launch runs, in the kernel lab's contract, and where it came from."""
+    """The callable the launch runs, in the kernel lab's contract, and its label (its sources' hash:
+    ``selection.kernel_sources_sha256``)."""
 
     fn: Callable[..., Any]
     in_place: bool
     label: str
-    sources: tuple[str, ...]  # the files it is made of (their hash: selection.kernel_sources_sha256)
 
 
 def load_kernel(choice: KernelChoice) -> Kernel:
@@ -98,14 +98,12 @@ def load_kernel(choice: KernelChoice) -> Kernel:
 
         ref = parse_candidate_ref(choice.candidate or "", in_place_override=choice.in_place)
         loaded = load_candidate(ref)  # an undeclared contract is an InputError here: the engine cannot guess it
-        return Kernel(loaded.fn, loaded.in_place, f"user candidate {ref.text}", (str(ref.path),))
+        return Kernel(loaded.fn, loaded.in_place, f"user candidate {ref.text}")
     impl = registry.get(op, choice.impl)
     ok, why = impl.probe()
     if not ok:
         raise RuntimeError(f"InferCrane's {choice.impl} kernel for {op} cannot run in this engine: {why}")
-    path = Path(impl.source.split("::", 1)[0])
-    sources = tuple(str(p) for p in sorted(path.parent.iterdir()) if p.suffix in (".py", ".cu"))
-    return Kernel(impl.load(None), impl.in_place, impl.label, sources)
+    return Kernel(impl.load(None), impl.in_place, impl.label)
 
 
 # --------------------------------------------------------------------------------------------- the gate
@@ -139,10 +137,8 @@ class _Provider:
     def __init__(self, choice: KernelChoice, kernel: Kernel, native: Callable[..., Any], stats: ProviderStats):
         self.choice, self.kernel, self.native, self.stats = choice, kernel, native, stats
         self.prewarmed: set[tuple[int, torch.dtype]] = set()
-        self.seen: set[Any] = set()  # (shape, dtype) of every input called with: later calls take the hot path
 
-    def wants_check(self, shape: str, x: Tensor, key: Any) -> bool:
-        capturing = _capturing()
+    def wants_check(self, shape: str, x: Tensor, key: Any, capturing: bool) -> bool:
         first = self.stats.call(shape, capturing, key)
         width = (int(x.shape[-1]), x.dtype)  # each width and dtype the op meets is prewarmed at its first call
         if not capturing and x.device.type == "cuda" and width not in self.prewarmed:
@@ -192,18 +188,16 @@ class _Provider:
         """What the opaque launch runs: count the call; at a shape's first call outside capture, the in-engine gate
         (vLLM's native on copies, the kernel on the real arguments, compared; one warm call of each timed)."""
         x = self.activations(args)
-        key = (x.shape, x.dtype)
-        if key in self.seen:  # the hot path, every call after an input's first: count it and run the kernel
-            self.stats.count(key, x.is_cuda and torch.cuda.is_current_stream_capturing())
+        key, capturing = (x.shape, x.dtype), _capturing(x)
+        if self.stats.count(key, capturing):  # the hot path, every call after an input's first: counted; run it
             try:
                 self.run(*args)
             except Exception as exc:
                 raise self.raised(_shape(x), exc)
             return
-        self.seen.add(key)
         shape = _shape(x)
         try:
-            if self.wants_check(shape, x, key):
+            if self.wants_check(shape, x, key, capturing):
                 ref = self.reference(args)
                 self.run(*args)
                 record = _check(self.choice, self.output_names, self.outputs(args), ref, shape)

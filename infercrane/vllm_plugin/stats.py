@@ -67,18 +67,23 @@ class ProviderStats:
             self.write()
         return first
 
-    def count(self, key: Hashable, captured: bool) -> None:
-        """Count a call of an input met before under ``key`` (``call``): the hot path, no lock and no string. Only
-        the calling thread changes counts, and only by incrementing existing entries, so a concurrent ``write``
-        sees a consistent dict."""
+    def count(self, key: Hashable, captured: bool) -> bool:
+        """Count a call of an input met before under ``key`` (``call``) and say True; False, counting nothing, for a
+        ``key`` not met yet (its first call goes through ``call``). The hot path: no lock and no string. Only the
+        calling thread changes counts, and only by incrementing existing entries, so a concurrent ``write`` sees a
+        consistent dict."""
+        shape = self._shape_of.get(key)
+        if shape is None:
+            return False
         d = self.doc
         d["calls"] += 1
         if captured:
             d["calls_captured"] += 1
-        d["calls_by_shape"][self._shape_of[key]] += 1
+        d["calls_by_shape"][shape] += 1
         n = d["calls"]
         if n & (n - 1) == 0:
             self.write()
+        return True
 
     def declined(self, reason: str) -> None:
         with self.lock:
