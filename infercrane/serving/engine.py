@@ -399,6 +399,20 @@ class _Served:
         """One HTTP request to this engine (``path`` below its base URL): (status, body)."""
         return _http(method, f"{self.base_url}{path}", body, timeout_s)
 
+    def post(self, path: str, body: dict, *, timeout_s: float, what: str) -> bytes:
+        """POST ``body`` to ``path`` and return the answer; the engine's failure (``failure``: RunFailed naming it,
+        ``what`` was asked) when it does not answer, or answers other than 200."""
+        try:
+            status, payload = self.request("POST", path, body, timeout_s=timeout_s)
+        except OSError as exc:  # refused, reset, timed out
+            raise self.failure(f"did not answer {what}: {type(exc).__name__}: {exc}") from None
+        if status != 200:
+            raise self.failure(f"answered {status} to {what}: {payload[:300]!r}")
+        return payload
+
+    def failure(self, what: str) -> RunFailed:
+        raise NotImplementedError
+
 
 class Engine(_Served):
     """One running engine for one recipe; see the module docstring for the lifecycle.

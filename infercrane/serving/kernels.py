@@ -315,9 +315,7 @@ def greedy_tokens(engine: Any) -> list[list[Any]]:
     for prompt in GATE_PROMPTS:
         body = {"model": engine.served_model, "prompt": prompt, "max_tokens": GATE_MAX_TOKENS, "temperature": 0.0,
                 "ignore_eos": True, "seed": 0, "return_token_ids": True}
-        status, payload = engine.request("POST", "/v1/completions", body, timeout_s=120.0)
-        if status != 200:
-            raise engine.failure(f"answered {status} to the token gate's greedy request: {payload[:300]!r}")
+        payload = engine.post("/v1/completions", body, timeout_s=120.0, what="the token gate's greedy request")
         choice = json.loads(payload)["choices"][0]
         ids = choice.get("token_ids")
         out.append(list(ids) if ids is not None else choice.get("text", "").split())
@@ -343,10 +341,10 @@ def token_gate(reference_arm: str, reference: list[list[Any]], got: list[list[An
 
 
 class KernelGates:
-    """The gates of a plan whose arms name kernels: each engine's greedy outputs are taken once, before its first
-    visit; a kernel arm's engine is compared with the reference arm's (the first arm without kernels) before it is
-    timed, and its proof is read again after every visit. A failure raises RunFailed: the plan stops, the runs
-    measured so far stand."""
+    """The gates of a plan whose arms name kernels: the reference arm's (the first arm without kernels) greedy
+    outputs are taken once, from its first engine; each kernel arm's engine gives its own before its first visit and
+    is compared with them before it is timed, and its proof is read again after every visit. A failure raises
+    RunFailed: the plan stops, the runs measured so far stand."""
 
     def __init__(self, arms: dict[str, Any], first_arm: str, coresident: bool) -> None:
         self.kernel_arms = [a for a, r in arms.items() if r.kernels]
@@ -359,16 +357,19 @@ class KernelGates:
             raise InputError(f"arm {first_arm!r} names kernels and would be timed before the reference arm "
                              f"{self.reference!r} had given the token gate its outputs",
                              hint="put the incumbent first (arm A)")
-        self.outputs: dict[str, list[list[Any]]] = {}
-        self.seen: set[int] = set()
+        self.reference_tokens: list[list[Any]] | None = None
 
     def before_visit(self, arm: str, engine: Any, engines: dict[str, Any] | None = None) -> None:
-        for a, e in {**(engines or {}), arm: engine}.items():  # co-resident engines: all of them, at once
-            if id(e) not in self.seen:
-                self.seen.add(id(e))
-                self.outputs.setdefault(a, greedy_tokens(e))
+        if self.reference_tokens is None:  # the reference's engine: this one, or a co-resident one up beside it
+            ref = {**(engines or {}), arm: engine}.get(self.reference)
+            if ref is not None:
+                self.reference_tokens = greedy_tokens(ref)
         if arm in self.kernel_arms and engine.record.token_gate is None:
-            gate = token_gate(self.reference, self.outputs[self.reference], greedy_tokens(engine))
+            if self.reference_tokens is None:
+                raise RunFailed(f"arm {arm!r} names kernels and would be timed before the reference arm "
+                                f"{self.reference!r} had given the token gate its outputs (its engine is not up)",
+                                hint="put the incumbent first (arm A)")
+            gate = token_gate(self.reference, self.reference_tokens, greedy_tokens(engine))
             engine.record.token_gate = gate
             if not gate["identical"]:
                 raise RunFailed(f"engine {engine.label!r}: token gate failed against arm {self.reference!r}: greedy "

@@ -7,11 +7,11 @@ the warm-up the driver gives each point. So before an engine's first measured po
 workload's concurrencies in ascending order, ``ROUNDS`` rounds of ``c`` concurrent requests shaped like the
 workload's (endpoint, streaming, prompt length, output length, ``ignore_eos``; no sampling parameters, so the server
 applies the same defaults it applies to the driver's requests). Nothing of it is measured; what it did is recorded
-on the engine (``EngineRecord.warmup``). A request the engine refuses fails the arm there, with the engine's answer.
+on the engine (``EngineRecord.warmup``). A request the engine refuses or does not answer fails the arm there, with the
+engine's answer (``engine.post``).
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,30 +43,12 @@ def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
         for _ in range(ROUNDS):
             requests = [warmup_body(workload, engine.served_model, sent + i) for i in range(c)]
             sent += c
-            with ThreadPoolExecutor(max_workers=c) as pool:
-                answers = list(pool.map(lambda req: _send(engine, req, workload.request_timeout_s), requests))
-            for status, payload in answers:
-                if status is None:
-                    raise engine.failure(f"did not answer a warm-up request at concurrency {c}: {payload!r}")
-                if status != 200:
-                    raise engine.failure(f"answered {status} to a warm-up request at concurrency {c}: "
-                                         f"{_text(payload)[:300]!r}")
+            what = f"a warm-up request at concurrency {c}"
+            with ThreadPoolExecutor(max_workers=c) as pool:  # a failed request raises here (the engine's failure)
+                list(pool.map(lambda req: engine.post(req[0], req[1], timeout_s=workload.request_timeout_s, what=what),
+                              requests))
     record = {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
               "seconds": round(time.monotonic() - t0, 3)}
     _log.info("engine %s warmed up: %d requests at c = %s in %.1f s (not measured)",
               getattr(engine, "label", "?"), sent, ", ".join(map(str, concurrencies)), record["seconds"])
     return record
-
-
-def _send(engine: Any, req: tuple[str, dict[str, Any]], timeout_s: float) -> tuple[int | None, Any]:
-    try:
-        return engine.request("POST", req[0], req[1], timeout_s=timeout_s)
-    except OSError as exc:  # refused, reset, timed out: (None, why)
-        return None, f"{type(exc).__name__}: {exc}"
-
-
-def _text(payload: bytes) -> str:
-    try:
-        return json.dumps(json.loads(payload))
-    except ValueError:
-        return payload.decode("utf-8", "replace")

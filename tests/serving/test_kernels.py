@@ -212,3 +212,12 @@ def test_an_engine_whose_kernel_raised_says_so_when_it_fails(tmp_path, monkeypat
     (doc,) = eng.record.kernels
     assert doc["failed_stage"] == "raised" and kernels.why_failed(doc) == (
         f"kernel infercrane_triton for fused_add_rms_norm {raised} inside the engine")
+
+
+def test_a_kernel_arm_whose_reference_engine_is_not_up_is_not_timed():
+    # co-resident engines that fell back to one at a time: the kernel arm's visit comes with no reference engine
+    gates = kernels.KernelGates(_arms(cand={"rms_norm": "triton"}), "cand", coresident=True)
+    cand = SimpleNamespace(record=SimpleNamespace(token_gate=None))
+    with pytest.raises(RunFailed, match="timed before the reference arm 'ref' had given the token gate its outputs"):
+        gates.before_visit("cand", cand, {})
+    assert cand.record.token_gate is None

@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 
 from infercrane.errors import RunFailed
-from infercrane.serving.engine import Engine
+from infercrane.serving.engine import Engine, _Served
 from infercrane.serving.warmup import ROUNDS, warm_engine, warmup_body
 from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload
 
@@ -40,7 +40,7 @@ def test_the_warm_up_loads_every_concurrency_and_says_what_it_sent(tmp_path, ts_
     assert record["seconds"] >= 0
 
 
-class _Refusing:
+class _Refusing(_Served):
     served_model = "m"
 
     def __init__(self, answer):
