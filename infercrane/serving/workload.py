@@ -411,16 +411,14 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         try:
             measure(engine, seg, runs)
         finally:  # compiles the engine logged inside the windows just measured (serving.jit)
-            jit_check(engine, result.runs[first:])
+            jit_check(engine, runs[0].arm, result.runs[first:])
 
-    engine_runs: dict[int, tuple[Any, list[RunMetrics]]] = {}  # id(record) -> (record, held so the id stays its own)
-
-    def jit_check(engine: Any, new: list[RunMetrics]) -> None:
+    def jit_check(engine: Any, arm: str, new: list[RunMetrics]) -> None:
         log = getattr(engine, "log_path", None)
         if log is None or not getattr(engine.record, "launched_by_infercrane", True):
             return
-        _, mine = engine_runs.setdefault(id(engine.record), (engine.record, []))
-        mine.extend(new)
+        # the engine's runs so far: a co-resident engine serves all of its arm's, one started per visit this visit's
+        mine = [m for m in result.runs if m.arm == arm] if shared.get(arm) is engine else new
         try:
             events = jit_events(log)
             engine.record.jit_during_serving = attribute(events, mine)

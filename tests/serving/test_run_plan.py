@@ -336,3 +336,16 @@ def test_a_log_whose_compiles_cannot_be_read_is_a_note_not_a_failure(tmp_path, t
                       order="sequential")
     assert result.complete and len(result.runs) == 3
     assert any("its log's compiles could not be read (ValueError: bad stamp)" in n for n in result.notes)
+
+
+def test_a_coresident_engine_keeps_its_compiles_against_runs_of_its_earlier_visits(tmp_path, ts_recipe, probe):
+    probe["probe"] = TimedProbe()
+    # readiness 1 request, warm-up 2 (c = 1), then 2 per probe run: the 4th finished request is a's run 0
+    a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--log-jit-after", "4", name="a", model="model-a")
+    b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
+    result = run_plan([a, b], workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused",
+                      coresident=True)  # sandwich: a (runs 0, 1), b, a (run 2) on the same engine of a
+    rec_a = next(r for r in result.engines if r.recipe_name == "a")
+    assert [(j["kernel"], j["runs"]) for j in rec_a.jit_during_serving] == [("testserver_kernel",
+                                                                             ["a run 0 at c=1 (probe)"])]
+    assert sum("testserver_kernel" in n for n in result.notes) == 1  # noted once, at the visit that held it
