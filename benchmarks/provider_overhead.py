@@ -11,8 +11,9 @@ synchronized once at the end (so the time per call is the larger of the host's c
   native            vLLM's native implementation (PyTorch operations), eager
   native_compiled   the same under ``torch.compile`` (Inductor's code for the op alone: no neighbours to fuse with)
 
-Needs a CUDA GPU and vLLM 0.22.1 (its IR op registry). Usage:
-    python benchmarks/provider_overhead.py [--impl triton|cuda] [--rows 8 1024 4096] [--calls 2000] [--out FILE]
+Needs a CUDA GPU and vLLM 0.22.1 (its IR op registry). Usage (from the repository root; ``PYTHONPATH=.`` where
+InferCrane is not installed):
+    PYTHONPATH=. python3 benchmarks/provider_overhead.py [--impl triton|cuda] [--rows 8 1024 4096] [--calls 2000] [--out FILE]
 """
 from __future__ import annotations
 
