@@ -128,11 +128,46 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
 
     con = console()
     run_id = run_id_from_env() or new_run_id()
+    if config.fans_out():
+        return _screen_fanned_out(config, out=config.out or Path("runs") / run_id / "kernel-screen.json", con=con)
     prepared = prepare_screen(config, out=config.out or Path("runs") / run_id / "kernel-screen.json", con=con)
     receipt = run_prepared_screen(prepared, run_id=run_id, con=con)
     _print_summary(con, receipt.document)
     con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0
+
+
+def _screen_fanned_out(config: ScreenConfig, *, out: Path, con: Any) -> int:
+    """``kernel screen --gpus …`` / ``--executor ray|modal``: one screen per GPU type where the executor runs it, the
+    receipts kept and merged (``executors.fanout``). Exit 0 when every job finished and the result was written."""
+    from ..errors import InputError
+    from ..executors import get_executor
+    from ..executors.fanout import fan_out, summary_lines
+    from ..executors.jobs import Job
+    from ..executors.options import job_argv
+    from .options import check_output_file
+
+    if config.sign_key is not None:
+        raise InputError("--sign-key: the key stays on this machine and a fanned-out screen's receipts are written "
+                         "where each job ran", hint=f"sign the result here once it is back: infercrane receipt sign "
+                                                    f"{out} --key KEY")
+    if not config.gpus:
+        raise InputError(f"--executor {config.executor}: give the GPU types to screen on with --gpus (e.g. "
+                         "--gpus H100!,L40S)")
+    if config.ray_address is not None and config.executor != "ray":
+        raise InputError(f"--ray-address is read by --executor ray only (this is --executor {config.executor})")
+    check_output_file(out, "--out")
+    argv, files = job_argv(("kernel", "screen"), config, exclude=("sign_key",))
+    options = {"address": config.ray_address} if config.executor == "ray" else {}
+    executor = get_executor(config.executor, **options)
+    jobs = [Job(gpu=g, argv=tuple(argv), files=files, needs_gpu=config.device != "cpu", timeout_s=config.job_timeout_s)
+            for g in config.gpus]
+    con.print(f"kernel screen {config.op} on {', '.join(config.gpus)} through the {executor.name} executor → "
+              f"{plain(out)}")
+    record = fan_out(executor, jobs, out=out, argv=argv, con=con)
+    for line in summary_lines(record):
+        con.print(plain(line))
+    return 0 if record.complete else 1
 
 
 @dataclass(frozen=True)

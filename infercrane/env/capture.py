@@ -85,10 +85,17 @@ def _driver_version() -> str | None:
         return None
 
 
+# Set by an executor on the machine a job lands on (infercrane.executors.jobs.run_job): the GPU string the job asked
+# for, recorded beside the device that ran it, and the executor's run id (Ray's task, Modal's app and call).
+GPU_REQUEST_ENV = "INFERCRANE_GPU_REQUEST"
+RUN_ID_ENV = "INFERCRANE_RUN_ID"
+
+
 def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[str, Any]:
-    """This machine's hardware. With ``probe_gpu`` (default) PyTorch is imported to read the GPU, if installed."""
+    """This machine's hardware. With ``probe_gpu`` (default) PyTorch is imported to read the GPU, if installed.
+    ``gpu_request`` defaults to what the executor asked for (``INFERCRANE_GPU_REQUEST``), if anything."""
     hw: dict[str, Any] = {
-        "gpu_request": gpu_request,
+        "gpu_request": gpu_request if gpu_request is not None else os.environ.get(GPU_REQUEST_ENV) or None,
         "gpu": "none",
         "compute_capability": "none",
         "gpu_count": 0,
@@ -116,8 +123,22 @@ def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[
         cuda_runtime=torch.version.cuda,
         sm_count=props.multi_processor_count,
         l2_cache_mib=round(getattr(props, "L2_cache_size", 0) / 2**20, 2) or None,
+        **_max_clocks_mhz(idx),
     )
     return hw
+
+
+def _max_clocks_mhz(index: int) -> dict[str, int | None]:
+    """The device's maximum SM and memory clocks (NVML through nvidia-smi), None where they cannot be read."""
+    clocks: dict[str, int | None] = {"sm_clock_max_mhz": None, "memory_clock_max_mhz": None}
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=clocks.max.sm,clocks.max.mem",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        sm, mem = (int(v) for v in out.stdout.strip().splitlines()[0].split(","))
+        clocks.update(sm_clock_max_mhz=sm, memory_clock_max_mhz=mem)
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        pass
+    return clocks
 
 
 def git_state(start: Path | None = None) -> tuple[str | None, bool | None]:
@@ -148,13 +169,20 @@ def run_id_from_env() -> str | None:
 
     from ..errors import InputError
 
-    value = os.environ.get("INFERCRANE_RUN_ID")
+    value = os.environ.get(RUN_ID_ENV)
     if not value:
         return None
     if not re.match(RUN_ID_PATTERN, value) or value in (".", ".."):
         raise InputError(f"INFERCRANE_RUN_ID {value!r}: give one plain name (letters, digits, '.', '_', '-'; "
                          "no '/' or '..'), it names the run's folder under runs/")
     return value
+
+
+def run_id_kind(run_id: str) -> str:
+    """What made a run id: a Modal app (``ap-…``), a Ray task (``ray-…``, executors.ray_cluster), or this machine."""
+    if run_id.startswith("ap-"):
+        return "remote-app"
+    return "ray-task" if run_id.startswith("ray-") else "local"
 
 
 def new_run_id() -> str:
@@ -191,7 +219,7 @@ def provenance(
         "config": config,
         "config_sha256": config_hash(config),
         "run_id": run_id,
-        "run_id_kind": "remote-app" if os.environ.get("INFERCRANE_RUN_ID", "").startswith("ap-") else "local",
+        "run_id_kind": run_id_kind(run_id),
         "hardware": hardware_info if hardware_info is not None else hardware(),
         "software": software if software is not None else software_versions(),
         "model": model,

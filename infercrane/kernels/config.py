@@ -15,6 +15,7 @@ from cyclopts import Parameter
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from ..commands.options import Many
+from ..executors.options import ExecutorOptions
 
 Mode = Literal["launch", "graph", "cold"]
 DEFAULT_OP = "fused_add_rmsnorm"
@@ -39,7 +40,7 @@ class OpOptions(BaseModel):
         return value
 
 
-class ScreenConfig(OpOptions):
+class ScreenConfig(ExecutorOptions, OpOptions):
     model: str = Field("Qwen/Qwen3-0.6B", description="Catalog model id, or a config.json / model folder, whose "
                                                       "hidden size, eps and layer count set the shapes.")
     rows: Many[PositiveInt] | None = Field(None, description="Row counts (tokens in flight) to screen "

@@ -43,6 +43,8 @@ class Hardware(Strict):
     cuda_runtime: str | None = None
     sm_count: NonNegativeInt | None = None
     l2_cache_mib: NonNegativeFloat | None = None
+    sm_clock_max_mhz: NonNegativeInt | None = None
+    memory_clock_max_mhz: NonNegativeInt | None = None
     cpu: NonEmptyStr
     cpu_count: PositiveInt
     host: NonEmptyStr
@@ -70,7 +72,7 @@ class Provenance(Strict):
     config: dict[str, Any]
     config_sha256: str = SHA256
     run_id: NonEmptyStr
-    run_id_kind: Literal["local", "remote-app"] = "local"
+    run_id_kind: Literal["local", "remote-app", "ray-task"] = "local"
     hardware: Hardware
     software: dict[str, NonEmptyStr]
     model: ModelProvenance | None = None

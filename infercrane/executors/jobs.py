@@ -1,0 +1,108 @@
+"""A job (one InferCrane command for one GPU type) and its result, and how a job runs where it lands.
+
+A job is data: the InferCrane command line (``argv``, without ``--out``), the GPU type asked for, the files the command
+reads (a candidate kernel, a policy, a serving receipt), shipped by content and named in ``argv`` by their file name,
+and a time limit. ``run_job`` is what every executor runs on the machine a job lands on: it writes the files into a
+fresh folder, runs ``python -m infercrane ARGV --out <folder>/receipt.json`` there under the parent-death signal (a
+cancelled or killed worker takes the command down with it), and returns the receipt the command wrote, so that the
+receipt's hardware is measured where it ran and never copied from the request. The run id the receipt carries is the
+executor's (Ray's job and task id, Modal's app and function-call id), passed as ``INFERCRANE_RUN_ID``; the GPU string
+asked for is passed as ``INFERCRANE_GPU_REQUEST`` and lands in the receipt's ``hardware.gpu_request``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from infercrane.env.capture import GPU_REQUEST_ENV, RUN_ID_ENV
+
+RECEIPT_NAME = "receipt.json"
+LOG_TAIL_CHARS = 4000
+
+JobState = Literal["queued", "running", "done", "failed", "timed-out", "cancelled"]
+FINISHED: tuple[JobState, ...] = ("done", "failed", "timed-out", "cancelled")
+
+
+class Job(BaseModel):
+    """One InferCrane command for one GPU type (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: str = Field(description="The GPU type asked for, as the executor spells it (H100!, L40S, H200).")
+    argv: tuple[str, ...] = Field(description="The InferCrane command line without --out, e.g. kernel screen --op …")
+    files: dict[str, bytes] = Field(default_factory=dict, description="File name -> content, written beside the run.")
+    needs_gpu: bool = Field(True, description="False for a functional (CPU) command: no GPU is reserved for it.")
+    timeout_s: float = Field(3600.0, gt=0, description="Wall-clock limit of the command where it runs.")
+
+
+class JobResult(BaseModel):
+    """What came back from a job: its state, the receipt it wrote (JSON text) and how it ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    state: JobState
+    run_id: str | None = None
+    receipt_json: str | None = None
+    returncode: int | None = None
+    elapsed_s: float | None = None
+    error: str | None = None
+    log_tail: str = ""
+    host: str | None = None
+    infercrane_version: str | None = None
+
+
+def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
+            on_start: Callable[[subprocess.Popen], None] | None = None) -> JobResult:
+    """Run ``job`` here (module docstring); never raises for the command's own failure, which is the result's.
+    ``on_start`` gets the command's process as it starts (its group is the command's whole tree), for a cancel."""
+    from infercrane import __version__
+    from infercrane.serving.engine import _set_parent_death_signal, exit_text, stop_process_group
+
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="infercrane-job-"))
+    root.mkdir(parents=True, exist_ok=True)
+    for name, content in job.files.items():
+        if Path(name).name != name or name in (".", ".."):
+            return JobResult(gpu=job.gpu, state="failed", run_id=run_id, error=f"shipped file name {name!r} is not a "
+                             "plain file name", infercrane_version=__version__)
+        (root / name).write_bytes(content)
+    receipt = root / RECEIPT_NAME
+    log = root / "console.log"
+    env = dict(os.environ, **{GPU_REQUEST_ENV: job.gpu}, PYTHONUNBUFFERED="1")
+    if run_id:
+        env[RUN_ID_ENV] = run_id
+    cmd = [sys.executable, "-m", "infercrane", *job.argv, "--out", str(receipt)]
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_set_parent_death_signal)
+    if on_start is not None:
+        on_start(proc)
+    state: JobState = "done"
+    error = None
+    try:
+        rc = proc.wait(timeout=job.timeout_s)
+    except subprocess.TimeoutExpired:
+        rc, state, error = None, "timed-out", f"did not finish within {job.timeout_s:g} s"
+    finally:
+        if proc.poll() is None:
+            stop_process_group(proc, (10.0, 5.0, 5.0))
+    if state == "done" and rc != 0:
+        state, error = "failed", f"infercrane {exit_text(rc)}"
+    text = receipt.read_text() if receipt.exists() else None
+    if state == "done" and text is None:
+        state, error = "failed", "the command wrote no receipt"
+    tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else ""
+    import socket
+
+    return JobResult(gpu=job.gpu, state=state, run_id=run_id, receipt_json=text, returncode=rc,
+                     elapsed_s=round(time.monotonic() - t0, 3), error=error, log_tail=tail,
+                     host=socket.gethostname(), infercrane_version=__version__)
