@@ -154,17 +154,15 @@ def _screen_fanned_out(config: ScreenConfig, *, out: Path, con: Any) -> int:
     if not config.gpus:
         raise InputError(f"--executor {config.executor}: give the GPU types to screen on with --gpus (e.g. "
                          "--gpus H100!,L40S)")
-    if config.ray_address is not None and config.executor != "ray":
-        raise InputError(f"--ray-address is read by --executor ray only (this is --executor {config.executor})")
     check_output_file(out, "--out")
     argv, files = job_argv(("kernel", "screen"), config, exclude=("sign_key",))
     options = {"address": config.ray_address} if config.executor == "ray" else {}
     executor = get_executor(config.executor, **options)
     jobs = [Job(gpu=g, argv=tuple(argv), files=files, needs_gpu=config.device != "cpu", timeout_s=config.job_timeout_s)
             for g in config.gpus]
-    con.print(f"kernel screen {config.op} on {', '.join(config.gpus)} through the {executor.name} executor → "
-              f"{plain(out)}")
-    record = fan_out(executor, jobs, out=out, argv=argv, con=con)
+    record = fan_out(executor, jobs, out=out, argv=argv, con=con,
+                     title=f"kernel screen {config.op} on {', '.join(config.gpus)} through the {executor.name} "
+                           f"executor → {plain(out)}")
     for line in summary_lines(record):
         con.print(plain(line))
     return 0 if record.complete else 1

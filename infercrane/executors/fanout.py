@@ -100,11 +100,15 @@ def _caller_identity() -> tuple[str, str | None]:
     return __version__, git_state()[0]
 
 
-def fan_out(executor: Executor, jobs: Sequence[Job], *, out: Path, argv: Sequence[str], con: Any) -> FanoutRecord:
-    """Run ``jobs`` through ``executor`` and keep, flag and merge their receipts (module docstring)."""
+def fan_out(executor: Executor, jobs: Sequence[Job], *, out: Path, argv: Sequence[str], con: Any,
+            title: str | None = None) -> FanoutRecord:
+    """Run ``jobs`` through ``executor`` and keep, flag and merge their receipts (module docstring); ``title`` is
+    printed once the GPU types are known to the executor, before the first job starts."""
     from rich.live import Live
 
     check_gpus(executor, [j.gpu for j in jobs])
+    if title:
+        con.print(title)
     version, commit = _caller_identity()
     record = FanoutRecord(executor=executor.name, argv=list(argv), caller_infercrane_version=version,
                           caller_git_commit=commit, jobs=[])

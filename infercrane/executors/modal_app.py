@@ -217,7 +217,8 @@ def build_app(gpus: Iterable[str] = (), *, timeout_s: float = 3600.0, pin: bool 
     gpus = list(gpus)
     unknown = [g for g in gpus if g not in known_gpus()]
     if unknown:
-        raise InputError(f"--gpus {','.join(unknown)}: not a GPU type Modal runs", hint=f"known: {', '.join(known_gpus())}")
+        raise InputError(f"--gpus {','.join(unknown)}: not a GPU type Modal runs",
+                         hint=f"known: {', '.join(known_gpus())}")
     pins = tuple(image_requirements() if requirements is None else requirements)
     image = build_image(pins)
     app = modal.App(name)
@@ -372,8 +373,8 @@ class ModalExecutor:
             raise UnavailableError(f"Modal refused the credentials: {exc}", hint=TOKEN_HINT) from None
         except (mx.Error, OSError) as exc:
             raise UnavailableError(f"the Modal app did not start: {type(exc).__name__}: {exc}",
-                                   hint="see the message; `modal app list` shows the app, `modal app logs` its logs"
-                                   ) from None
+                                   hint="check the network and Modal's status (status.modal.com); an image that "
+                                        "failed to build names its build log in the message") from None
         commit, dirty = git_state()
         self._git_commit = commit if dirty is False else None  # a dirty tree is not that commit: name none
         self._built, self._stack, self._app_id = built, stack, built.app.app_id

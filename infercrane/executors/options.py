@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..commands.options import Many, flag
 
@@ -39,6 +39,15 @@ class ExecutorOptions(BaseModel):
             if seen:
                 raise ValueError(f"{', '.join(dict.fromkeys(seen))} given twice; give each GPU type once")
         return value
+
+    @model_validator(mode="after")
+    def _executor_options_consistent(self) -> "ExecutorOptions":
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError(f"--ray-address is read by --executor ray only (this is --executor {self.executor})")
+        if "job_timeout_s" in self.model_fields_set and not self.fans_out():
+            raise ValueError("--job-timeout-s limits the jobs of --gpus / --executor; without them the screen runs "
+                             "here (its workers' limit is --timeout-s)")
+        return self
 
     def fans_out(self) -> bool:
         return self.gpus is not None or self.executor != "local"

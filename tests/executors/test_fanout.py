@@ -1,0 +1,86 @@
+"""``kernel screen --gpus`` through the local executor, end to end on the CPU, and the job a screen's options
+become: the flags the user gave (defaults stay defaults there), the files they name shipped by content."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infercrane.cli import main
+from infercrane.executors.fanout import read_record
+from infercrane.executors.jobs import Job, run_job
+from infercrane.executors.options import job_argv
+from infercrane.kernels.config import ScreenConfig
+from infercrane.receipts.validate import load_receipt
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = REPO / "tests" / "kernels" / "fixtures" / "good_candidate.py"
+SCREEN = ["kernel", "screen", "--device", "cpu", "--op", "rms_norm", "--rows", "1", "--impls", "eager,triton",
+          "--modes", "launch"]
+
+
+def test_job_argv_carries_the_options_given_and_ships_the_files_they_name(tmp_path):
+    policy = tmp_path / "my-policy.yaml"
+    policy.write_text("x: 1\n")
+    cfg = ScreenConfig(op="fused_add_rmsnorm", rows=(1, 8), candidate=f"{GOOD}:fused_add_rmsnorm",
+                       candidate_in_place=False, policy=policy, trials=3, executor="ray", gpus=("H100",),
+                       out=tmp_path / "o.json")
+    argv, files = job_argv(("kernel", "screen"), cfg)
+    assert argv == ["kernel", "screen", "--op", "fused_add_rmsnorm", "--rows", "1,8", "--candidate",
+                    "good_candidate.py:fused_add_rmsnorm", "--candidate-out-of-place", "--trials", "3",
+                    "--policy", "my-policy.yaml"]
+    assert files == {"good_candidate.py": GOOD.read_bytes(), "my-policy.yaml": b"x: 1\n"}
+    assert not {"--executor", "--gpus", "--out"} & set(argv)
+
+
+def test_a_job_runs_where_it_lands_from_its_shipped_files(tmp_path):
+    argv, files = job_argv(("kernel", "screen"), ScreenConfig(
+        device="cpu", op="fused_add_rmsnorm", rows=(1,), impls=("eager", "user"), modes=("launch",),
+        candidate=f"{GOOD}:fused_add_rmsnorm"))
+    res = run_job(Job(gpu="cpu", argv=tuple(argv), files=files, needs_gpu=False, timeout_s=300),
+                  run_id="test-run-1", workdir=tmp_path / "job")
+    assert res.state == "done", res.log_tail
+    doc = json.loads(res.receipt_json)
+    assert doc["app_id"] == "test-run-1" and doc["hardware"]["gpu_request"] == "cpu"
+    user = next(i for i in doc["result"]["implementations"] if i["key"] == "user")
+    assert user["status"] == "ok" and "good_candidate.py" in user["source"]
+
+
+def test_a_job_past_its_time_limit_is_stopped_and_says_so(tmp_path):
+    res = run_job(Job(gpu="cpu", argv=tuple(SCREEN), needs_gpu=False, timeout_s=0.5), workdir=tmp_path / "job")
+    assert res.state == "timed-out" and res.error == "did not finish within 0.5 s" and res.receipt_json is None
+
+
+def test_kernel_screen_on_this_machines_gpu_type_through_the_local_executor(tmp_path, capsys):
+    out = tmp_path / "screen.json"
+    assert main([*SCREEN, "--gpus", "cpu", "--out", str(out)]) == 0
+    doc = load_receipt(out).document
+    assert doc["hardware"]["gpu_request"] == "cpu" and doc["result"]["spec"]["op"] == "rms_norm"
+    record = read_record(tmp_path / "screen.fanout.json")
+    assert record.complete and record.result == str(out) and record.executor == "local"
+    [job] = record.jobs
+    assert job.state == "done" and job.measured_key == "cpu" and job.gpu_mismatch is None
+    assert (tmp_path / "screen.cpu.json").read_bytes() == out.read_bytes()
+    assert "result: " + str(out) in capsys.readouterr().out.replace("\n", "")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "H100"], "not a GPU type the local executor can run"),
+    (["--executor", "ray"], "give the GPU types to screen on with --gpus"),
+    (["--gpus", "cpu", "--ray-address", "127.0.0.1:1"], "--ray-address is read by --executor ray only"),
+    (["--ray-address", "127.0.0.1:1"], "--ray-address is read by --executor ray only"),
+    (["--job-timeout-s", "60"], "--job-timeout-s limits the jobs of --gpus / --executor"),
+    (["--gpus", "cpu", "--sign-key", "k.pem"], "the key stays on this machine"),
+])
+def test_bad_fan_out_options_are_refused_before_any_job(tmp_path, capsys, args, message):
+    out = tmp_path / "s.json"
+    assert main([*SCREEN, *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert not out.exists() and not (tmp_path / "s.fanout.json").exists()
+
+
+def test_a_gpu_type_given_twice_is_a_usage_error(tmp_path, capsys):
+    assert main([*SCREEN, "--gpus", "H100,H100", "--out", str(tmp_path / "s.json")]) == 2
+    assert "H100 given twice" in capsys.readouterr().err
