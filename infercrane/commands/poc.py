@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from cyclopts import Parameter
+
+from ..executors.options import ExecutorOptions
 
 
 def default_config() -> tuple[str, str]:
@@ -26,7 +29,8 @@ def default_config() -> tuple[str, str]:
 
 
 def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path | None = None,
-        sign_key: Path | None = None) -> int:
+        sign_key: Path | None = None,
+        where: Annotated[ExecutorOptions, Parameter(name="*")] = ExecutorOptions()) -> int:
     """Run a PoC: the kernel screen, the paired A/B and the public-workload A/B a config names, each written as its
     own receipt as it finishes (runs/RUN_ID/poc/<section>.json), and one optimization-poc receipt over them
     (runs/RUN_ID/poc.json) whose every section `infercrane receipt validate` derives again from those receipts.
@@ -47,6 +51,10 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
         complete and was made from the same section configuration are reused; the others run.
     sign_key
         Sign the PoC receipt each time it is written (an ed25519 private key from `infercrane receipt keygen`).
+
+    With --gpus (or the config's gpus:) and an executor, the whole PoC runs once per GPU type where the executor
+    places it, and the PoC receipts that come back are merged per measured GPU type (`kernel screen --gpus` does the
+    same for a screen; see the README).
     """
     from ..poc.config import shipped_configs
     from ..poc.runner import prepare, run
@@ -66,6 +74,9 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     if config is None:
         config, why = default_config()
         chosen = f"no config given: running {config} ({why}); shipped configs: {', '.join(shipped_configs())}"
+    fanned = _poc_fanned_out(config, where, out=out, resume=resume, sign_key=sign_key, con=con)
+    if fanned is not None:
+        return fanned
     plan = prepare(config, out=out, resume=resume, sign_key=sign_key, con=con, say=say)
     if chosen:
         say(chosen)
@@ -89,6 +100,47 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     _print_summary(con, receipt.document)
     say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} (infercrane receipt show {receipt.path})")
     return 0
+
+
+def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, resume: Path | None,
+                    sign_key: Path | None, con: Any) -> int | None:
+    """The PoC once per GPU type through an executor (``executors.fanout``), when --gpus or the config's gpus: ask
+    for it; None when the PoC runs here. The config travels by content (a shipped one by name)."""
+    from ..env.capture import new_run_id, run_id_from_env
+    from ..errors import InputError
+    from ..executors import get_executor
+    from ..executors.fanout import fan_out, summary_lines
+    from ..executors.jobs import Job
+    from ..poc.config import load_config
+    from .options import check_output_file, plain
+
+    cfg, path = load_config(config)
+    gpus = where.gpus or (tuple(cfg.gpus) if cfg.gpus else None)
+    if gpus is None and not where.fans_out():
+        return None
+    if gpus is None:
+        raise InputError(f"--executor {where.executor}: give the GPU types to run the PoC on with --gpus (or the "
+                         "config's gpus:)")
+    if resume is not None:
+        raise InputError("--resume continues a PoC run here; a PoC run per GPU type is not resumed",
+                         hint="resume each GPU's PoC where it ran, or run the fan-out again")
+    if sign_key is not None:
+        raise InputError("--sign-key: the key stays on this machine and each GPU's PoC receipt is written where it "
+                         "ran", hint="sign the result here once it is back: infercrane receipt sign OUT --key KEY")
+    out = out or Path("runs") / (run_id_from_env() or new_run_id()) / "poc.json"
+    check_output_file(out, "--out")
+    shipped = Path(config).is_file()
+    argv = ["poc", path.name if shipped else config]
+    files = {path.name: path.read_bytes()} if shipped else {}
+    options = {"address": where.ray_address} if where.executor == "ray" else {}
+    executor = get_executor(where.executor, **options)
+    jobs = [Job(gpu=g, argv=tuple(argv), files=files, needs_gpu=not cfg.functional, timeout_s=where.job_timeout_s)
+            for g in gpus]
+    record = fan_out(executor, jobs, out=out, argv=argv, con=con,
+                     title=f"poc {cfg.name} on {', '.join(gpus)} through the {executor.name} executor → {plain(out)}")
+    for line in summary_lines(record):
+        con.print(plain(line))
+    return 0 if record.complete else 1
 
 
 def _config_of_run(resume: Path) -> str | None:

@@ -23,7 +23,7 @@ class ExecutorOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     executor: Literal["local", "ray", "modal"] = Field(
-        "local", description="Where the screen runs: here, one task per GPU type on a Ray cluster, or one Modal "
+        "local", description="Where it runs: here, one task per GPU type on a Ray cluster, or one Modal "
                              "function per GPU type.")
     gpus: Many[str] | None = Field(None, description="GPU types, one job each (e.g. H100!,L40S,H200; the executor's "
                                                      "spelling); the receipts are merged per measured GPU type.")

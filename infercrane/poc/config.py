@@ -150,6 +150,10 @@ class PocConfig(BaseModel):
     description: str = ""
     model: str = Field(min_length=1, description="catalog model id (infercrane model list)")
     gpu: str = Field("any", description="any | none | a GPU type key")
+    gpus: list[str] | None = Field(None, min_length=1, description="GPU types to run the whole PoC on, one job each "
+                                                                   "through infercrane poc --executor (the "
+                                                                   "executor's spelling: H100!, L40S, H200); "
+                                                                   "--gpus overrides")
     kernel: KernelSection
     paired: ABSection
     public: ABSection
@@ -161,6 +165,13 @@ class PocConfig(BaseModel):
         if value not in ("any", "none", *KNOWN_GPU_TYPES):
             raise ValueError(f"unknown GPU type {value!r}; give any (a CUDA GPU of any type), none (no GPU: the "
                              f"functional PoC) or one of {', '.join(sorted(KNOWN_GPU_TYPES))}")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct_gpus(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"gpus repeat ({', '.join(value)}); give each GPU type once")
         return value
 
     @property

@@ -84,3 +84,39 @@ def test_bad_fan_out_options_are_refused_before_any_job(tmp_path, capsys, args, 
 def test_a_gpu_type_given_twice_is_a_usage_error(tmp_path, capsys):
     assert main([*SCREEN, "--gpus", "H100,H100", "--out", str(tmp_path / "s.json")]) == 2
     assert "H100 given twice" in capsys.readouterr().err
+
+
+def _poc_config_with_gpus(tmp_path: Path, gpus: str) -> Path:
+    from infercrane.poc.config import CONFIGS_DIR
+
+    text = (CONFIGS_DIR / "functional.yaml").read_text()
+    path = tmp_path / "my-poc.yaml"
+    path.write_text(text.replace("gpu: none\n", f"gpu: none\ngpus: {gpus}\n", 1))
+    return path
+
+
+def test_a_poc_configs_gpus_fan_it_out_and_are_checked_before_anything_runs(tmp_path, capsys):
+    config = _poc_config_with_gpus(tmp_path, "[H100, L40S]")
+    assert main(["poc", str(config), "--out", str(tmp_path / "poc.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus H100,L40S: not a GPU type the local executor can run" in err and "known here: cpu" in err
+    assert not (tmp_path / "poc.json").exists() and not (tmp_path / "poc.fanout.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--executor", "ray"], "give the GPU types to run the PoC on with --gpus"),
+    (["--gpus", "cpu", "--resume", "runs/x"], "a PoC run per GPU type is not resumed"),
+    (["--gpus", "cpu", "--sign-key", "k.pem"], "the key stays on this machine"),
+])
+def test_bad_poc_fan_out_options_are_refused(tmp_path, capsys, args, message):
+    assert main(["poc", "functional", *args, "--out", str(tmp_path / "poc.json")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "poc.json").exists()
+
+
+def test_poc_config_gpus_repeat_is_refused(tmp_path):
+    from infercrane.errors import InputError
+    from infercrane.poc.config import load_config
+
+    with pytest.raises(InputError, match="gpus repeat"):
+        load_config(_poc_config_with_gpus(tmp_path, "[H100, H100]"))
