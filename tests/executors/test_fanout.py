@@ -120,3 +120,17 @@ def test_poc_config_gpus_repeat_is_refused(tmp_path):
 
     with pytest.raises(InputError, match="gpus repeat"):
         load_config(_poc_config_with_gpus(tmp_path, "[H100, H100]"))
+
+
+def test_a_job_that_ran_another_infercrane_is_flagged_and_left_out(tmp_path, capsys, monkeypatch):
+    import infercrane.executors.fanout as fanout
+
+    monkeypatch.setattr(fanout, "_caller_identity", lambda: ("0.0.0-caller", "0" * 40))
+    out = tmp_path / "screen.json"
+    assert main([*SCREEN, "--gpus", "cpu", "--out", str(out)]) == 1
+    [job] = read_record(tmp_path / "screen.fanout.json").jobs
+    assert job.state == "done" and job.receipt is not None
+    assert job.version_mismatch.startswith("ran InferCrane ") and "the caller 0.0.0-caller" in job.version_mismatch
+    assert "install the caller's version where the jobs run" in job.version_mismatch
+    assert not out.exists()  # kept as screen.cpu.json, not taken as the result
+    assert "left out of the result" in capsys.readouterr().out

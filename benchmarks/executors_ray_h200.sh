@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The Ray executor on one GPU machine, against the local executor back to back (kernel screen --executor):
+#   bash benchmarks/executors_ray_h200.sh OUTDIR        # GPU=H200 (the type to ask for), TRIALS=5, OPS=both ops
+# Starts a single-node Ray cluster over the machine's GPU (`ray start --head`: Ray labels the node
+# accelerator_type:<type>, which the Ray executor places by), then for each op screens the decode rows in the three
+# timing modes through the Ray executor and through the local executor; the order alternates per op (ray then local,
+# then local then ray), so neither executor always runs second. Receipts: OUTDIR/<executor>-<op>.json, with the
+# fan-out records beside them (…fanout.json) and each command's console log. Then `receipt diff` of each pair.
+# Needs ray, torch, triton and cupy importable by python3 and InferCrane's pure-Python dependencies on PYTHONPATH.
+# On a tree copied without .git, set INFERCRANE_GIT_COMMIT so the receipts name the commit.
+set -uo pipefail
+out=${1:?usage: executors_ray_h200.sh OUTDIR}
+gpu=${GPU:-H200}
+trials=${TRIALS:-5}
+mkdir -p "$out"
+step() { echo "=== $(date -u +%H:%M:%S) $*"; }
+ray_cli() { python3 -m ray.scripts.scripts "$@"; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+python3 -c 'import ray, torch, triton; print("ray", ray.__version__, "torch", torch.__version__, "triton", triton.__version__)'
+
+step "ray start --head"
+ray_cli start --head --port=6380 --include-dashboard=false --disable-usage-stats 2>&1 | tail -2
+trap 'ray_cli stop --force >/dev/null 2>&1' EXIT
+python3 -c 'import ray; ray.init(address="auto", log_to_driver=False); print({k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")})'
+
+screen() {  # EXECUTOR OP
+  step "kernel screen --op $2 --executor $1 --gpus $gpu ($trials trials)"
+  python3 -m infercrane kernel screen --op "$2" --trials "$trials" --executor "$1" --gpus "$gpu" \
+    --out "$out/$1-$2.json" 2>&1 | tee "$out/$1-$2.log"
+  echo "rc=${PIPESTATUS[0]}"
+}
+first=ray second=local
+for op in ${OPS:-fused_add_rmsnorm rms_norm}; do
+  screen "$first" "$op"
+  screen "$second" "$op"
+  python3 -m infercrane receipt diff "$out/ray-$op.json" "$out/local-$op.json" > "$out/diff-$op.txt" 2>&1
+  echo "diff rc=$? -> $out/diff-$op.txt"
+  tmp=$first; first=$second; second=$tmp
+done
+step done
