@@ -5,7 +5,8 @@
 # accelerator_type:<type>, which the Ray executor places by), then for each op screens the decode rows in the three
 # timing modes through the Ray executor and through the local executor; the order alternates per op (ray then local,
 # then local then ray), so neither executor always runs second. Receipts: OUTDIR/<executor>-<op>.json, with the
-# fan-out records beside them (…fanout.json) and each command's console log. Then `receipt diff` of each pair.
+# fan-out records beside them (…fanout.json) and each command's console log. Then `kernel agree` of each pair (do the
+# two screens agree within their runs' spread, cell by cell) into OUTDIR/agree-<op>.json and .txt.
 # Needs ray, torch, triton and cupy importable by python3 and InferCrane's pure-Python dependencies on PYTHONPATH.
 # On a tree copied without .git, set INFERCRANE_GIT_COMMIT so the receipts name the commit.
 set -uo pipefail
@@ -35,8 +36,9 @@ first=ray second=local
 for op in ${OPS:-fused_add_rmsnorm rms_norm}; do
   screen "$first" "$op"
   screen "$second" "$op"
-  python3 -m infercrane receipt diff "$out/ray-$op.json" "$out/local-$op.json" > "$out/diff-$op.txt" 2>&1
-  echo "diff rc=$? -> $out/diff-$op.txt"
+  python3 -m infercrane kernel agree "$out/local-$op.json" "$out/ray-$op.json" --json-out "$out/agree-$op.json" \
+    > "$out/agree-$op.txt" 2>&1
+  echo "agree rc=$? -> $out/agree-$op.txt"; tail -2 "$out/agree-$op.txt"
   tmp=$first; first=$second; second=$tmp
 done
 step done

@@ -51,6 +51,7 @@ kernel.command("infercrane.commands.kernel:screen", name="screen",
 kernel.command("infercrane.commands.kernel:decide", name="decide", help="Decide again on a finished screen (e.g. with a decode step time from a serving receipt).")
 kernel.command("infercrane.commands.apply:apply", name="apply",
                help="Put a candidate kernel inside vLLM and A/B it end to end against the incumbent, compiled and eager, gated, prediction beside measurement.")
+kernel.command("infercrane.commands.kernel:agree", name="agree", help="Do two screens of one op agree within their runs' spread (cell by cell, trial medians)?")
 kernel.command("infercrane.commands.kernel:list_impls", name="list", help="List an op's implementations and what a screen here would do with each.")
 app.command(kernel)
 

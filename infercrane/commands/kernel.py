@@ -530,3 +530,61 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     for o in doc["other_candidates"]:
         con.print(Text.assemble((f"{o['implementation']}: ", "bold"), _first_line(o["decision"]), " — ",
                                 _first_line(o["reason"])))
+
+
+def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
+    """Do two screens of one op agree within their runs' spread? Cell by cell (implementation, rows, timing mode):
+    each screen's per-trial medians, their ranges, and B/A; the cells agree when the two ranges of trial medians
+    overlap. For screens made apart (two executors, two GPUs of one type, two days), whose trials are not paired.
+    Exit 0 when every compared cell agrees and the decisions match, 1 otherwise.
+
+    Parameters
+    ----------
+    a
+        A kernel screen's receipt (v3).
+    b
+        Another screen's receipt of the same op at the same shapes (v3).
+    json_out
+        Also write the comparison, cell by cell, as JSON.
+    """
+    from rich.table import Table
+
+    from ..errors import InputError
+    from ..kernels.agreement import compare_screens
+    from ..receipts.io import write_atomic
+    from ..receipts.models_v3 import SCREENING_V3
+    from ..receipts.render import console
+    from ..receipts.validate import load_receipt
+
+    from .options import check_output_file
+
+    docs = [load_receipt(path).document for path in (a, b)]  # a file that is not a valid receipt, named, first
+    if json_out is not None:
+        check_output_file(json_out, "--json-out")
+    for path, doc in zip((a, b), docs):
+        if doc["schema_version"] != SCREENING_V3:
+            raise InputError(f"{path}: is {doc['schema_version']}; kernel agree compares kernel screen receipts "
+                             f"({SCREENING_V3})")
+    try:
+        result = compare_screens(*docs)
+    except ValueError as exc:
+        raise InputError(f"{a} and {b}: {exc}") from None
+    con = console()
+    t = Table(title=f"{result.op}: A {a} ({result.a_gpu}) vs B {b} ({result.b_gpu})", title_justify="left")
+    for col in ("impl", "rows", "mode", "A trial medians (µs)", "B trial medians (µs)", "B/A", "agree"):
+        t.add_column(col)
+    for c in result.cells:
+        def rng(v: list[float]) -> str:
+            return f"{min(v):.3g}–{max(v):.3g} ({len(v)})" if v else "—"
+        t.add_row(c.impl, str(c.rows), c.mode, rng(c.a_trial_medians_us), rng(c.b_trial_medians_us),
+                  f"{c.ratio_b_over_a:.3f}" if c.ratio_b_over_a else "—",
+                  {True: "yes", False: "NO", None: (c.note or "not compared").split(":")[0]}[c.agree])
+    con.print(t)
+    same = result.a_decision == result.b_decision
+    n, bad = len(result.compared), len(result.disagreeing)
+    con.print(plain(f"method: {result.method}"))
+    con.print(plain(f"{n - bad} of {n} compared cells agree ({len(result.cells) - n} not compared); decisions: A "
+                    f"{result.a_decision}, B {result.b_decision} ({'the same' if same else 'DIFFERENT'})"))
+    if json_out is not None:
+        write_atomic(json_out, result.model_dump(mode="json"))
+    return 0 if same and bad == 0 and n > 0 else 1

@@ -1,0 +1,104 @@
+"""Do two screens of one op agree within their runs' spread? (``infercrane kernel agree A B``)
+
+Two screens made apart (through two executors, on two GPUs of one type, or a day apart) are independent runs: their
+trials are not paired, so the paired-trial speedup of one screen (``stats.trials``) does not apply between them. The
+comparison here is descriptive and says so (``METHOD``):
+
+* a cell is one (implementation, rows, timing mode) both screens timed;
+* per trial, the statistic is the median of that trial's kept samples (the trial is the replicate, as in a screen);
+* each screen's spread of a cell is the range [min, max] of its trial medians; the cells **agree** when the two
+  ranges overlap, i.e. the difference between the screens is no larger than what each run's own trials show;
+* the ratio B / A is of the geometric means of the trial medians, a description, not a claim;
+* a cell with fewer than ``MIN_TRIALS`` trials on a side is not compared (one trial has no spread), nor a cell either
+  screen flagged (its second timer disagreed, or a time fell below the physical floor): it carries no time to agree on.
+
+The decisions of the two receipts are set side by side too: the same evidence should give the same decision.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+MIN_TRIALS = 2
+METHOD = ("per cell (implementation, rows, timing mode) both screens timed: per trial the median of its kept "
+          "samples; a screen's spread is the range [min, max] of its trial medians; the cells agree when the two "
+          f"ranges overlap; B/A is the ratio of the geometric means of trial medians; cells with fewer than "
+          f"{MIN_TRIALS} trials on a side, or flagged by either screen, are not compared")
+
+
+class CellAgreement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    impl: str
+    rows: int
+    mode: str
+    a_trial_medians_us: list[float]
+    b_trial_medians_us: list[float]
+    ratio_b_over_a: float | None
+    agree: bool | None
+    note: str | None = None
+
+
+class Agreement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: str = METHOD
+    op: str
+    a_gpu: str
+    b_gpu: str
+    a_decision: str
+    b_decision: str
+    cells: list[CellAgreement]
+
+    @property
+    def compared(self) -> list[CellAgreement]:
+        return [c for c in self.cells if c.agree is not None]
+
+    @property
+    def disagreeing(self) -> list[CellAgreement]:
+        return [c for c in self.cells if c.agree is False]
+
+
+def _trial_medians(cell: Any) -> list[float]:
+    return [float(np.median(t)) for t in cell.kept_by_trial()]
+
+
+def _gm(values: list[float]) -> float:
+    return math.exp(float(np.mean(np.log(values))))
+
+
+def compare_screens(a: dict[str, Any], b: dict[str, Any]) -> Agreement:
+    """The agreement of two kernel screen receipts' documents (v3) of one op (module docstring); ValueError for
+    receipts of two ops or shapes."""
+    from infercrane.kernels.result import ScreenResult
+
+    ra, rb = ScreenResult.model_validate(a["result"]), ScreenResult.model_validate(b["result"])
+    sa, sb = ra.spec.model_dump(), rb.spec.model_dump()
+    for key in ("op", "hidden_size", "dtype"):
+        if sa.get(key) != sb.get(key):
+            raise ValueError(f"the screens differ in {key}: {sa.get(key)} vs {sb.get(key)}; compare screens of one op "
+                             "at one shape")
+    cells_b = {(i.key, c.rows, c.mode): c for i in rb.implementations for c in i.timings}
+    out = []
+    for impl in ra.implementations:
+        for ca in impl.timings:
+            cb = cells_b.get((impl.key, ca.rows, ca.mode))
+            if cb is None:
+                continue
+            ma, mb = _trial_medians(ca), _trial_medians(cb)
+            ratio = _gm(mb) / _gm(ma) if ma and mb else None
+            note, agree = None, None
+            if ca.flags or cb.flags:
+                by = "both" if ca.flags and cb.flags else "A" if ca.flags else "B"
+                note = f"flagged by {by}: " + "; ".join([*(f"A {f}" for f in ca.flags), *(f"B {f}" for f in cb.flags)])
+            elif min(len(ma), len(mb)) < MIN_TRIALS:
+                note = f"{min(len(ma), len(mb))} trial(s) on a side: no spread to compare against"
+            else:
+                agree = max(ma) >= min(mb) and max(mb) >= min(ma)
+            out.append(CellAgreement(impl=impl.key, rows=ca.rows, mode=ca.mode, a_trial_medians_us=ma,
+                                     b_trial_medians_us=mb, ratio_b_over_a=ratio, agree=agree, note=note))
+    return Agreement(op=str(sa.get("op")), a_gpu=a["hardware"]["gpu"], b_gpu=b["hardware"]["gpu"],
+                     a_decision=str(a.get("decision")), b_decision=str(b.get("decision")), cells=out)

@@ -1,0 +1,62 @@
+"""``kernel agree``: two screens of one op, cell by cell, agree when their ranges of trial medians overlap."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from infercrane.cli import main
+from infercrane.kernels.agreement import compare_screens
+
+REPO = Path(__file__).resolve().parents[2]
+TWO_OPS = REPO / "docs" / "benchmarks" / "2026-12-01-h200-kernel-two-ops"
+
+
+def _doc(name: str) -> dict:
+    return json.loads((TWO_OPS / name).read_text())
+
+
+def test_a_screen_agrees_with_itself_in_every_cell_it_can_compare():
+    doc = _doc("rms_norm.json")
+    result = compare_screens(doc, copy.deepcopy(doc))
+    assert result.compared and not result.disagreeing
+    assert all(c.ratio_b_over_a == pytest.approx(1.0) for c in result.compared)
+    flagged = [c for c in result.cells if c.agree is None]
+    assert flagged and all(c.note.startswith("flagged by both") for c in flagged)
+    assert result.a_decision == result.b_decision
+
+
+def test_a_cell_twice_as_slow_in_every_trial_disagrees_and_only_it():
+    a = _doc("rms_norm.json")
+    b = copy.deepcopy(a)
+    impl = next(i for i in b["result"]["implementations"] if i["key"] == "triton")
+    cell = next(c for c in impl["timings"] if c["mode"] == "graph" and not c["flags"])
+    for block in cell["blocks"]:
+        block["samples_us"] = [2 * t for t in block["samples_us"]]
+    result = compare_screens(a, b)
+    [bad] = result.disagreeing
+    assert (bad.impl, bad.rows, bad.mode) == ("triton", cell["rows"], "graph")
+    assert bad.ratio_b_over_a == pytest.approx(2.0)
+    assert len(result.compared) == len(compare_screens(a, a).compared)
+
+
+def test_screens_of_two_ops_are_not_compared():
+    with pytest.raises(ValueError, match="differ in op"):
+        compare_screens(_doc("rms_norm.json"), _doc("fused_add_rmsnorm.json"))
+
+
+def test_the_command_exits_0_on_agreement_and_writes_the_cells(tmp_path, capsys):
+    out = tmp_path / "agree.json"
+    assert main(["kernel", "agree", str(TWO_OPS / "rms_norm.json"), str(TWO_OPS / "rms_norm.json"),
+                 "--json-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "compared cells agree" in text and "the same" in text
+    doc = json.loads(out.read_text())
+    assert doc["method"].startswith("per cell (implementation, rows, timing mode)") and doc["cells"]
+
+
+def test_the_command_refuses_two_ops(capsys):
+    assert main(["kernel", "agree", str(TWO_OPS / "rms_norm.json"), str(TWO_OPS / "fused_add_rmsnorm.json")]) == 2
+    assert "differ in op" in capsys.readouterr().err
