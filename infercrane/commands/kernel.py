@@ -154,6 +154,9 @@ def _screen_fanned_out(config: ScreenConfig, *, out: Path, con: Any) -> int:
     if not config.gpus:
         raise InputError(f"--executor {config.executor}: give the GPU types to screen on with --gpus (e.g. "
                          "--gpus H100!,L40S)")
+    if Path(config.model).exists():
+        raise InputError(f"--model {config.model}: a local model file or folder does not travel with the jobs of "
+                         "--gpus / --executor", hint="give a catalog model id (infercrane model list)")
     check_output_file(out, "--out")
     argv, files = job_argv(("kernel", "screen"), config, exclude=("sign_key",))
     options = {"address": config.ray_address} if config.executor == "ray" else {}

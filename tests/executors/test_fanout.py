@@ -72,6 +72,7 @@ def test_kernel_screen_on_this_machines_gpu_type_through_the_local_executor(tmp_
     (["--ray-address", "127.0.0.1:1"], "--ray-address is read by --executor ray only"),
     (["--job-timeout-s", "60"], "--job-timeout-s limits the jobs of --gpus / --executor"),
     (["--gpus", "cpu", "--sign-key", "k.pem"], "the key stays on this machine"),
+    (["--gpus", "cpu", "--model", str(REPO / "tests")], "does not travel with the jobs"),
 ])
 def test_bad_fan_out_options_are_refused_before_any_job(tmp_path, capsys, args, message):
     out = tmp_path / "s.json"
