@@ -1,9 +1,9 @@
 """Fan-out: one job per GPU type through an executor, one live table, every finished receipt kept, then merged.
 
-For ``OUT`` (the command's ``--out``): each job's receipt is written as it comes back, validated, to
-``OUT.<gpu>.json`` (``<gpu>`` the request, lower-cased, ``!`` spelled ``-pinned``); the fan-out's own record (every
-job: the GPU asked for, the device that ran it, state, run id, elapsed, error and log tail; flags; notes) to
-``OUT.fanout.json``, rewritten after every job, so an interrupted or failed fan-out keeps what finished. With one job
+For ``OUT`` = ``DIR/NAME.json`` (the command's ``--out``): each job's receipt is written as it comes back, validated,
+to ``DIR/NAME.<gpu>.json`` (``<gpu>`` the request, lower-cased, ``!`` spelled ``-pinned``); the fan-out's own record
+(every job: the GPU asked for, the device that ran it, state, run id, elapsed, error and log tail; flags; notes) to
+``DIR/NAME.fanout.json``, rewritten after every job, so an interrupted or failed fan-out keeps what finished. With one job
 ``OUT`` is that job's receipt; with more, ``OUT`` is their merge (``receipt merge``: one PoC receipt with one
 ``custom_kernel.<gpu>`` per measured GPU type).
 
