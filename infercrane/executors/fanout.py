@@ -3,9 +3,9 @@
 For ``OUT`` = ``DIR/NAME.json`` (the command's ``--out``): each job's receipt is written as it comes back, validated,
 to ``DIR/NAME.<gpu>.json`` (``<gpu>`` the request, lower-cased, ``!`` spelled ``-pinned``); the fan-out's own record
 (every job: the GPU asked for, the device that ran it, state, run id, elapsed, error and log tail; flags; notes) to
-``DIR/NAME.fanout.json``, rewritten after every job, so an interrupted or failed fan-out keeps what finished. With one job
-``OUT`` is that job's receipt; with more, ``OUT`` is their merge (``receipt merge``: one PoC receipt with one
-``custom_kernel.<gpu>`` per measured GPU type).
+``DIR/NAME.fanout.json``, rewritten after every job, so an interrupted or failed fan-out keeps what finished. With
+one job ``OUT`` is that job's receipt; with more, ``OUT`` is their merge (``receipt merge``: one PoC receipt with
+one ``custom_kernel.<gpu>`` per measured GPU type).
 
 Flags, never silent: a job whose measured device is not the GPU type asked for (Modal may upgrade an unpinned H100 to
 an H200; a CPU stand-in runs on a CPU) is flagged ``gpu_mismatch``; a job whose InferCrane version or commit differs
