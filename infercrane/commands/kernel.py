@@ -141,34 +141,18 @@ def _screen_fanned_out(config: ScreenConfig, *, out: Path, con: Any) -> int:
     """``kernel screen --gpus …`` / ``--executor ray|modal``: one screen per GPU type where the executor runs it, the
     receipts kept and merged (``executors.fanout``). Exit 0 when every job finished and the result was written."""
     from ..errors import InputError
-    from ..executors import get_executor
-    from ..executors.fanout import fan_out, summary_lines
-    from ..executors.jobs import Job
+    from ..executors.fanout import run_fanned_out
     from ..executors.options import job_argv
-    from .options import check_output_file
 
-    if config.sign_key is not None:
-        raise InputError("--sign-key: the key stays on this machine and a fanned-out screen's receipts are written "
-                         "where each job ran", hint=f"sign the result here once it is back: infercrane receipt sign "
-                                                    f"{out} --key KEY")
     if not config.gpus:
         raise InputError(f"--executor {config.executor}: give the GPU types to screen on with --gpus (e.g. "
                          "--gpus H100!,L40S)")
     if Path(config.model).exists():
         raise InputError(f"--model {config.model}: a local model file or folder does not travel with the jobs of "
                          "--gpus / --executor", hint="give a catalog model id (infercrane model list)")
-    check_output_file(out, "--out")
     argv, files = job_argv(("kernel", "screen"), config, exclude=("sign_key",))
-    options = {"address": config.ray_address} if config.executor == "ray" else {}
-    executor = get_executor(config.executor, **options)
-    jobs = [Job(gpu=g, argv=tuple(argv), files=files, needs_gpu=config.device != "cpu", timeout_s=config.job_timeout_s)
-            for g in config.gpus]
-    record = fan_out(executor, jobs, out=out, argv=argv, con=con,
-                     title=f"kernel screen {config.op} on {', '.join(config.gpus)} through the {executor.name} "
-                           f"executor → {plain(out)}")
-    for line in summary_lines(record):
-        con.print(plain(line))
-    return 0 if record.complete else 1
+    return run_fanned_out(config, config.gpus, argv=argv, files=files, needs_gpu=config.device != "cpu", out=out,
+                          what=f"kernel screen {config.op}", sign_key=config.sign_key, con=con)
 
 
 @dataclass(frozen=True)

@@ -108,11 +108,8 @@ def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, re
     for it; None when the PoC runs here. The config travels by content (a shipped one by name)."""
     from ..env.capture import new_run_id, run_id_from_env
     from ..errors import InputError
-    from ..executors import get_executor
-    from ..executors.fanout import fan_out, summary_lines
-    from ..executors.jobs import Job
+    from ..executors.fanout import run_fanned_out
     from ..poc.config import load_config
-    from .options import check_output_file, plain
 
     cfg, path = load_config(config)
     gpus = where.gpus or (tuple(cfg.gpus) if cfg.gpus else None)
@@ -124,23 +121,11 @@ def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, re
     if resume is not None:
         raise InputError("--resume continues a PoC run here; a PoC run per GPU type is not resumed",
                          hint="resume each GPU's PoC where it ran, or run the fan-out again")
-    if sign_key is not None:
-        raise InputError("--sign-key: the key stays on this machine and each GPU's PoC receipt is written where it "
-                         "ran", hint="sign the result here once it is back: infercrane receipt sign OUT --key KEY")
-    out = out or Path("runs") / (run_id_from_env() or new_run_id()) / "poc.json"
-    check_output_file(out, "--out")
     shipped = Path(config).is_file()
-    argv = ["poc", path.name if shipped else config]
-    files = {path.name: path.read_bytes()} if shipped else {}
-    options = {"address": where.ray_address} if where.executor == "ray" else {}
-    executor = get_executor(where.executor, **options)
-    jobs = [Job(gpu=g, argv=tuple(argv), files=files, needs_gpu=not cfg.functional, timeout_s=where.job_timeout_s)
-            for g in gpus]
-    record = fan_out(executor, jobs, out=out, argv=argv, con=con,
-                     title=f"poc {cfg.name} on {', '.join(gpus)} through the {executor.name} executor → {plain(out)}")
-    for line in summary_lines(record):
-        con.print(plain(line))
-    return 0 if record.complete else 1
+    return run_fanned_out(where, gpus, argv=["poc", path.name if shipped else config],
+                          files={path.name: path.read_bytes()} if shipped else {}, needs_gpu=not cfg.functional,
+                          out=out or Path("runs") / (run_id_from_env() or new_run_id()) / "poc.json",
+                          what=f"poc {cfg.name}", sign_key=sign_key, con=con)
 
 
 def _config_of_run(resume: Path) -> str | None:

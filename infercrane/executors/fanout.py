@@ -230,3 +230,25 @@ def summary_lines(record: FanoutRecord) -> list[str]:
 
 def read_record(path: Path) -> FanoutRecord:
     return FanoutRecord.model_validate(json.loads(Path(path).read_text()))
+
+
+def run_fanned_out(where: Any, gpus: Sequence[str], *, argv: Sequence[str], files: dict[str, bytes], needs_gpu: bool,
+                   out: Path, what: str, sign_key: Path | None, con: Any) -> int:
+    """A command's fan-out from its executor options ``where`` (``executors.options.ExecutorOptions``): refuse what
+    cannot travel, build the executor and one job per GPU type, run them (``fan_out``), print the summary; exit 0
+    when every job finished and the result was written, 1 otherwise."""
+    from infercrane.commands.options import check_output_file, plain
+    from infercrane.errors import InputError
+    from infercrane.executors import get_executor
+
+    if sign_key is not None:
+        raise InputError(f"--sign-key: the key stays on this machine and each job's receipt of {what} is written where "
+                         "it ran", hint=f"sign the result here once it is back: infercrane receipt sign {out} --key KEY")
+    check_output_file(out, "--out")
+    executor = get_executor(where.executor, **({"address": where.ray_address} if where.executor == "ray" else {}))
+    jobs = [Job(gpu=g, argv=tuple(argv), files=files, needs_gpu=needs_gpu, timeout_s=where.job_timeout_s) for g in gpus]
+    record = fan_out(executor, jobs, out=out, argv=argv, con=con,
+                     title=f"{what} on {', '.join(gpus)} through the {executor.name} executor → {plain(out)}")
+    for line in summary_lines(record):
+        con.print(plain(line))
+    return 0 if record.complete else 1
