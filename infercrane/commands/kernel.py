@@ -128,9 +128,10 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
 
     con = console()
     run_id = run_id_from_env() or new_run_id()
+    out = config.out or Path("runs") / run_id / "kernel-screen.json"
     if config.fans_out():
-        return _screen_fanned_out(config, out=config.out or Path("runs") / run_id / "kernel-screen.json", con=con)
-    prepared = prepare_screen(config, out=config.out or Path("runs") / run_id / "kernel-screen.json", con=con)
+        return _screen_fanned_out(config, out=out, con=con)
+    prepared = prepare_screen(config, out=out, con=con)
     receipt = run_prepared_screen(prepared, run_id=run_id, con=con)
     _print_summary(con, receipt.document)
     con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
@@ -560,9 +561,10 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
     t = Table(title=f"{result.op}: A {a} ({result.a_gpu}) vs B {b} ({result.b_gpu})", title_justify="left")
     for col in ("impl", "rows", "mode", "A trial medians (µs)", "B trial medians (µs)", "B/A", "agree"):
         t.add_column(col)
+    def rng(v: list[float]) -> str:
+        return f"{min(v):.3g}–{max(v):.3g} ({len(v)})" if v else "—"
+
     for c in result.cells:
-        def rng(v: list[float]) -> str:
-            return f"{min(v):.3g}–{max(v):.3g} ({len(v)})" if v else "—"
         t.add_row(c.impl, str(c.rows), c.mode, rng(c.a_trial_medians_us), rng(c.b_trial_medians_us),
                   f"{c.ratio_b_over_a:.3f}" if c.ratio_b_over_a else "—",
                   {True: "yes", False: "NO", None: (c.note or "not compared").split(":")[0]}[c.agree])

@@ -123,16 +123,20 @@ def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[
         cuda_runtime=torch.version.cuda,
         sm_count=props.multi_processor_count,
         l2_cache_mib=round(getattr(props, "L2_cache_size", 0) / 2**20, 2) or None,
-        **_max_clocks_mhz(idx),
+        **_max_clocks_mhz(getattr(props, "uuid", None)),
     )
     return hw
 
 
-def _max_clocks_mhz(index: int) -> dict[str, int | None]:
-    """The device's maximum SM and memory clocks (NVML through nvidia-smi), None where they cannot be read."""
+def _max_clocks_mhz(uuid: Any) -> dict[str, int | None]:
+    """The maximum SM and memory clocks of the device with this UUID (PyTorch's, so the device it uses whatever
+    CUDA_VISIBLE_DEVICES renumbers; nvidia-smi's indices are the host's), None where they cannot be read."""
     clocks: dict[str, int | None] = {"sm_clock_max_mhz": None, "memory_clock_max_mhz": None}
+    if uuid is None:
+        return clocks
+    target = str(uuid) if str(uuid).startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
     try:
-        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=clocks.max.sm,clocks.max.mem",
+        out = subprocess.run(["nvidia-smi", f"--id={target}", "--query-gpu=clocks.max.sm,clocks.max.mem",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
         sm, mem = (int(v) for v in out.stdout.strip().splitlines()[0].split(","))
         clocks.update(sm_clock_max_mhz=sm, memory_clock_max_mhz=mem)

@@ -83,9 +83,8 @@ class _Table:
         for h in self.handles:
             r = self.records[id(h)]
             elapsed = r.elapsed_s if r.state in FINISHED and r.elapsed_s is not None else now - h.submitted_at
-            note = r.gpu_mismatch or r.version_mismatch or (r.error or "").splitlines()[0:1]
-            t.add_row(r.gpu_request, r.state, f"{elapsed:.0f} s", r.run_id or "", _ran_on(r),
-                      note if isinstance(note, str) else "".join(note))
+            note = r.gpu_mismatch or r.version_mismatch or next(iter((r.error or "").splitlines()), "")
+            t.add_row(r.gpu_request, r.state, f"{elapsed:.0f} s", r.run_id or "", _ran_on(r), note)
         return t
 
 
@@ -150,7 +149,7 @@ def fan_out(executor: Executor, jobs: Sequence[Job], *, out: Path, argv: Sequenc
 def _take(r: JobRecord, h: Handle, res: JobResult, out: Path, version: str, commit: str | None) -> None:
     """Fill ``r`` from a job's result; write its receipt beside ``out`` and check what it says about where it ran."""
     from infercrane.errors import InputError
-    from infercrane.poc.gpus import gpu_key, gpu_key_of_receipt
+    from infercrane.poc.gpus import gpu_key, gpu_key_of_receipt, receipt_hardware
     from infercrane.receipts.io import write_atomic_bytes
     from infercrane.receipts.validate import load_receipt
 
@@ -166,8 +165,7 @@ def _take(r: JobRecord, h: Handle, res: JobResult, out: Path, version: str, comm
     except InputError as exc:
         r.state, r.error = "failed", f"its receipt does not validate: {exc.message.splitlines()[0]}"
         return
-    hw = doc.get("hardware") or (doc.get("provenance") or {}).get("hardware") or {}
-    r.measured_gpu, r.measured_key = hw.get("gpu"), gpu_key_of_receipt(doc)
+    r.measured_gpu, r.measured_key = receipt_hardware(doc).get("gpu"), gpu_key_of_receipt(doc)
     if gpu_key(h.job.gpu) != r.measured_key:
         r.gpu_mismatch = f"asked for {h.job.gpu}, ran on {_ran_on(r)}"
     prov = doc.get("provenance") or {}

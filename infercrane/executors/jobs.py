@@ -12,6 +12,7 @@ asked for is passed as ``INFERCRANE_GPU_REQUEST`` and lands in the receipt's ``h
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -101,8 +102,6 @@ def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
     if state == "done" and text is None:
         state, error = "failed", "the command wrote no receipt"
     tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else ""
-    import socket
-
     return JobResult(gpu=job.gpu, state=state, run_id=run_id, receipt_json=text, returncode=rc,
                      elapsed_s=round(time.monotonic() - t0, 3), error=error, log_tail=tail,
                      host=socket.gethostname(), infercrane_version=__version__)

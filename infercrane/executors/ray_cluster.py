@@ -25,7 +25,7 @@ from typing import Any
 
 from infercrane.errors import UnavailableError
 from infercrane.executors import Handle
-from infercrane.executors.jobs import LOG_TAIL_CHARS, Job, JobResult
+from infercrane.executors.jobs import LOG_TAIL_CHARS, Job, JobResult, run_job
 
 RESOURCE_PREFIX = "accelerator_type:"
 CANCEL_WAIT_S = 60.0
@@ -39,8 +39,6 @@ def ray_type(request: str) -> str:
 def _task(job_doc: dict[str, Any]) -> dict[str, Any]:
     """The task body: run the job on this node under Ray's job and task id."""
     import ray
-
-    from infercrane.executors.jobs import run_job
 
     ctx = ray.get_runtime_context()
     run_id = f"ray-{ctx.get_job_id()}-{ctx.get_task_id()}"

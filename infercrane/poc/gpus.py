@@ -31,8 +31,12 @@ def gpu_key(device_name: str) -> str:
     return slug if slug and slug[0].isalpha() else f"gpu_{slug}"
 
 
+def receipt_hardware(doc: dict) -> dict:
+    """The machine a receipt's numbers were measured on: a kernel receipt's ``hardware``, a serving receipt's
+    ``provenance.hardware`` ({} when it names none)."""
+    return doc.get("hardware") or (doc.get("provenance") or {}).get("hardware") or {}
+
+
 def gpu_key_of_receipt(doc: dict) -> str:
-    """The GPU type a receipt's numbers were measured on: a kernel receipt's ``hardware``, a serving receipt's
-    ``provenance.hardware``."""
-    hw = doc.get("hardware") or (doc.get("provenance") or {}).get("hardware") or {}
-    return gpu_key(hw.get("gpu", "none"))
+    """The GPU type a receipt's numbers were measured on (``receipt_hardware``)."""
+    return gpu_key(receipt_hardware(doc).get("gpu", "none"))
