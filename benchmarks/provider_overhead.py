@@ -41,6 +41,17 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def opaque_op(name: str, kernel):
+    """``kernel(x, r, w, eps)`` (in place on x and r) as a bare ``torch.library.custom_op`` with a fake that does
+    nothing. The schema is spelled out: this module's annotations are strings, which ``infer_schema`` cannot read."""
+    import torch
+
+    op = torch.library.custom_op(name, lambda x, r, w, eps: kernel(x, r, w, eps), mutates_args=("x", "r"),
+                                 schema="(Tensor(a!) x, Tensor(b!) r, Tensor w, float eps) -> ()")
+    op.register_fake(lambda *a: None)
+    return op
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--impl", choices=["triton", "cuda"], default="triton")
@@ -72,11 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     native_compiled = torch.compile(native, dynamic=True)  # one compile for every row count
     kernel = load_kernel(choice).fn
 
-    @torch.library.custom_op(f"infercrane_bench::opaque_{args.impl}", mutates_args=("x", "r"))
-    def opaque(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float) -> None:
-        kernel(x, r, w, eps)
-
-    opaque.register_fake(lambda *a: None)
+    opaque = opaque_op(f"infercrane_bench::opaque_{args.impl}", kernel)
 
     rows_out = []
     head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "vllm": vllm.__version__,
