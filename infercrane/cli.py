@@ -63,6 +63,9 @@ serve.command("infercrane.commands.serve:decide", name="decide",
 serve.command("infercrane.commands.serve:recipes", name="recipes", help="List the shipped recipes and workload presets.")
 app.command(serve)
 
+app.command("infercrane.commands.report:report", name="report",
+            help="Draw receipts as one self-contained HTML page plus its PNGs.")
+
 app.command("infercrane.commands.poc:poc", name="poc",
             help="Run a PoC config: kernel screen, paired A/B and public-workload A/B, joined in one receipt.")
 

@@ -99,7 +99,25 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     receipt = run(plan, con=con, say=say)
     _print_summary(con, receipt.document)
     say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} (infercrane receipt show {receipt.path})")
+    say(_write_report(Path(receipt.path)))
     return 0
+
+
+def _write_report(receipt: Path) -> str:
+    """The PoC's report beside its receipt (``poc.json`` -> ``poc.report/index.html``); the receipt stands whatever
+    happens here, and the line says where the page is or why there is none."""
+    from ..report import INSTALL_HINT, missing_dependency, write_report
+
+    if (missing := missing_dependency()) is not None:
+        return f"report: not written ({missing} is missing: {INSTALL_HINT})"
+
+    out = receipt.with_name(receipt.stem + ".report")
+    try:
+        page = write_report([receipt], out)
+    except Exception as exc:  # the receipt is written; a drawing failure must not hide it
+        return (f"report: not written ({type(exc).__name__}: {exc}); the receipt stands: infercrane report "
+                f"{receipt} --out {out}")
+    return f"report: {page}"
 
 
 def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, resume: Path | None,

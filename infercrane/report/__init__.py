@@ -1,0 +1,24 @@
+"""``infercrane report``: receipts drawn as one self-contained HTML page plus its PNGs (matplotlib, Jinja2).
+
+``build.py`` turns a validated receipt into a ``model.ReceiptReport`` (decisions first, then evidence sections from
+``kernel.py`` and ``serving.py``); ``page.py`` writes the PNGs and the page."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+NEEDS = ("matplotlib", "jinja2")  # the `report` extra
+INSTALL_HINT = "pip install 'infercrane[report]'"
+
+
+def missing_dependency() -> str | None:
+    """The first module ``infercrane report`` needs that is not installed, or None."""
+    return next((m for m in NEEDS if importlib.util.find_spec(m) is None), None)
+
+
+def write_report(receipts: list[Path], out: Path) -> Path:
+    """Validate and draw ``receipts`` into ``out``; returns ``out/index.html``."""
+    from .build import receipt_report
+    from .page import render_page
+
+    return render_page([receipt_report(Path(p)) for p in receipts], Path(out))

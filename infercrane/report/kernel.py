@@ -1,0 +1,274 @@
+"""The kernel lab's part of a report: a screening receipt (v3) drawn per timing mode, its verdict grid and its
+Amdahl ceiling; and a PoC's ``custom_kernel`` block, one panel per GPU type side by side.
+
+Every figure draws numbers the receipt holds: per-trial medians (each trial's median of its kept samples, the unit
+the comparisons pair), the floor the receipt records per cell, the speedups and intervals of its comparisons."""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from .model import Figure, Section, Table
+
+VERDICT_COLOURS = {"FASTER": "#2e7d32", "SAME": "#607d8b", "SLOWER": "#c62828", "AMBIGUOUS": "#f9a825",
+                   "FLAGGED": "#8e24aa"}
+MARKERS = "osD^v<>ph*"
+
+
+def new_figure(width_in: float = 8.0, height_in: float = 4.5, ncols: int = 1) -> tuple[Any, list[Any]]:
+    """A matplotlib figure without pyplot (no global state), with ``ncols`` axes side by side."""
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(width_in, height_in), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def trial_medians(cell: dict[str, Any]) -> list[float]:
+    """Each trial's median of its kept samples (a block's samples without its rejected indices)."""
+    out = []
+    for block in cell.get("blocks", []):
+        rejected = set(block.get("rejected") or [])
+        kept = [s for i, s in enumerate(block.get("samples_us") or []) if i not in rejected]
+        if kept:
+            out.append(statistics.median(kept))
+    return out
+
+
+def _cell_median(cell: dict[str, Any]) -> float | None:
+    return (cell.get("summary") or {}).get("median")
+
+
+def _timing_figure(result: dict[str, Any], mode: str) -> Figure | None:
+    impls = [i for i in result["implementations"] if i["status"] == "ok" and
+             any(c["mode"] == mode for c in i["timings"])]
+    if not impls:
+        return None
+    fig, (ax,) = new_figure(8.5, 5.0)
+    floors: dict[int, float] = {}
+    for n, impl in enumerate(impls):
+        cells = sorted((c for c in impl["timings"] if c["mode"] == mode and _cell_median(c) is not None),
+                       key=lambda c: c["rows"])
+        rows = [c["rows"] for c in cells]
+        med = [_cell_median(c) for c in cells]
+        lo, hi = [], []
+        for c, m in zip(cells, med):
+            t = trial_medians(c) or [m]
+            lo.append(max(m - min(t), 0.0))
+            hi.append(max(max(t) - m, 0.0))
+        ax.errorbar(rows, med, yerr=[lo, hi], marker=MARKERS[n % len(MARKERS)], capsize=3, linewidth=1.2,
+                    label=f"{impl['key']} ({impl.get('kind') or 'implementation'})")
+        for c in cells:
+            if c.get("floor_us") is not None:
+                floors[c["rows"]] = c["floor_us"]
+        for c, m in zip(cells, med):
+            if c.get("flags"):
+                ax.annotate("flagged", (c["rows"], m), textcoords="offset points", xytext=(3, 6), fontsize=7,
+                            color=VERDICT_COLOURS["FLAGGED"])
+    if floors:
+        xs = sorted(floors)
+        ax.plot(xs, [floors[x] for x in xs], linestyle="--", color="black", linewidth=1.0,
+                label="floor (per cell, as recorded)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("rows (tokens in the batch)")
+    ax.set_ylabel("time per call (µs)")
+    ax.set_title(f"{mode} mode: time per call")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    method = (result.get("methods") or {}).get(mode, "")
+    caption = (f"Median time per call over every kept sample of the cell; whiskers: the lowest and highest of the "
+               f"{result.get('trials', '?')} trials' medians (each trial's median of its kept samples). Dashed: "
+               f"the cell's physical floor as the receipt records it (the larger of the empty-kernel floor of "
+               f"the mode and the byte floor at the measured copy bandwidth, where bytes reach device memory). "
+               f"Cells with flags are marked. Method: {method}")
+    return Figure(name=f"time-{mode}", title=f"Time per call, {mode} mode", caption=caption, fig=fig)
+
+
+def _bandwidth_table(result: dict[str, Any]) -> Table | None:
+    rows = []
+    for impl in result["implementations"]:
+        for c in impl["timings"]:
+            if c.get("pct_of_copy_bandwidth") is not None:
+                rows.append([impl["key"], c["mode"], c["rows"], f"{c['achieved_gbps']:.1f}",
+                             f"{c['pct_of_copy_bandwidth']:.1f} %"])
+    if not rows:
+        return None
+    copy = (result.get("calibration") or {}).get("copy_bandwidth") or {}
+    caption = (f"Only cells whose bytes reach device memory and whose byte floor is well above the empty-kernel "
+               f"floor carry a %; copy bandwidth {copy.get('median_gbps', 0):.1f} GB/s ({copy.get('method', '')}).")
+    return Table(title="% of copy bandwidth", columns=["implementation", "mode", "rows", "GB/s", "% of copy"],
+                 rows=rows, caption=caption)
+
+
+def _speedup_figure(result: dict[str, Any], mode: str) -> Figure | None:
+    comps = [c for c in result.get("comparisons", []) if c["mode"] == mode and c.get("speedup")]
+    if not comps:
+        return None
+    candidates = sorted({c["candidate"] for c in comps})
+    fig, axes = new_figure(min(5.5 * len(candidates), 16.0), 4.8, ncols=len(candidates))
+    margin = (comps[0]["speedup"].get("same_margin") or 0.0)
+    every_ref = sorted({c["reference"] for c in comps})  # one colour and marker per baseline in every panel
+    for ax, cand in zip(axes, candidates):
+        refs = sorted({c["reference"] for c in comps if c["candidate"] == cand})
+        for ref in refs:
+            n = every_ref.index(ref)
+            cs = sorted((c for c in comps if (c["candidate"], c["reference"]) == (cand, ref)),
+                        key=lambda c: c["rows"])
+            xs = [c["rows"] * (1.0 + 0.06 * (n - len(every_ref) / 2)) for c in cs]  # an offset per baseline
+            ys = [c["speedup"]["ratio"] for c in cs]
+            lo = [max(c["speedup"]["ratio"] - c["speedup"]["ci_lo"], 0.0) for c in cs]
+            hi = [max(c["speedup"]["ci_hi"] - c["speedup"]["ratio"], 0.0) for c in cs]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker=MARKERS[n % len(MARKERS)], capsize=3, linestyle="none",
+                        color=f"C{n}", label=f"vs {ref}")
+        ax.axhspan(1 - margin, 1 + margin, color="grey", alpha=0.25, label=f"SAME band (±{margin:g})")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("rows (tokens in the batch)")
+        ax.set_ylabel("speedup (baseline time / candidate time)")
+        ax.set_title(f"{cand}, {mode} mode")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    sp = comps[0]["speedup"]
+    caption = (f"Speedup and its {sp.get('confidence', 0.95) * 100:g} % interval per comparison, as the receipt "
+               f"computed them: {sp.get('method', '')}.")
+    return Figure(name=f"speedup-{mode}", title=f"Speedup with intervals, {mode} mode", caption=caption, fig=fig)
+
+
+def _verdict_table(result: dict[str, Any], mode: str) -> Table | None:
+    comps = [c for c in result.get("comparisons", []) if c["mode"] == mode]
+    if not comps:
+        return None
+    rows_all = sorted({c["rows"] for c in comps})
+    by = {(c["candidate"], c["reference"], c["rows"]): c for c in comps}
+    out = []
+    for cand, ref in sorted({(c["candidate"], c["reference"]) for c in comps}):
+        line: list[Any] = [cand, ref]
+        for r in rows_all:
+            c = by.get((cand, ref, r))
+            if c is None:
+                line.append("")
+                continue
+            sp = c.get("speedup") or {}
+            ratio = f" {sp['ratio']:.3f}" if sp.get("ratio") is not None else ""
+            line.append(f"{c['verdict']}{ratio}")
+        out.append(line)
+    return Table(title=f"Verdicts, {mode} mode (candidate × baseline × rows)",
+                 columns=["candidate", "baseline", *[f"rows {r}" for r in rows_all]], rows=out,
+                 caption="verdict and speedup (baseline time / candidate time) per cell; FLAGGED cells carry no "
+                         "verdict (their flags are in the receipt)")
+
+
+def _amdahl_section(doc: dict[str, Any]) -> Section | None:
+    amdahl = doc.get("amdahl") or []
+    if not amdahl:
+        return None
+    fig, (ax,) = new_figure(7.0, 4.0)
+    rows = [str(a["rows"]) for a in amdahl]
+    ax.bar([i - 0.2 for i in range(len(rows))], [a["best_possible_gain_percent"] for a in amdahl], width=0.4,
+           label="ceiling: the op removed entirely")
+    ax.bar([i + 0.2 for i in range(len(rows))], [a["expected_gain_percent"] for a in amdahl], width=0.4,
+           label="expected at the measured speedup")
+    ax.set_xticks(range(len(rows)), rows)
+    ax.set_xlabel("rows")
+    ax.set_ylabel("end-to-end decode gain (%)")
+    ax.set_title("Amdahl: what the op can give a decode step")
+    ax.legend(fontsize=8)
+    table = Table(title="Amdahl ceiling",
+                  columns=["rows", "baseline", "decode step (ms)", "op share", "op speedup", "ceiling", "expected",
+                           "step source"],
+                  rows=[[a["rows"], a["baseline"], f"{a['decode_step_ms']:.4g}", f"{a['op_share'] * 100:.2f} %",
+                         f"{a['op_speedup']:.4f}", f"{a['best_possible_gain_percent']:.2f} %",
+                         f"{a['expected_gain_percent']:.3f} %", a["decode_step_source"]] for a in amdahl])
+    return Section(title="Amdahl ceiling", figures=[Figure(
+        name="amdahl", title="Amdahl ceiling", fig=fig,
+        caption="Per row count: the op's share of a decode step (calls per step × the baseline's time per call ÷ "
+                "the step), the gain if the op cost nothing (ceiling) and at the candidate's measured speedup.")],
+        tables=[table])
+
+
+def kernel_sections(doc: dict[str, Any]) -> list[Section]:
+    """Sections for a kernel screening receipt (v3: ``result`` holds every implementation's cells)."""
+    result = doc.get("result")
+    if not isinstance(result, dict) or "implementations" not in result:
+        return [_measurements_section(doc)] if doc.get("measurements") else []
+    impl_rows = []
+    for i in result["implementations"]:
+        checked = [c["rows"] for c in i.get("correctness", []) if c.get("passed")]
+        failed = [c["rows"] for c in i.get("correctness", []) if not c.get("passed")]
+        state = (f"correct at rows {', '.join(map(str, checked))}" if checked and not failed else
+                 f"INCORRECT at rows {', '.join(map(str, failed))}" if failed else
+                 (i.get("skip_reason") or i.get("error") or ""))
+        impl_rows.append([i["key"], i.get("kind") or "", i["status"], str(state).splitlines()[0] if state else ""])
+    sections = [Section(title="Implementations", tables=[Table(
+        title="Implementations", columns=["key", "kind", "status", "correctness / reason"], rows=impl_rows)])]
+    decision_mode = doc.get("measurements_timing_mode")
+    modes = sorted(result.get("modes") or [], key=lambda m: m != decision_mode)  # the mode decided on first
+    for mode in modes:
+        s = Section(title=f"{mode} mode" + (" (the mode the decision reads)" if mode == decision_mode else ""))
+        for f in (_timing_figure(result, mode), _speedup_figure(result, mode)):
+            if f is not None:
+                s.figures.append(f)
+        vt = _verdict_table(result, mode)
+        if vt is not None:
+            s.tables.append(vt)
+        if s.figures or s.tables:
+            sections.append(s)
+    bw = _bandwidth_table(result)
+    if bw is not None:
+        sections.append(Section(title="Bandwidth", tables=[bw]))
+    amdahl = _amdahl_section(doc)
+    if amdahl is not None:
+        sections.append(amdahl)
+    return sections
+
+
+def _draw_measurements(ax: Any, measurements: list[dict[str, Any]], title: str) -> None:
+    """The seed's measurement rows (``<impl>_ms`` per row count) as time per call over rows, one line each."""
+    ms = sorted(measurements, key=lambda m: m["rows"])
+    series = sorted({k[:-3] for m in ms for k in m if k.endswith("_ms")})
+    for n, s in enumerate(series):
+        pts = [(m["rows"], m[f"{s}_ms"] * 1000) for m in ms if m.get(f"{s}_ms") is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[n % len(MARKERS)], label=s)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("rows")
+    ax.set_ylabel("time per call (µs)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _measurements_section(doc: dict[str, Any]) -> Section:
+    """An older screening receipt (v1/v2: measurements only): its rows drawn and tabled as they stand."""
+    ms = doc["measurements"]
+    mode = doc.get("measurements_timing_mode") or "timing mode not recorded"
+    cols = sorted({k for m in ms for k in m}, key=lambda k: (k != "rows", k))
+    fig, (ax,) = new_figure(8.0, 4.5)
+    _draw_measurements(ax, ms, f"time per call ({mode})")
+    return Section(title="Measurements", figures=[Figure(
+        name="measurements", title=f"Time per call ({mode})", fig=fig,
+        caption="The median time per call the receipt records per row count and implementation; this receipt "
+                "version keeps no per-trial evidence, so no whiskers are drawn.")],
+        tables=[Table(title=f"Measurements ({mode})", columns=cols, rows=[[m.get(c, "") for c in cols] for m in ms])])
+
+
+def custom_kernel_sections(doc: dict[str, Any]) -> list[Section]:
+    """A PoC's ``custom_kernel`` block: one panel per GPU type side by side (time per call over rows for the
+    candidate and every baseline the block holds), and each GPU's decision in a table."""
+    ck = doc.get("custom_kernel")
+    if not isinstance(ck, dict):
+        return []
+    gpus = {k: v for k, v in ck.items() if isinstance(v, dict) and "measurements" in v}
+    if not gpus:
+        return []
+    fig, axes = new_figure(min(5.0 * len(gpus), 15.0), 4.5, ncols=len(gpus))
+    for ax, (key, g) in zip(axes, gpus.items()):
+        _draw_measurements(ax, g["measurements"], f"{key}: {g.get('gpu', '')}")
+    table = Table(title="Per GPU type", columns=["GPU type", "device", "decision", "reason"],
+                  rows=[[k, g.get("gpu", ""), g.get("decision", ""), g.get("reason", "")] for k, g in gpus.items()])
+    return [Section(title=f"Custom kernel: {ck.get('operator', '')}", figures=[Figure(
+        name="custom-kernel-per-gpu", title="Time per call per GPU type", fig=fig,
+        caption="The median time per call the block records per row count (custom = the candidate), one panel per "
+                "GPU type; the full per-trial evidence is in each GPU's kernel receipt.")], tables=[table])]
