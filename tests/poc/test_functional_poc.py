@@ -109,3 +109,26 @@ def test_two_functional_receipts_of_two_gpu_types_merge(functional_run, tmp_path
     m = load_receipt(merged).document
     assert {"l40s", "h100"} <= set(m["custom_kernel"]) and sorted(m["evidence"]["kernel"]) == ["h100", "l40s"]
     assert [x["receipt"] for x in m["merged_from"]] == [str(a), str(b)]
+
+
+@pytest.mark.timeout(300)
+def test_the_poc_ends_by_writing_its_report(functional_run):
+    """The main job's last step: the report of what it measured beside its receipt, labelled functional, its
+    decisions and boundary on the page and every image loaded in Chromium (where Chromium is installed)."""
+    import html
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from report_browser import loaded_dom
+
+    _, out = functional_run
+    page = out.with_name("poc.report") / "index.html"
+    assert page.is_file()
+    doc = load_receipt(out).document
+    text = html.unescape(page.read_text())
+    assert doc["qualification_boundary"] in text and "functional check" in text
+    assert doc["paired_aiperf"]["decision"] in text and doc["custom_kernel"]["cpu"]["decision"] in text
+    dom, images, loaded = loaded_dom(page)
+    assert images == loaded == len(list(page.parent.glob("*/*.png"))) > 0
