@@ -215,7 +215,9 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
                           order="sequential" if kind == "bench" else None,
                           startup_timeout_s=config.startup_timeout_s, on_run=on_run, into=partial,
-                          on_start=bar.start, engines=engines)
+                          on_start=bar.start, engines=engines,
+                          on_progress=lambda line: bar.console.print(
+                              f"  {line} ({time.monotonic() - started:.0f} s)", markup=False, highlight=False))
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         bar.stop()
         got = getattr(exc, "partial", None) or partial

@@ -69,6 +69,7 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None]) -
     try:
         result = run_plan(recs, workload, out_dir=plan.out.parent / f"{plan.out.stem}-artifacts",
                           drivers=list(plan.drivers), startup_timeout_s=plan.startup_timeout_s, on_run=on_run,
+                          on_progress=lambda line: say(f"{plan.section}: {line} [{time.monotonic() - started:.0f} s]"),
                           into=partial, coresident=bool(plan.options.get("coresident")))
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         got = getattr(exc, "partial", None) or partial

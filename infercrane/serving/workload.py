@@ -293,7 +293,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
              startup_timeout_s: float = 900.0, preflight: bool = True,
              on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None,
              on_start: Callable[[], None] | None = None, coresident: bool = False,
-             engines: Mapping[str, Any] | None = None) -> PlanResult:
+             engines: Mapping[str, Any] | None = None,
+             on_progress: Callable[[str], None] | None = None) -> PlanResult:
     """Run every planned run: drive each arm's engine visit by visit, one driver invocation per visit where the
     driver allows it.
 
@@ -314,7 +315,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     Artifacts: ``out_dir/engines/<label>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (per point; ``…/<driver>/`` with
     several drivers) or ``out_dir/<arm>/visit<SS>/`` (per visit). ``into``: a PlanResult to record into as the plan
     goes (engines as they start, runs as they finish), so a caller can write what was measured at any moment.
-    ``on_start`` is called once preflight has passed; ``on_run`` with each run's metrics as soon as it is parsed. A
+    ``on_start`` is called once preflight has passed; ``on_run`` with each run's metrics as soon as it is parsed;
+    ``on_progress`` with a line per point of a one-invocation visit as AIPerf finishes it (the visit's metrics are
+    parsed, and ``on_run`` called, when the invocation ends). A
     failing run stops the plan: engines are stopped and the error (RunFailed, mostly) propagates with ``.partial``
     holding the PlanResult measured so far; KeyboardInterrupt stops the engines and propagates.
     """
@@ -458,7 +461,16 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                         run_indices=indices, concurrencies=tuple(workload.concurrency),
                         request_counts={c: workload.requests_at(c) for c in workload.concurrency},
                         window_s=workload.window_s, warmup_s=workload.warmup_s)
-            for m in drvs[0].run_grid(g):
+            n_points = len(indices) * len(workload.concurrency)
+            seen: list[tuple[int, int]] = []
+
+            def point_done(run_index: int, c: int) -> None:
+                seen.append((run_index, c))
+                if on_progress is not None:
+                    on_progress(f"{arm} run {run_index} c={c}: measured, point {len(seen)}/{n_points} of this "
+                                f"visit (AIPerf's numbers are read when the visit ends)")
+
+            for m in drvs[0].run_grid(g, on_point=point_done if on_progress is not None else None):
                 record(m, f"{arm} run {m.run_index} at c={m.concurrency}")
         else:
             for p in runs:

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from infercrane.errors import RunFailed
 from infercrane.serving.drivers import Driver, RunSpec
@@ -111,20 +113,23 @@ class AiperfDriver(Driver):
                     "--no-profile-run-disable-warmup-after-first", "--profile-run-cooldown-seconds", "0"]
         return cmd
 
-    def run_grid(self, grid: RunGrid) -> list[RunMetrics]:
+    def run_grid(self, grid: RunGrid, *, on_point: Callable[[int, int], None] | None = None) -> list[RunMetrics]:
         """Run one visit as one AIPerf invocation and read each (run, concurrency) point back as its own run.
 
         AIPerf 0.12 runs the trials one after the other, each sweeping the concurrencies in order, each with its
         own warm-up and its own prompts (``--vary-seed-per-trial``: no prompt repeats inside the visit, so the
         prefix cache, reset before the visit, never serves one); it writes
-        ``profile_runs/trial_<k>/concurrency_<c>/``."""
+        ``profile_runs/trial_<k>/concurrency_<c>/``. ``on_point(run_index, concurrency)`` is called while the
+        invocation runs, once per point whose summary AIPerf has written (progress only: every point is read back
+        after the invocation ends)."""
         from dataclasses import replace
 
         self.require_available()
         spec = grid.spec
         cmd = self.grid_command(grid)
-        version, started_at, cpu_s = self.invoke(spec, cmd, timeout_s=spec.timeout_s * len(grid.run_indices)
-                                                 * len(grid.concurrencies))
+        with PointWatch(grid, on_point):
+            version, started_at, cpu_s = self.invoke(spec, cmd, timeout_s=spec.timeout_s * len(grid.run_indices)
+                                                     * len(grid.concurrencies))
 
         def read() -> list[RunMetrics]:
             out = []
@@ -156,6 +161,47 @@ class RunGrid:
     request_counts: dict[int, int] = field(default_factory=dict)
     window_s: float | None = None
     warmup_s: float | None = None
+
+
+class PointWatch:
+    """While a visit's AIPerf invocation runs, call ``on_point(run_index, concurrency)`` once per point whose
+    summary file has appeared, polling every ``interval_s`` in a daemon thread; nothing at all without
+    ``on_point``. A callback that raises is not called again (progress must never fail a measurement)."""
+
+    def __init__(self, grid: RunGrid, on_point: Callable[[int, int], None] | None, interval_s: float = 2.0):
+        self.grid, self.on_point, self.interval_s = grid, on_point, interval_s
+        self.seen: set[tuple[int, int]] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def points(self) -> list[tuple[int, int, Path]]:
+        return [(run_index, c, _point_dir(self.grid.spec.artifact_dir, k, c, self.grid) / SUMMARY_FILE)
+                for k, run_index in enumerate(self.grid.run_indices, start=1) for c in self.grid.concurrencies]
+
+    def scan(self) -> None:
+        for run_index, c, summary in self.points():
+            if (run_index, c) not in self.seen and summary.is_file():
+                self.seen.add((run_index, c))
+                if self.on_point is not None:
+                    try:
+                        self.on_point(run_index, c)
+                    except Exception:
+                        self.on_point = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.scan()
+
+    def __enter__(self) -> "PointWatch":
+        if self.on_point is not None and len(self.grid.run_indices) * len(self.grid.concurrencies) > 1:
+            self._thread = threading.Thread(target=self._loop, name="aiperf-point-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
 
 def _point_dir(base: Path, trial: int, concurrency: int, grid: RunGrid) -> Path:
