@@ -444,80 +444,174 @@ def _nothing() -> Iterator[None]:
 
 
 def _first_line(text: Any) -> str:
-    """The first line of a long text (a reason with a worker's traceback): the receipt keeps the whole of it."""
+    """The first line of a long text (a reason with a worker's traceback), made safe for a terminal (control
+    characters shown as '?'): the receipt keeps the whole of it."""
+    from ..receipts.render import safe
+
     lines = str(text or "").strip().splitlines() or [""]
-    return lines[0] + (" (… more in the receipt)" if len(lines) > 1 else "")
+    return safe(lines[0]) + (" (… more in the receipt)" if len(lines) > 1 else "")
 
 
 def _impl_line(i: dict[str, Any]) -> str:
-    """What happened to one implementation (a result's record), for the summary table."""
+    """The correctness cell of one implementation (a result's record): the rows it was correct at and its timing
+    cells (how many, how many flagged) or, when it did not run to the end, the first line of why — the skip reason,
+    or the failure kind and error (for an incorrect kernel the error names its first failing check)."""
+    checked = [c["rows"] for c in i.get("correctness", []) if c.get("passed")]
+    correct = f"correct at rows {', '.join(map(str, checked))}" if checked else ""
+    if i["status"] == "skipped":
+        return _first_line(i.get("skip_reason") or i.get("error") or "skipped")
     if i["status"] != "ok":
-        return _first_line(i.get("skip_reason") or i.get("error"))
-    checked = [c["rows"] for c in i["correctness"]]
-    flagged = sum(1 for c in i["timings"] if c["flags"])
-    line = f"correct at rows {', '.join(map(str, checked))}" if checked else "ok"
-    if i["timings"]:
-        line += f"; {len(i['timings'])} cells timed" + (f", {flagged} flagged" if flagged else "")
+        error = str(i.get("error") or "").strip()
+        kind = i.get("failure")
+        why = _first_line(error if not kind or error.startswith(str(kind)) else f"{kind}: {error}")
+        return f"{correct}; then {why}" if correct else why or "failed"
+    line = correct or "ok"
+    timings = i.get("timings", [])
+    if timings:
+        flagged = sum(1 for c in timings if c.get("flags"))
+        line += f"; {len(timings)} cells timed, {flagged} flagged (all modes)"
     return line
 
 
+_VERDICT_STYLES = {"FASTER": "green", "SLOWER": "red", "SAME": "", "AMBIGUOUS": "yellow", "INSUFFICIENT": "yellow",
+                   "FLAGGED": "yellow"}
+_DECISION_STYLES = {"accept": "bold green", "retain": "bold yellow", "reject": "bold red", "inconclusive": "bold yellow"}
+
+
+def _baseline_verdicts(doc: dict[str, Any], key: str) -> list[Any]:
+    """One ``Text`` line per baseline: candidate ``key``'s verdicts against it at the decision rows, in the receipt's
+    decision timing mode, grouped by verdict ("vs torch_compile: FASTER at 1, 512; SAME at 8, 32, 128").
+
+    The decision rows are those of the candidate's decision family as the receipt marks it (a comparison's
+    ``family``: the policy's mode, a counted baseline, a decision row); the verdict shown is the family verdict, the
+    one the decision read (Holm-adjusted), with the comparison's own verdict in brackets where the two differ. A
+    baseline the policy does not count is shown with its own verdicts at those rows, marked "not counted"."""
+    from rich.text import Text
+
+    result = doc["result"]
+    mode = doc.get("measurements_timing_mode")
+    mine = [c for c in result.get("comparisons", []) if c.get("candidate") == key and c.get("mode") == mode]
+    rows = {c["rows"] for c in mine if c.get("family")}
+    baselines = [i["key"] for i in result["implementations"] if i.get("kind") == "baseline"]
+    lines = []
+    for b in baselines:
+        groups: dict[str, list[int]] = {}
+        counted = False
+        for c in sorted((c for c in mine if c.get("reference") == b and c["rows"] in rows), key=lambda c: c["rows"]):
+            own = str(c["verdict"])
+            family = c.get("family")
+            counted = counted or family is not None
+            verdict = str(family["verdict"]) if family else own
+            groups.setdefault(verdict if verdict == own else f"{verdict} (own {own})", []).append(c["rows"])
+        if not groups:
+            continue
+        line = Text(f"vs {_first_line(b)}" + ("" if counted else " (not counted)") + ": ")
+        for n, (verdict, at) in enumerate(groups.items()):
+            line.append("; " if n else "")
+            line.append(verdict, style=_VERDICT_STYLES.get(verdict.split(" ")[0], ""))
+            line.append(f" at {', '.join(map(str, at))}")
+        lines.append(line)
+    return lines
+
+
+def _verdict_text(doc: dict[str, Any], i: dict[str, Any]) -> Any:
+    """The verdict cell of one implementation. A candidate: its decision code and decision (the receipt's candidate
+    from ``decision_code`` / ``decision``, the others from ``other_candidates``), then its verdicts against each
+    baseline (``_baseline_verdicts``). A baseline: "baseline", and — only because the receipt says so, in its Amdahl
+    ceilings, which are taken against the fastest counted baseline at each decision row — the rows where it is
+    that baseline."""
+    from rich.text import Text
+
+    key = i["key"]
+    if i.get("kind") != "candidate":
+        text = Text("baseline")
+        ceilings = [a for a in doc.get("amdahl", []) if a.get("baseline") == key]
+        rows = [str(a["rows"]) for a in ceilings if a.get("rows")]
+        if ceilings:
+            text.append(" — the fastest counted baseline" + (f" at rows {', '.join(rows)}" if rows else "") +
+                        " (the Amdahl ceilings')")
+        return text
+    if doc.get("candidate", {}).get("key") == key:
+        code, decision = doc.get("decision_code"), doc.get("decision")
+    else:
+        other = next((o for o in doc.get("other_candidates", []) if o.get("implementation") == key), {})
+        code, decision = other.get("decision_code"), other.get("decision")
+    text = Text()
+    if code:
+        text.append(_first_line(code), style=_DECISION_STYLES.get(str(code), "bold"))
+        text.append(": ")
+    text.append(_first_line(decision) if decision else "no decision in the receipt")
+    for line in _baseline_verdicts(doc, key):
+        text.append("\n")
+        text.append_text(line)
+    return text
+
+
 def _print_summary(con: Any, doc: dict[str, Any]) -> None:
-    """The closing summary. Every piece of text from a receipt (reasons, errors, candidate names) is printed as
-    plain text, never as rich markup."""
+    """The closing summary: the per-call medians, one table of every implementation with its status, correctness
+    and verdict, the Amdahl ceilings, and last the decision and its reason. Every piece of text from a receipt
+    (keys, reasons, errors, decisions) is printed as plain text (``Text``, control characters shown as '?'), never
+    as rich markup.
+
+    The verdicts live in the implementations table, one row per implementation, and the µs table carries times
+    only. Giving every candidate its own ×baseline columns instead would make ``candidates × baselines`` extra
+    columns (six more for a screen of three baselines and two candidates), which do not fit 100 columns whole; and
+    those columns were ratios of medians with the comparison's own verdict at every row, while the decision reads
+    the trial-level comparisons at the decision rows after the family adjustment — which is what the table shows.
+    The µs table is built from the result's timing cells, so every timed implementation has its column even when the
+    receipt's candidate was not timed; a flagged cell (a cell that cannot carry a verdict) is marked. The other
+    candidates' decisions are in their rows; their whole reasons stay in the receipt (``infercrane receipt show``)."""
+    from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
     result = doc["result"]
-    impls = Table(title="implementations", title_justify="left")
-    for c in ("key", "kind", "status", "reason"):
-        impls.add_column(c)
-    for i in result["implementations"]:
-        style = {"ok": "green", "failed": "red"}.get(i["status"], "yellow")
-        impls.add_row(Text(str(i["key"])), Text(str(i.get("kind") or "")), Text(str(i["status"]), style=style),
-                      Text(_impl_line(i)))
-    con.print(impls)
-    for i in result["implementations"]:
-        for c in i["correctness"]:
-            if not c["passed"]:
-                bad = next((k for k in c["checks"] if not k["passed"]), None)
-                detail = (bad.get("contract_error") or next(
-                    (f"{t['name']}: {t['mismatched']}/{t['numel']} out of tolerance, max abs err {t['max_abs_err']}, "
-                     f"first bad {t['first_bad_index']}" for t in bad["tensors"] if not t["passed"]), "")) if bad else ""
-                con.print(Text.assemble("  ", ("INCORRECT", "red"),
-                                        f" {i['key']} rows={c['rows']} {bad['phase'] if bad else ''}: "
-                                        f"{_first_line(detail)}"))
-    comparisons = result.get("comparisons", [])
-    if doc["measurements"]:
-        mode = doc["measurements_timing_mode"]
-        keys = [k for k in ("eager", "torch_compile", "vllm_vendor", "triton", "cuda", "user")
-                if any(f"{k}_ms" in m for m in doc["measurements"])]
-        cand = doc["candidate"]["key"]
-        t = Table(title=Text(f"µs per call, {mode} mode (median) — candidate: {cand}"), title_justify="left")
-        t.add_column("rows", justify="right")
+    mode = doc.get("measurements_timing_mode")
+    cells = {(i["key"], c["rows"]): c for i in result["implementations"] for c in i.get("timings", [])
+             if c.get("mode") == mode}
+    if mode and cells:
+        keys = [i["key"] for i in result["implementations"] if any(k == i["key"] for k, _ in cells)]
+        con.print(Text(f"µs per call, {mode} mode, median (* flagged: no verdict)"))
+        times = Table()
+        times.add_column("rows", justify="right")
         for k in keys:
-            t.add_column(k, justify="right")
-        for k in keys:
-            if k != cand:
-                t.add_column(f"×{k}", justify="right")
-        verdicts = {(c["reference"], c["rows"]): c["verdict"] for c in comparisons
-                    if c["candidate"] == cand and c["mode"] == mode}
-        for m in doc["measurements"]:
-            cells = [str(m["rows"])] + [f"{m[f'{k}_ms'] * 1000:.3f}" if f"{k}_ms" in m else "—" for k in keys]
+            times.add_column(Text(_first_line(k)), justify="right", overflow="fold")
+        for rows in sorted({r for _, r in cells}):
+            row = [Text(str(rows))]
             for k in keys:
-                if k != cand:
-                    s = m.get(f"speedup_vs_{k}")
-                    cells.append(f"{s:.3f} {verdicts.get((k, m['rows']), '')[:4]}" if s else "—")
-            t.add_row(*(Text(c) for c in cells))
-        con.print(t)
+                c = cells.get((k, rows))
+                row.append(Text("—") if c is None else
+                           Text(f"{c['summary']['median']:.3f}" + ("*" if c.get("flags") else "")))
+            times.add_row(*row)
+        con.print(times)
+
+    cand = doc.get("candidate", {}).get("key")
+    title = "implementations" + (f" — the receipt's candidate: {_first_line(cand)}" if cand else "")
+    table = Table(title=Text(title), title_justify="left", show_lines=True,
+                  caption=Text(f"verdicts at the decision rows in {mode} mode, after the family (Holm) adjustment"
+                               if mode else "no speed verdicts: nothing was timed"),
+                  caption_justify="left")
+    table.add_column("key", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("correctness", overflow="fold", ratio=2)
+    table.add_column("verdict", overflow="fold", ratio=3)
+    for i in result["implementations"]:
+        status = str(i["status"])
+        table.add_row(Text(_first_line(i["key"])), Text(_first_line(i.get("kind"))),
+                      Text(_first_line(status), style={"ok": "green", "failed": "red"}.get(status, "yellow")),
+                      Text(_impl_line(i)), _verdict_text(doc, i))
+    # wider than the console (a measurement stops at its width): fill it, correctness and verdict folded 2 : 3;
+    # else rich would shrink them to the same width
+    table.expand = Measurement.get(con, con.options, table).maximum >= con.width
+    con.print(table)
     for a in doc.get("amdahl", []):
         con.print(Text(f"  Amdahl rows={a['rows']}: op share {a['op_share'] * 100:.2f}% of a "
-                       f"{a['decode_step_ms']:.3g} ms step ({a['decode_step_source']}); ceiling "
+                       f"{a['decode_step_ms']:.3g} ms step ({_first_line(a['decode_step_source'])}); ceiling "
                        f"{a['best_possible_gain_percent']:.2f}%, expected {a['expected_gain_percent']:.2f}%"))
-    con.print(Text.assemble(("decision: ", "bold"), (_first_line(doc["decision"]), "bold green")))
+    con.print(Text.assemble(("decision: ", "bold"),
+                            (_first_line(doc["decision"]), _DECISION_STYLES.get(str(doc.get("decision_code")), "bold"))))
     con.print(Text.assemble(("reason: ", "bold"), _first_line(doc["reason"])))
-    for o in doc["other_candidates"]:
-        con.print(Text.assemble((f"{o['implementation']}: ", "bold"), _first_line(o["decision"]), " — ",
-                                _first_line(o["reason"])))
 
 
 def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:

@@ -14,7 +14,13 @@ from typing import Any
 from .model import Figure, ReceiptReport
 
 DPI = 110
-VERDICTS = ("FASTER", "SLOWER", "SAME", "FLAGGED", "AMBIGUOUS")
+# verdict words -> the colour class the page gives a table cell that starts with one (kernel, serving, drivers,
+# prediction against measurement)
+VERDICT_CLASSES = {"FASTER": "good", "BETTER": "good", "AGREE": "good", "CONSISTENT": "good",
+                   "SLOWER": "bad", "WORSE": "bad", "DISAGREE": "bad", "BELOW": "bad", "ABOVE": "bad",
+                   "SAME": "same", "EQUIVALENT": "same",
+                   "FLAGGED": "flag", "AMBIGUOUS": "unsure", "INCONCLUSIVE": "unsure", "UNDECIDED": "unsure",
+                   "INSUFFICIENT": "unsure"}
 
 
 @dataclass
@@ -57,9 +63,18 @@ def _draw(fig: Figure, folder: Path, rel: str) -> DrawnFigure:
                        width_px=round(w_in * DPI), height_px=round(h_in * DPI))
 
 
-def _verdict_class(text: str) -> str:
-    word = text.split(" ", 1)[0]
-    return word if word in VERDICTS else "none"
+def _verdict_class(cell: Any) -> str:
+    word = str(cell).split(" ", 1)[0].rstrip(":,;")
+    return VERDICT_CLASSES.get(word, "none")
+
+
+def _cell(value: Any) -> str:
+    """A table cell as text: floats to 4 significant digits (the receipt keeps every digit)."""
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
 
 
 def render_page(reports: list[ReceiptReport], out: Path) -> Path:
@@ -91,6 +106,7 @@ def render_page(reports: list[ReceiptReport], out: Path) -> Path:
     env = Environment(loader=PackageLoader("infercrane.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
     env.filters["verdict_class"] = _verdict_class
+    env.filters["cell"] = _cell
     title = ", ".join(Path(r.head.file).name for r in reports)
     html = env.get_template("report.html.j2").render(
         receipts=drawn, title=title, version=__version__,
