@@ -14,6 +14,8 @@ from typing import Any
 from .model import Figure, ReceiptReport
 
 DPI = 110
+REASON_CHARS = 480   # a decision's reason longer than this opens folded (the whole of it one click away)
+CELL_CHARS = 240     # a table cell's text beyond this is cut, and says so: the receipt holds all of it
 # verdict words -> the colour class the page gives a table cell that starts with one (kernel, serving, drivers,
 # prediction against measurement)
 VERDICT_CLASSES = {"FASTER": "good", "BETTER": "good", "AGREE": "good", "CONSISTENT": "good",
@@ -74,7 +76,8 @@ def _cell(value: Any) -> str:
         return "" if value is None else str(value)
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    text = str(value)
+    return text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + " … (the whole text is in the receipt)"
 
 
 def render_page(reports: list[ReceiptReport], out: Path) -> Path:
@@ -109,7 +112,7 @@ def render_page(reports: list[ReceiptReport], out: Path) -> Path:
     env.filters["cell"] = _cell
     title = ", ".join(Path(r.head.file).name for r in reports)
     html = env.get_template("report.html.j2").render(
-        receipts=drawn, title=title, version=__version__,
+        receipts=drawn, title=title, version=__version__, reason_chars=REASON_CHARS,
         written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     page = out / "index.html"
     page.write_text(html, encoding="utf-8")

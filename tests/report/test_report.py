@@ -123,3 +123,16 @@ def test_a_missing_receipt_and_an_out_that_is_a_file_are_refused(tmp_path: Path,
     f.write_text("x")
     assert main(["report", str(KERNEL), "--out", str(f)]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_a_long_reason_opens_folded_and_a_long_cell_says_it_was_cut(tmp_path: Path) -> None:
+    from infercrane.report.model import Section, Table
+    from infercrane.report.page import CELL_CHARS, REASON_CHARS
+
+    rep = receipt_report(KERNEL)
+    rep.head.decisions[0].reason = "why " * REASON_CHARS
+    rep.sections = [Section(title="t", tables=[Table(title="long", columns=["c"], rows=[["x" * (CELL_CHARS + 50)]])])]
+    text = render_page([rep], tmp_path).read_text()
+    assert f"<summary>the whole reason ({len(rep.head.decisions[0].reason)} characters)</summary>" in text
+    assert rep.head.decisions[0].reason.strip() in text  # all of it, inside the fold
+    assert "x" * CELL_CHARS + " … (the whole text is in the receipt)" in text and "x" * (CELL_CHARS + 1) not in text
