@@ -109,6 +109,16 @@ def test_two_functional_receipts_of_two_gpu_types_merge(functional_run, tmp_path
     m = load_receipt(merged).document
     assert {"l40s", "h100"} <= set(m["custom_kernel"]) and sorted(m["evidence"]["kernel"]) == ["h100", "l40s"]
     assert [x["receipt"] for x in m["merged_from"]] == [str(a), str(b)]
+    # the merged receipt's report: one kernel panel per GPU type, side by side, and each GPU's decision on the page
+    pytest.importorskip("matplotlib")
+    from infercrane.report.build import receipt_report
+
+    rep = receipt_report(merged)
+    panel = next(f for s in rep.sections for f in s.figures if f.name == "custom-kernel-per-gpu")
+    assert sorted(ax.get_title().split(":")[0] for ax in panel.fig.axes) == ["h100", "l40s"]
+    assert {d.section.split(" ")[2].strip("(:") for d in rep.head.decisions if d.section.startswith("custom")} == {
+        "h100", "l40s"}
+    assert main(["report", str(merged), "--out", str(tmp_path / "report")]) == 0
 
 
 @pytest.mark.timeout(300)
