@@ -24,6 +24,16 @@ def new_figure(width_in: float = 8.0, height_in: float = 4.5, ncols: int = 1) ->
     return fig, list(axes)
 
 
+def rows_axes(ax: Any, *, ylabel: str, title: str) -> None:
+    """The axes every kernel plot shares: rows on a log2 axis, a log y axis, a light grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("rows (tokens in the batch)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def trial_medians(cell: dict[str, Any]) -> list[float]:
     """Each trial's median of its kept samples (a block's samples without its rejected indices)."""
     out = []
@@ -69,12 +79,7 @@ def _timing_figure(result: dict[str, Any], mode: str) -> Figure | None:
         xs = sorted(floors)
         ax.plot(xs, [floors[x] for x in xs], linestyle="--", color="black", linewidth=1.0,
                 label="floor (per cell, as recorded)")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("rows (tokens in the batch)")
-    ax.set_ylabel("time per call (µs)")
-    ax.set_title(f"{mode} mode: time per call")
-    ax.grid(True, which="both", alpha=0.3)
+    rows_axes(ax, ylabel="time per call (µs)", title=f"{mode} mode: time per call")
     ax.legend(fontsize=8)
     method = (result.get("methods") or {}).get(mode, "")
     caption = (f"Median time per call over every kept sample of the cell; whiskers: the lowest and highest of the "
@@ -123,12 +128,7 @@ def _speedup_figure(result: dict[str, Any], mode: str) -> Figure | None:
                         color=f"C{n}", label=f"vs {ref}")
         ax.axhspan(1 - margin, 1 + margin, color="grey", alpha=0.25, label=f"SAME band (±{margin:g})")
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("rows (tokens in the batch)")
-        ax.set_ylabel("speedup (baseline time / candidate time)")
-        ax.set_title(f"{cand}, {mode} mode")
-        ax.grid(True, which="both", alpha=0.3)
+        rows_axes(ax, ylabel="speedup (baseline time / candidate time)", title=f"{cand}, {mode} mode")
         ax.legend(fontsize=7)
     sp = comps[0]["speedup"]
     caption = (f"Speedup and its {sp.get('confidence', 0.95) * 100:g} % interval per comparison, as the receipt "
@@ -231,12 +231,7 @@ def _draw_measurements(ax: Any, measurements: list[dict[str, Any]], title: str) 
     for n, s in enumerate(series):
         pts = [(m["rows"], m[f"{s}_ms"] * 1000) for m in ms if m.get(f"{s}_ms") is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[n % len(MARKERS)], label=s)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("rows")
-    ax.set_ylabel("time per call (µs)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
+    rows_axes(ax, ylabel="time per call (µs)", title=title)
     if series:
         ax.legend(fontsize=7)
     else:  # a functional check times nothing
