@@ -28,8 +28,8 @@ app = App(name="infercrane", version=__version__, default_parameter=Parameter(ne
 
 receipt = App(name="receipt", version_flags=[], help="Validate, show, diff, sign and verify receipts; print their JSON Schemas.")
 receipt.command("infercrane.commands.receipt:validate", name="validate", help="Validate receipt files (types, derived numbers, content hash).")
-receipt.command("infercrane.commands.receipt:show", name="show", help="Show a receipt as readable tables.")
-receipt.command("infercrane.commands.receipt:diff", name="diff", help="Compare two receipts of one kind: deltas and ratios.")
+receipt.command("infercrane.commands.receipt:show", name="show", help="Show a receipt: decisions first, then conditions, then evidence in tables that fit the terminal.")
+receipt.command("infercrane.commands.receipt:diff", name="diff", help="Compare two receipts of one kind: both decisions, then the changed fields with deltas and ratios.")
 receipt.command("infercrane.commands.receipt:schema", name="schema", help="Print or write the JSON Schema of a receipt version.")
 receipt.command("infercrane.commands.receipt:keygen", name="keygen", help="Write an ed25519 key pair for signing receipts.")
 receipt.command("infercrane.commands.receipt:sign", name="sign", help="Sign a receipt (DSSE envelope beside it).")

@@ -54,28 +54,34 @@ def _incomplete_line(doc: dict) -> str:
     return f"; incomplete: {serving_progress_state(doc)}"
 
 
-def show(file: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False) -> int:
-    """Show a receipt as tables: inputs, measurements, decision, reason, boundary.
+def show(file: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False, wide: bool = False) -> int:
+    """Show a receipt: every section's decision, reason and boundary first, then its conditions (GPU, software,
+    model, workload, timing mode), then the evidence as tables that fit the terminal.
 
     Parameters
     ----------
     file
         A receipt JSON file (it is validated first).
     all
-        Show every row of long tables (raw evidence included).
+        Every field and every row (raw evidence, provenance and embedded receipts included), not the summary.
+    wide
+        Let tables be as wide as they need (nothing folded or dropped), for a file or a pager.
     """
-    from ..receipts.render import console, render_show
+    from rich.text import Text
+
+    from ..receipts.render import fitted_console, render_show, safe
     from ..receipts.validate import load_receipt
 
     r = load_receipt(file)
-    con = console()
-    con.print(f"[bold]{plain(file)}[/bold]  ({plain(r.schema_version)}) — valid{plain(_incomplete_line(r.document))}")
-    con.print(render_show(r.document, show_all=all))
+    con = fitted_console(wide=wide)
+    con.print(Text(safe(f"{file}  ({r.schema_version}) — valid")))  # an incomplete one says so next, plainly
+    con.print(render_show(r.document, show_all=all, wide=wide))
     return 0
 
 
-def diff(a: Path, b: Path, /, *, changed_only: bool = False) -> int:
-    """Compare two receipts of the same kind side by side, with deltas and ratios B/A.
+def diff(a: Path, b: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False, wide: bool = False) -> int:
+    """Compare two receipts of the same kind: both decisions side by side, a count of changed / same / only-in-A /
+    only-in-B fields, then the fields that differ with B - A and B / A.
 
     Parameters
     ----------
@@ -83,18 +89,20 @@ def diff(a: Path, b: Path, /, *, changed_only: bool = False) -> int:
         Receipt A.
     b
         Receipt B.
-    changed_only
-        Hide fields whose values are equal.
+    all
+        Every field, equal ones included, values in full (long lists too).
+    wide
+        Let the table be as wide as it needs (nothing folded), for a file or a pager.
     """
     from ..receipts.registry import family
-    from ..receipts.render import console, render_diff
+    from ..receipts.render import fitted_console, render_diff
     from ..receipts.validate import load_receipt
 
     ra, rb = load_receipt(a), load_receipt(b)
     if family(ra.schema_version) != family(rb.schema_version):
         raise InputError(f"cannot diff {ra.schema_version} ({a}) with {rb.schema_version} ({b}): different kinds of receipt",
                          hint="diff two screening receipts or two optimization-poc receipts")
-    console().print(render_diff(ra.document, rb.document, str(a), str(b), changed_only=changed_only))
+    fitted_console(wide=wide).print(render_diff(ra.document, rb.document, str(a), str(b), show_all=all, wide=wide))
     return 0
 
 

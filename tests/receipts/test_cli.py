@@ -65,10 +65,13 @@ def test_diff_same_kind_and_refuses_mixed(seed_screening: Path, seed_poc: Path, 
     m["speedup_vs_vllm_vendor"] = round(m["vllm_vendor_ms"] / m["cuda_ms"], 5)
     b = tmp_path / "b.json"
     b.write_text(json.dumps(doc))
-    assert main(["receipt", "diff", str(seed_screening), str(b), "--changed-only"]) == 0
+    assert main(["receipt", "diff", str(seed_screening), str(b)]) == 0  # changed fields only, by default
     out = capsys.readouterr().out
-    assert "measurements[rows=1].cuda_ms" in out and "0.8697" in out  # 0.0055 / 0.0063238095
+    record = out.index("measurements[rows=1]\n")  # the record's line, then its fields by name
+    assert "cuda_ms" in out[record:] and "0.8697" in out[record:]  # 0.0055 / 0.0063238095
     assert "rows=8" not in out
+    assert main(["receipt", "diff", str(seed_screening), str(b), "--all"]) == 0
+    assert "rows=8" in capsys.readouterr().out
     assert main(["receipt", "diff", str(seed_screening), str(seed_poc)]) == 2
     assert "different kinds of receipt" in capsys.readouterr().err
 

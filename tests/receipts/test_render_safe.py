@@ -11,7 +11,7 @@ def test_escape_sequences_and_markup_are_shown_not_obeyed() -> None:
            "runs": [{"recipe": "\x1b]0;title\x07eager", "[red]k": 1}]}
     con = Console(record=True, width=200, force_terminal=True)
     con.print(render_show(doc, show_all=True))
-    con.print(render_diff(doc, {**doc, "reason": "plain"}, "a\x1b[2J.json", "[b]b.json", changed_only=False))
+    con.print(render_diff(doc, {**doc, "reason": "plain"}, "a\x1b[2J.json", "[b]b.json", show_all=True))
     out = con.export_text()
     assert "\x1b" not in out and "\x07" not in out
     assert "?[2J?[31mFAKE: ACCEPTED?[0m" in out and "[bold]x[/bold]" in out and "note[/oops]" in out
@@ -90,8 +90,13 @@ def test_records_inside_records_are_tables_of_their_own_not_cells():
                        {"recipe": "b", "kernels": [{"provider": "infercrane_triton", "calls": 16017,
                                                     "checks": [{"shape": "8x1024 bfloat16", "passed": True}]}]}]}
     con = Console(width=120, record=True, color_system=None)
-    con.print(render_show(doc))
+    con.print(render_show(doc, show_all=True))
     text = con.export_text()
     assert "engines[1].kernels" in text and "infercrane_triton" in text and "16017" in text
     assert "engines[1].kernels[0].checks" in text and "8x1024 bfloat16" in text
     assert "{'provider'" not in text and "'checks'" not in text  # no record printed as a Python literal in a cell
+    con = Console(width=120, record=True, color_system=None)
+    con.print(render_show(doc))  # the summary: records two deep are counted, not listed
+    text = con.export_text()
+    assert "engines[1].kernels" in text and "infercrane_triton" in text and "16017" in text
+    assert "[1 record]" in text and "8x1024 bfloat16" not in text and "'checks'" not in text
