@@ -71,5 +71,5 @@ def test_report_opens_in_chromium_with_its_decision_and_every_image(kind: str, t
     for d in decisions:
         assert d in text, f"decision not on the page: {d[:80]}"
     if not decisions:  # a benchmark of one recipe compares nothing, and its page says so first
-        assert "no decision: a benchmark of one recipe measures" in text
+        assert "no decision: serve bench measures one recipe" in text
     assert "Qualification boundary" in text
