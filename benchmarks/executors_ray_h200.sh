@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # The Ray executor on one GPU machine, against the local executor back to back (kernel screen --executor):
-#   bash benchmarks/executors_ray_h200.sh OUTDIR        # GPU=H200 (the type to ask for), TRIALS=5, OPS=both ops
-# Starts a single-node Ray cluster over the machine's GPU (`ray start --head`: Ray labels the node
+#   bash benchmarks/executors_ray_h200.sh OUTDIR        # GPUS=H200 (the types to ask for), TRIALS=5, OPS=both ops
+#   GPUS=H200,H200 bash benchmarks/executors_ray_h200.sh OUTDIR   # a two-GPU machine: two jobs at once
+# Starts a single-node Ray cluster over the machine's GPUs (`ray start --head`: Ray labels the node
 # accelerator_type:<type>, which the Ray executor places by), then for each op screens the decode rows in the three
-# timing modes through the Ray executor and through the local executor; the order alternates per op (ray then local,
-# then local then ray), so neither executor always runs second. Receipts: OUTDIR/<executor>-<op>.json, with the
-# fan-out records beside them (…fanout.json) and each command's console log. Then `kernel agree` of each pair (do the
-# two screens agree within their runs' spread, cell by cell) into OUTDIR/agree-<op>.json and .txt.
+# timing modes through the Ray executor (one task per GPU asked for, at once) and through the local executor (the
+# same jobs in turn on one GPU); the order alternates per op (ray then local, then local then ray), so neither
+# executor always runs second. Per job: OUTDIR/<executor>-<op>.<label>.json (label h200, h200__2, ...); the merge (or
+# the one job's receipt) OUTDIR/<executor>-<op>.json where one is made; the fan-out records (…fanout.json: wall time,
+# the device of each job, how jobs of one type agree) and each command's console log. Then `kernel agree` of the two
+# executors' first jobs (do the two screens agree within their runs' spread, cell by cell) into OUTDIR/agree-<op>.json
+# and .txt, and one line per fan-out with its wall time and its jobs' times.
 # Needs ray, torch, triton and cupy importable by python3 and InferCrane's pure-Python dependencies on PYTHONPATH.
 # On a tree copied without .git, set INFERCRANE_GIT_COMMIT so the receipts name the commit.
 set -uo pipefail
 out=${1:?usage: executors_ray_h200.sh OUTDIR}
-gpu=${GPU:-H200}
+gpus=${GPUS:-H200}
+first_label=$(echo "${gpus%%,*}" | tr "[:upper:]" "[:lower:]" | sed "s/!/-pinned/")
 trials=${TRIALS:-5}
 mkdir -p "$out"
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
 ray_cli() { python3 -m ray.scripts.scripts "$@"; }
 
 step "device"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
 python3 -c 'import ray, torch, triton; print("ray", ray.__version__, "torch", torch.__version__, "triton", triton.__version__)'
 
 step "ray start --head"
@@ -27,17 +32,26 @@ trap 'ray_cli stop --force >/dev/null 2>&1' EXIT
 python3 -c 'import ray; ray.init(address="auto", log_to_driver=False); print({k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")})'
 
 screen() {  # EXECUTOR OP
-  step "kernel screen --op $2 --executor $1 --gpus $gpu ($trials trials)"
-  python3 -m infercrane kernel screen --op "$2" --trials "$trials" --executor "$1" --gpus "$gpu" \
+  step "kernel screen --op $2 --executor $1 --gpus $gpus ($trials trials)"
+  python3 -m infercrane kernel screen --op "$2" --trials "$trials" --executor "$1" --gpus "$gpus" \
     --out "$out/$1-$2.json" 2>&1 | tee "$out/$1-$2.log"
   echo "rc=${PIPESTATUS[0]}"
+  fanout_line "$out/$1-$2.fanout.json"
+}
+fanout_line() {  # RECORD: the fan-out's wall time and each job's state, time and GPU
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+jobs = "; ".join(f"{j['label']} {j['state']} {j['elapsed_s']} s on GPU {j['gpu_index']}" for j in r["jobs"])
+print("fan-out", sys.argv[1], "wall", r["wall_s"], "s;", jobs)
+PY
 }
 first=ray second=local
 for op in ${OPS:-fused_add_rmsnorm rms_norm}; do
   screen "$first" "$op"
   screen "$second" "$op"
-  python3 -m infercrane kernel agree "$out/local-$op.json" "$out/ray-$op.json" --json-out "$out/agree-$op.json" \
-    > "$out/agree-$op.txt" 2>&1
+  python3 -m infercrane kernel agree "$out/local-$op.$first_label.json" "$out/ray-$op.$first_label.json" \
+    --json-out "$out/agree-$op.json" > "$out/agree-$op.txt" 2>&1
   echo "agree rc=$? -> $out/agree-$op.txt"; tail -2 "$out/agree-$op.txt"
   tmp=$first; first=$second; second=$tmp
 done

@@ -2,7 +2,8 @@
 
 Every number printed in ``docs/benchmarks/**/README.md`` is looked up in the committed file its ``sources`` comment
 cites (the rule is in ``tests/docs_numbers.py`` and ``docs/benchmarks/README.md``), and every JSON file committed
-under ``docs/benchmarks/`` is a receipt that ``infercrane receipt validate`` accepts.
+under ``docs/benchmarks/`` is a receipt that ``infercrane receipt validate`` accepts, or a fan-out record or a
+kernel-agreement record that its model reads.
 """
 from __future__ import annotations
 
@@ -37,8 +38,18 @@ def test_every_number_is_in_its_cited_source(readme: Path) -> None:
 
 
 @pytest.mark.parametrize("receipt", RECEIPTS, ids=_id)
-def test_every_json_file_is_a_valid_receipt(receipt: Path) -> None:
-    load_receipt(receipt)  # raises ReceiptInvalid / InputError naming the file, field and reason
+def test_every_json_file_is_a_valid_receipt_or_record(receipt: Path) -> None:
+    """A receipt validates fully; a fan-out record (``NAME.fanout.json``) or a ``kernel agree --json-out`` file is read
+    by its own model."""
+    from infercrane.executors.fanout import FANOUT_SCHEMA, FanoutRecord
+    from infercrane.kernels.agreement import AGREEMENT_SCHEMA, Agreement
+
+    records = {FANOUT_SCHEMA: FanoutRecord, AGREEMENT_SCHEMA: Agreement}
+    doc = json.loads(receipt.read_text())
+    if isinstance(doc, dict) and doc.get("schema_version") in records:
+        records[doc["schema_version"]].model_validate(doc)
+    else:
+        load_receipt(receipt)  # raises ReceiptInvalid / InputError naming the file, field and reason
 
 
 # --- the checker itself, on small READMEs made here ---------------------------------------------------------------

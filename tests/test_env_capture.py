@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from infercrane.env.capture import ABSENT, git_state, provenance, software_versions
 from infercrane.receipts.models_v2 import Provenance
 
@@ -37,3 +39,41 @@ def test_provenance_validates_and_hashes_the_config() -> None:
     assert model.recorded_at.tzinfo is not None
     assert p["config_sha256"] == provenance(config={"a": [1, 2], "b": 1})["config_sha256"]
     assert p["hardware"]["cpu_count"] >= 1 and p["run_id"].startswith("local-")
+
+
+def test_the_device_is_named_by_uuid_and_index_when_nvidia_smi_answers(monkeypatch) -> None:
+    import subprocess
+
+    from infercrane.env import capture
+
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="1, 1980, 3201\n", stderr="")
+
+    monkeypatch.setattr(capture.subprocess, "run", fake_run)
+    facts = capture._device_facts("5a1b2c3d-0000-0000-0000-000000000000")
+    assert facts == {"gpu_uuid": "GPU-5a1b2c3d-0000-0000-0000-000000000000", "gpu_index": 1,
+                     "sm_clock_max_mhz": 1980, "memory_clock_max_mhz": 3201}
+    assert "--id=GPU-5a1b2c3d-0000-0000-0000-000000000000" in calls[0]
+
+
+def test_without_nvidia_smi_the_uuid_stays_and_the_rest_is_unknown(monkeypatch) -> None:
+    from infercrane.env import capture
+
+    def missing(cmd, **kw):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(capture.subprocess, "run", missing)
+    assert capture._device_facts("GPU-x") == {"gpu_uuid": "GPU-x", "gpu_index": None, "sm_clock_max_mhz": None,
+                                              "memory_clock_max_mhz": None}
+    assert capture._device_facts(None)["gpu_uuid"] is None
+
+
+@pytest.mark.gpu
+def test_a_gpu_machine_records_which_device_it_measured_on() -> None:
+    from infercrane.env.capture import hardware
+
+    hw = hardware()
+    assert hw["gpu_uuid"].startswith(("GPU-", "MIG-")) and isinstance(hw["gpu_index"], int)

@@ -123,26 +123,29 @@ def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[
         cuda_runtime=torch.version.cuda,
         sm_count=props.multi_processor_count,
         l2_cache_mib=round(getattr(props, "L2_cache_size", 0) / 2**20, 2) or None,
-        **_max_clocks_mhz(getattr(props, "uuid", None)),
+        **_device_facts(getattr(props, "uuid", None)),
     )
     return hw
 
 
-def _max_clocks_mhz(uuid: Any) -> dict[str, int | None]:
-    """The maximum SM and memory clocks of the device with this UUID (PyTorch's, so the device it uses whatever
-    CUDA_VISIBLE_DEVICES renumbers; nvidia-smi's indices are the host's), None where they cannot be read."""
-    clocks: dict[str, int | None] = {"sm_clock_max_mhz": None, "memory_clock_max_mhz": None}
+def _device_facts(uuid: Any) -> dict[str, Any]:
+    """Which physical device PyTorch uses (its UUID, and its index as nvidia-smi numbers the host's GPUs, whatever
+    CUDA_VISIBLE_DEVICES renumbers) and its maximum SM and memory clocks; None where they cannot be read. Two jobs of
+    one GPU type are told apart by the UUID."""
+    facts: dict[str, Any] = {"gpu_uuid": None, "gpu_index": None, "sm_clock_max_mhz": None,
+                             "memory_clock_max_mhz": None}
     if uuid is None:
-        return clocks
+        return facts
     target = str(uuid) if str(uuid).startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    facts["gpu_uuid"] = target
     try:
-        out = subprocess.run(["nvidia-smi", f"--id={target}", "--query-gpu=clocks.max.sm,clocks.max.mem",
+        out = subprocess.run(["nvidia-smi", f"--id={target}", "--query-gpu=index,clocks.max.sm,clocks.max.mem",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        sm, mem = (int(v) for v in out.stdout.strip().splitlines()[0].split(","))
-        clocks.update(sm_clock_max_mhz=sm, memory_clock_max_mhz=mem)
+        index, sm, mem = (int(v) for v in out.stdout.strip().splitlines()[0].split(","))
+        facts.update(gpu_index=index, sm_clock_max_mhz=sm, memory_clock_max_mhz=mem)
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         pass
-    return clocks
+    return facts
 
 
 def git_state(start: Path | None = None) -> tuple[str | None, bool | None]:

@@ -59,6 +59,10 @@ class JobResult(BaseModel):
     log_tail: str = ""
     host: str | None = None
     infercrane_version: str | None = None
+    started_at: str | None = Field(None, description="When the command started where it ran (UTC, ISO 8601).")
+    finished_at: str | None = Field(None, description="When it ended there (UTC, ISO 8601).")
+    cuda_visible_devices: str | None = Field(None, description="CUDA_VISIBLE_DEVICES where it ran (what the executor "
+                                                               "gave it), None when unset.")
 
 
 def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
@@ -81,7 +85,7 @@ def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
     if run_id:
         env[RUN_ID_ENV] = run_id
     cmd = [sys.executable, "-m", "infercrane", *job.argv, "--out", str(receipt)]
-    t0 = time.monotonic()
+    t0, started_at = time.monotonic(), _utc_now()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=_set_parent_death_signal)
@@ -104,4 +108,11 @@ def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
     tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else ""
     return JobResult(gpu=job.gpu, state=state, run_id=run_id, receipt_json=text, returncode=rc,
                      elapsed_s=round(time.monotonic() - t0, 3), error=error, log_tail=tail,
-                     host=socket.gethostname(), infercrane_version=__version__)
+                     host=socket.gethostname(), infercrane_version=__version__, started_at=started_at,
+                     finished_at=_utc_now(), cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def _utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

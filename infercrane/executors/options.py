@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..commands.options import Many, flag
 
@@ -26,19 +26,12 @@ class ExecutorOptions(BaseModel):
         "local", description="Where it runs: here, one task per GPU type on a Ray cluster, or one Modal "
                              "function per GPU type.")
     gpus: Many[str] | None = Field(None, description="GPU types, one job each (e.g. H100!,L40S,H200; the executor's "
-                                                     "spelling); the receipts are merged per measured GPU type.")
+                                                     "spelling; a type given twice, H200,H200, is two jobs at once "
+                                                     "on two GPUs of it); the receipts are merged per measured "
+                                                     "GPU.")
     ray_address: str | None = Field(None, description="Ray cluster address (default: RAY_ADDRESS or a running "
                                                        "cluster); local starts one on this machine.")
     job_timeout_s: float = Field(3600.0, gt=0, description="Wall-clock limit of each job where it runs.")
-
-    @field_validator("gpus")
-    @classmethod
-    def _distinct(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is not None:
-            seen = [g for i, g in enumerate(value) if g in value[:i]]
-            if seen:
-                raise ValueError(f"{', '.join(dict.fromkeys(seen))} given twice; give each GPU type once")
-        return value
 
     @model_validator(mode="after")
     def _executor_options_consistent(self) -> "ExecutorOptions":

@@ -17,7 +17,7 @@ The decisions of the two receipts are set side by side too: the same evidence sh
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -42,9 +42,15 @@ class CellAgreement(BaseModel):
     note: str | None = None
 
 
+AGREEMENT_SCHEMA = "infercrane.kernel-agreement/v1"
+
+
 class Agreement(BaseModel):
+    """What ``kernel agree --json-out`` writes."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    schema_version: Literal["infercrane.kernel-agreement/v1"] = AGREEMENT_SCHEMA
     method: str = METHOD
     op: str
     a_gpu: str

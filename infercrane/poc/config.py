@@ -152,7 +152,8 @@ class PocConfig(BaseModel):
     gpu: str = Field("any", description="any | none | a GPU type key")
     gpus: list[str] | None = Field(None, min_length=1, description="GPU types to run the whole PoC on, one job each "
                                                                    "through infercrane poc --executor (the "
-                                                                   "executor's spelling: H100!, L40S, H200); "
+                                                                   "executor's spelling: H100!, L40S, H200; a "
+                                                                   "type twice is two GPUs of it); "
                                                                    "--gpus overrides")
     kernel: KernelSection
     paired: ABSection
@@ -165,13 +166,6 @@ class PocConfig(BaseModel):
         if value not in ("any", "none", *KNOWN_GPU_TYPES):
             raise ValueError(f"unknown GPU type {value!r}; give any (a CUDA GPU of any type), none (no GPU: the "
                              f"functional PoC) or one of {', '.join(sorted(KNOWN_GPU_TYPES))}")
-        return value
-
-    @field_validator("gpus")
-    @classmethod
-    def _distinct_gpus(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError(f"gpus repeat ({', '.join(value)}); give each GPU type once")
         return value
 
     @property

@@ -3,6 +3,11 @@
 A key comes from the measured hardware (``hardware.gpu``, the device name PyTorch reports), never from what was asked
 for: ``gpu_key("NVIDIA H100 80GB HBM3") == "h100"``. A machine without a GPU is ``cpu``. A device name that names no
 known type keeps a slug of its name (``nvidia_some_new_part``), so nothing is ever filed under another GPU's key.
+
+Several GPUs of one type (a fan-out over ``H200,H200``) are told apart by the device each was measured on
+(``hardware.gpu_uuid``): the first keeps the type's key, the n-th is ``<key>__<n>`` (``h200__2``, an identifier like
+every per-GPU section name of the seed format); ``type_of_key`` reads the type back. A type key never holds ``__`` (a
+slug's runs of other characters are one ``_``), so the two cannot be confused.
 """
 from __future__ import annotations
 
@@ -29,6 +34,25 @@ def gpu_key(device_name: str) -> str:
             return key
     slug = re.sub(r"[^a-z0-9]+", "_", name).strip("_")
     return slug if slug and slug[0].isalpha() else f"gpu_{slug}"
+
+
+def instance_key(key: str, n: int) -> str:
+    """The key of the ``n``-th device (from 1) of GPU type ``key``: ``h200``, ``h200__2``, ``h200__3``…"""
+    return key if n == 1 else f"{key}__{n}"
+
+
+_INSTANCE = re.compile(r"^(?P<key>[a-z0-9]+(?:_[a-z0-9]+)*)__(?P<n>[2-9]|[1-9][0-9]+)$")
+
+
+def type_of_key(key: str) -> str:
+    """The GPU type of a section key: ``h200__2`` -> ``h200``; a type key is its own type."""
+    m = _INSTANCE.match(key)
+    return m.group("key") if m else key
+
+
+def receipt_device(doc: dict) -> str | None:
+    """The physical device a receipt was measured on (``hardware.gpu_uuid``), None where it was not recorded."""
+    return receipt_hardware(doc).get("gpu_uuid")
 
 
 def receipt_hardware(doc: dict) -> dict:

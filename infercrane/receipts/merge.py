@@ -4,8 +4,10 @@ types, joined into one PoC receipt with ``custom_kernel.<gpu>`` per GPU type.
 Every input is validated fully first. Refused, each in one line naming both files: a receipt of another kind (a
 ``serve ab`` / ``serve bench`` receipt, a v1 or v2 kernel receipt), receipts of different models or model revisions,
 of different kernel or serving policies (the policy dict, its workload notes aside: what ``policy_sha256`` hashes),
-and two receipts holding the same section for the same GPU type. The merged receipt's evidence is the inputs'
-evidence side by side, keyed by the GPU type each receipt was measured on (``infercrane.poc.gpus``); a kernel whose
+and two receipts holding the same section for the same GPU (two receipts of one GPU type are two GPUs only when each
+records its device, ``hardware.gpu_uuid``, and the devices differ). The merged receipt's evidence is the inputs'
+evidence side by side, keyed by the GPU each receipt was measured on (``infercrane.poc.gpus``: the type's key, and
+``<type>__<n>`` for the n-th device of a type); a kernel whose
 GPU type has a paired A/B in the merge is decided again with that A/B's decode steps (as ``infercrane poc`` does),
 and the merged receipt records every input (path, schema version, content hash) in ``merged_from``. It validates as
 every PoC receipt does: each section derived again from the embedded evidence.
@@ -26,6 +28,36 @@ def _model_of(doc: dict[str, Any]) -> tuple[str | None, str | None]:
     return m.get("id"), None if rev in (None, "unknown") else rev
 
 
+def _section_key(devices: dict[str, list[str]], section: str, gpu_type: str, doc: dict[str, Any], path: Path,
+                 origin: dict[tuple[str, str], Path]) -> str:
+    """The key a section measured on ``gpu_type`` is filed under: the type's for its first device, ``<type>__<n>`` for
+    the n-th other device of that type (``poc.gpus.instance_key``); InputError for a section already held for that
+    device, or for two receipts of one type of which one does not say which device it ran on."""
+    from ..poc.gpus import instance_key, receipt_device
+
+    device = receipt_device(doc)
+    known = device is not None
+    ident = device if known else f"{_UNKNOWN}{path}"  # one receipt's sections share its device, known or not
+    seen = devices.setdefault(gpu_type, [])
+    if ident not in seen:
+        if seen and (not known or any(d.startswith(_UNKNOWN) for d in seen)):
+            first = next(p for (_, g), p in origin.items() if g == gpu_type)
+            raise InputError(f"{path} and {first} both hold a {section} section measured on {gpu_type}, and one of "
+                             "them does not say which device it ran on (hardware.gpu_uuid); a merged receipt holds "
+                             "one per GPU", hint="leave one of them out, or measure again with this InferCrane, "
+                                                 "which records the device")
+        seen.append(ident)
+    key = instance_key(gpu_type, seen.index(ident) + 1)
+    if (section, key) in origin:
+        raise InputError(f"{path} and {origin[(section, key)]} both hold a {section} section measured on {gpu_type}"
+                         + (f" (device {device})" if known else "") + "; a merged receipt holds one per GPU",
+                         hint="leave one of them out; kernel agree A B compares two screens of one device")
+    return key
+
+
+_UNKNOWN = "unknown device: "
+
+
 def merge(paths: list[Path]) -> dict[str, Any]:
     """The merged PoC receipt document (not yet hashed or written); InputError for anything refused."""
     from ..env.capture import hardware, new_run_id, provenance
@@ -37,6 +69,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
 
     evidence: dict[str, Any] = {s: {} for s in SECTIONS} | {"serving_gpu": None}
     origin: dict[tuple[str, str], Path] = {}
+    devices: dict[str, list[str]] = {}  # GPU type -> its devices in the order met (instance n = index + 1)
     first_of: dict[str, tuple[Path, Any]] = {}  # what the first receipt of each kind said, for the refusals
     inputs, incomplete, model_prov = [], [], None
     for path in paths:
@@ -45,7 +78,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
         if version == SCREENING_V3:
             entries = [("kernel", gpu_key_of_receipt(doc), doc)]
         elif version == POC_V2 and doc.get("evidence") is not None:
-            entries = [(s, g, d) for s in SECTIONS for g, d in doc["evidence"][s].items()]
+            entries = [(s, gpu_key_of_receipt(d), d) for s in SECTIONS for d in doc["evidence"][s].values()]
             if not doc["complete"]:
                 incomplete.append(f"{path} ({doc.get('incomplete_reason')})")
             model_prov = model_prov or doc["provenance"].get("model")
@@ -61,10 +94,8 @@ def merge(paths: list[Path]) -> dict[str, Any]:
             raise InputError(f"{path}: is of model {model[0]} revision {model[1]}, {p0} of {m0[0]} revision {m0[1]}; "
                              "a merged receipt is of one model at one revision", hint="merge receipts of one model")
         first_of.setdefault("model", (path, model))
-        for section, g, d in entries:
-            if (section, g) in origin:
-                raise InputError(f"{path} and {origin[(section, g)]} both hold a {section} section measured on {g}; a "
-                                 "merged receipt holds one per GPU type", hint="leave one of them out")
+        for section, t, d in entries:
+            g = _section_key(devices, section, t, d, path, origin)
             lab = "kernel" if section == "kernel" else "serving"
             key = policy_identity(d)
             if lab in first_of and first_of[lab][1] != key:

@@ -45,6 +45,9 @@ class Hardware(Strict):
     l2_cache_mib: NonNegativeFloat | None = None
     sm_clock_max_mhz: NonNegativeInt | None = None
     memory_clock_max_mhz: NonNegativeInt | None = None
+    gpu_uuid: str | None = Field(None, description="The physical device measured on (tells two GPUs of one type "
+                                                  "apart).")
+    gpu_index: NonNegativeInt | None = Field(None, description="Its index as nvidia-smi numbers the host's GPUs.")
     cpu: NonEmptyStr
     cpu_count: PositiveInt
     host: NonEmptyStr

@@ -288,6 +288,31 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     return out
 
 
+def _one_section_per_device(ev: dict[str, Any]) -> list[Problem]:
+    """Sections of one GPU type under several keys (``h200``, ``h200__2``) are of different devices, each recorded."""
+    from ..poc.gpus import receipt_device, type_of_key
+    from .merge import SECTIONS
+
+    out: list[Problem] = []
+    for section in SECTIONS:
+        by_type: dict[str, list[str]] = {}
+        for g in ev[section]:
+            by_type.setdefault(type_of_key(g), []).append(g)
+        for t, keys in by_type.items():
+            if len(keys) < 2:
+                continue
+            held = {g: receipt_device(ev[section][g]) for g in keys}
+            unknown = [g for g, d in held.items() if d is None]
+            if unknown:
+                out += [(f"evidence.{section}.{g}", f"records no device (hardware.gpu_uuid), but {len(keys)} "
+                                                    f"sections of {t} are held: which GPU ran it is unknown")
+                        for g in unknown]
+            elif len(set(held.values())) < len(keys):
+                out.append((f"evidence.{section}", f"its {t} sections {', '.join(keys)} were measured on "
+                                                   f"{len(set(held.values()))} device(s): one section per GPU"))
+    return out
+
+
 def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     """A receipt of ``infercrane poc`` / ``receipt merge``: every embedded receipt validates on its own (fully: its
     hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, they
@@ -295,7 +320,7 @@ def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     A/B, and every section of the PoC derives again from them (``infercrane.poc.derive``)."""
     from ..poc.derive import (DERIVED_FIELDS, EVIDENCE_SECTIONS, decode_steps_for, derive_sections, policy_identity,
                               steps_dump)
-    from ..poc.gpus import gpu_key_of_receipt
+    from ..poc.gpus import gpu_key_of_receipt, type_of_key
     from .models_v2 import POC_V2
     from .models_v3 import SCREENING_V3
 
@@ -317,11 +342,13 @@ def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
             out += [(f"{p}.{q}" if not q.startswith("<") else f"{p}{q}", m) for q, m in problems]
             if model is None or problems:
                 continue
-            if gpu_key_of_receipt(sub) != g:
-                out.append((p, f"is filed under GPU type {g!r} but was measured on {gpu_key_of_receipt(sub)!r}"))
+            if gpu_key_of_receipt(sub) != type_of_key(g):
+                out.append((p, f"is filed under GPU type {type_of_key(g)!r} but was measured on "
+                               f"{gpu_key_of_receipt(sub)!r}"))
             if section != "kernel" and not sub.get("complete"):
                 out.append((f"{p}.complete", "a section's serving receipt is complete: an A/B that stopped part-way "
                                              "decides nothing"))
+    out += _one_section_per_device(ev)
     if out:  # nothing is derived from evidence that does not stand on its own
         return out
     if ev.get("serving_gpu") is not None and not any(ev["serving_gpu"] in ev[s] for s in ("paired", "public")):

@@ -252,8 +252,18 @@ def _measurements_section(doc: dict[str, Any]) -> Section:
         tables=[Table(title=f"Measurements ({mode})", columns=cols, rows=[[m.get(c, "") for c in cols] for m in ms])])
 
 
+def _device_name(doc: dict[str, Any], key: str, block: dict[str, Any]) -> str:
+    """The device a PoC's per-GPU kernel block was measured on, with its host index where the evidence records one
+    (two GPUs of one type, ``h200`` and ``h200__2``, are told apart by it)."""
+    from ..poc.gpus import receipt_hardware
+
+    hw = receipt_hardware((((doc.get("evidence") or {}).get("kernel") or {}).get(key)) or {})
+    index = hw.get("gpu_index")
+    return str(block.get("gpu", "")) + (f" (GPU {index})" if index is not None else "")
+
+
 def custom_kernel_sections(doc: dict[str, Any]) -> list[Section]:
-    """A PoC's ``custom_kernel`` block: one panel per GPU type side by side (time per call over rows for the
+    """A PoC's ``custom_kernel`` block: one panel per GPU side by side (time per call over rows for the
     candidate and every baseline the block holds), and each GPU's decision in a table."""
     ck = doc.get("custom_kernel")
     if not isinstance(ck, dict):
@@ -261,11 +271,12 @@ def custom_kernel_sections(doc: dict[str, Any]) -> list[Section]:
     gpus = {k: v for k, v in ck.items() if isinstance(v, dict) and "measurements" in v}
     if not gpus:
         return []
+    device = {k: _device_name(doc, k, g) for k, g in gpus.items()}
     fig, axes = new_figure(min(5.0 * len(gpus), 15.0), 4.5, ncols=len(gpus))
     for ax, (key, g) in zip(axes, gpus.items()):
-        _draw_measurements(ax, g["measurements"], f"{key}: {g.get('gpu', '')}")
-    table = Table(title="Per GPU type", columns=["GPU type", "device", "decision", "reason"],
-                  rows=[[k, g.get("gpu", ""), g.get("decision", ""), g.get("reason", "")] for k, g in gpus.items()])
+        _draw_measurements(ax, g["measurements"], f"{key}: {device[key]}")
+    table = Table(title="Per GPU", columns=["GPU", "device", "decision", "reason"],
+                  rows=[[k, device[k], g.get("decision", ""), g.get("reason", "")] for k, g in gpus.items()])
     return [Section(title=f"Custom kernel: {ck.get('operator', '')}", figures=[Figure(
         name="custom-kernel-per-gpu", title="Time per call per GPU type", fig=fig,
         caption="The median time per call the block records per row count (custom = the candidate), one panel per "

@@ -82,9 +82,32 @@ def test_bad_fan_out_options_are_refused_before_any_job(tmp_path, capsys, args, 
     assert not out.exists() and not (tmp_path / "s.fanout.json").exists()
 
 
-def test_a_gpu_type_given_twice_is_a_usage_error(tmp_path, capsys):
-    assert main([*SCREEN, "--gpus", "H100,H100", "--out", str(tmp_path / "s.json")]) == 2
-    assert "H100 given twice" in capsys.readouterr().err
+def test_a_gpu_type_given_twice_is_two_jobs_here_one_after_the_other(tmp_path, capsys):
+    from datetime import datetime
+
+    out = tmp_path / "screen.json"
+    assert main([*SCREEN, "--gpus", "cpu,cpu", "--out", str(out)]) == 1
+    record = read_record(tmp_path / "screen.fanout.json")
+    first, second = record.jobs
+    assert (first.label, second.label) == ("cpu", "cpu__2") and first.state == second.state == "done"
+    assert (tmp_path / "screen.cpu.json").exists() and (tmp_path / "screen.cpu__2.json").exists()
+    # the local executor runs them in turn on this machine
+    assert datetime.fromisoformat(second.started_at) >= datetime.fromisoformat(first.finished_at)
+    assert record.wall_s >= first.elapsed_s + second.elapsed_s - 1.0
+    # a CPU records no device: the two cannot be told apart, so nothing is merged, and that is said
+    assert not out.exists() and record.result is None and not record.complete
+    assert any("does not say which device it ran on" in n for n in record.notes)
+    [ag] = record.agreement
+    assert (ag.a, ag.b, ag.gpu, ag.compared) == ("cpu", "cpu__2", "cpu", 0)
+    text = capsys.readouterr().out.replace("\n", " ")
+    assert "cpu vs cpu__2 (rms_norm, cpu): no timed cell to compare" in text and "wall: " in text
+
+
+def test_job_labels_number_the_repeats_of_a_request():
+    from infercrane.executors.fanout import job_labels
+
+    assert job_labels(["H200", "H200", "H100!", "L40S", "H100!", "H200"]) == [
+        "h200", "h200__2", "h100-pinned", "l40s", "h100-pinned__2", "h200__3"]
 
 
 def _poc_config_with_gpus(tmp_path: Path, gpus: str) -> Path:
@@ -115,12 +138,10 @@ def test_bad_poc_fan_out_options_are_refused(tmp_path, capsys, args, message):
     assert not (tmp_path / "poc.json").exists()
 
 
-def test_poc_config_gpus_repeat_is_refused(tmp_path):
-    from infercrane.errors import InputError
+def test_a_poc_configs_gpus_may_name_a_type_twice(tmp_path):
     from infercrane.poc.config import load_config
 
-    with pytest.raises(InputError, match="gpus repeat"):
-        load_config(_poc_config_with_gpus(tmp_path, "[H100, H100]"))
+    assert load_config(_poc_config_with_gpus(tmp_path, "[H100, H100]"))[0].gpus == ["H100", "H100"]
 
 
 def test_a_job_that_ran_another_infercrane_is_flagged_and_left_out(tmp_path, capsys, monkeypatch):

@@ -67,6 +67,27 @@ def test_fan_out_places_by_type_gathers_flags_and_merges_keeping_a_failed_type_a
     assert read_record(tmp_path / "screen.fanout.json") == record
 
 
+def test_a_type_given_twice_runs_two_tasks_at_once(ray_executor, tmp_path):
+    """Two jobs of one stand-in type on a cluster with room for both (2 CPUs): they run at the same time, each under
+    its own label and run id. A CPU records no device, so the two receipts are kept but not merged, and said so."""
+    from datetime import datetime
+
+    jobs = [Job(gpu="H200", argv=SCREEN, needs_gpu=False, timeout_s=300) for _ in range(2)]
+    out = tmp_path / "screen.json"
+    record = fan_out(ray_executor, jobs, out=out, argv=list(SCREEN), con=Console(file=io.StringIO(), width=200))
+    a, b = record.jobs
+    assert (a.label, b.label) == ("h200", "h200__2") and a.state == b.state == "done"
+    assert a.run_id != b.run_id and all(r.run_id.startswith("ray-") for r in (a, b))
+    assert (tmp_path / "screen.h200.json").exists() and (tmp_path / "screen.h200__2.json").exists()
+    start = [datetime.fromisoformat(r.started_at) for r in (a, b)]
+    end = [datetime.fromisoformat(r.finished_at) for r in (a, b)]
+    assert start[0] < end[1] and start[1] < end[0], "the two tasks did not overlap"
+    assert a.same_device is None and b.same_device is None  # no device recorded on a CPU: nothing to flag
+    assert record.result is None and any("does not say which device it ran on" in n for n in record.notes)
+    [ag] = record.agreement
+    assert (ag.a, ag.b) == ("h200", "h200__2")
+
+
 def test_an_unknown_gpu_type_is_refused_listing_the_clusters_types(ray_executor):
     with pytest.raises(InputError) as e:
         check_gpus(ray_executor, ["H100", "B200"])

@@ -110,3 +110,28 @@ def relabel(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
         if doc.get(block) and "gpu" in doc[block] and doc.get("evidence") is None:
             doc[block]["gpu"] = gpu
     return rehash(doc)
+
+
+def on_device(doc: dict[str, Any], uuid: str, index: int = 0) -> dict[str, Any]:
+    """A receipt as if measured on the device ``uuid`` (host index ``index``): its hardware blocks (and every embedded
+    receipt's) say so, every hash recomputed. For a PoC receipt the sections are derived again."""
+    from infercrane.poc.derive import derive_sections
+
+    doc = copy.deepcopy(doc)
+    if doc.get("evidence") is not None:
+        ev = doc["evidence"]
+        for s in ("kernel", "paired", "public"):
+            ev[s] = {g: on_device(d, uuid, index) for g, d in ev[s].items()}
+        if ev["kernel"] and ev["paired"]:  # the kernel's decode steps name the paired receipt by its new hash
+            from infercrane.poc.derive import decide_with_steps, decode_steps_for
+
+            for g, k in ev["kernel"].items():
+                if g in ev["paired"]:
+                    measured = {k2: v for k2, v in k.items() if k2 not in ("decode_steps",)}
+                    ev["kernel"][g] = decide_with_steps(rehash(measured | {"decode_step": None}),
+                                                        decode_steps_for(k, ev["paired"][g]), measured="kernel.json")
+        doc.update(derive_sections(ev))
+    for hw in (doc.get("hardware"), (doc.get("provenance") or {}).get("hardware")):
+        if hw is not None:
+            hw.update(gpu_uuid=uuid, gpu_index=index)
+    return rehash(doc)
