@@ -14,6 +14,8 @@
 # Needs ray, torch, triton and cupy importable by python3 and InferCrane's pure-Python dependencies on PYTHONPATH.
 # On a tree copied without .git, set INFERCRANE_GIT_COMMIT so the receipts name the commit.
 set -uo pipefail
+# NVLink multicast stays off for every process started here (the Ray workers and jobs inherit this environment)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${1:?usage: executors_ray_h200.sh OUTDIR}
 gpus=${GPUS:-H200}
 first_label=$(echo "${gpus%%,*}" | tr "[:upper:]" "[:lower:]" | sed "s/!/-pinned/")
