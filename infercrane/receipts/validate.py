@@ -290,11 +290,11 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
 
 def _one_section_per_device(ev: dict[str, Any]) -> list[Problem]:
     """Sections of one GPU type under several keys (``h200``, ``h200__2``) are of different devices, each recorded."""
+    from ..poc.derive import EVIDENCE_SECTIONS
     from ..poc.gpus import receipt_device, type_of_key
-    from .merge import SECTIONS
 
     out: list[Problem] = []
-    for section in SECTIONS:
+    for section in EVIDENCE_SECTIONS:
         by_type: dict[str, list[str]] = {}
         for g in ev[section]:
             by_type.setdefault(type_of_key(g), []).append(g)
