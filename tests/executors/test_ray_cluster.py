@@ -63,7 +63,7 @@ def test_fan_out_places_by_type_gathers_flags_and_merges_keeping_a_failed_type_a
     assert {"h200", "cpu"} <= set(merged["custom_kernel"])
     assert {Path(i["receipt"]).name for i in merged["merged_from"]} == {"screen.h200.json", "screen.l40s.json"}
     assert record.result == str(out) and record.complete is False
-    assert any(n.startswith("H100: failed") for n in record.notes)
+    assert any(n.startswith("h100: failed") for n in record.notes)
     assert read_record(tmp_path / "screen.fanout.json") == record
 
 
