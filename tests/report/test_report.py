@@ -91,6 +91,20 @@ def test_custom_kernel_gets_one_panel_per_gpu_type_side_by_side() -> None:
     assert [r[0] for r in section.tables[0].rows] == ["h200", "l40s"]
 
 
+def test_two_gpus_of_one_type_are_told_apart_by_their_index() -> None:
+    doc = copy.deepcopy(_doc(POC))
+    doc["custom_kernel"]["h200__2"] = copy.deepcopy(doc["custom_kernel"]["h200"])
+    first = doc["evidence"]["kernel"]["h200"]
+    doc["evidence"]["kernel"]["h200__2"] = copy.deepcopy(first)
+    first["hardware"]["gpu_index"] = 0
+    doc["evidence"]["kernel"]["h200__2"]["hardware"]["gpu_index"] = 1
+    (section,) = custom_kernel_sections(doc)
+    assert [a.get_title() for a in section.figures[0].fig.axes] == ["h200: NVIDIA H200 (GPU 0)",
+                                                                    "h200__2: NVIDIA H200 (GPU 1)"]
+    assert [r[:2] for r in section.tables[0].rows] == [["h200", "NVIDIA H200 (GPU 0)"],
+                                                       ["h200__2", "NVIDIA H200 (GPU 1)"]]
+
+
 def test_receipt_text_is_escaped(tmp_path: Path) -> None:
     rep = receipt_report(KERNEL)
     rep.head.decisions[0].reason = "<script>alert(1)</script>"
