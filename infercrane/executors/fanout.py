@@ -1,12 +1,13 @@
 """Fan-out: one job per GPU asked for through an executor, one live table, every finished receipt kept, then merged.
 
 For ``OUT`` = ``DIR/NAME.json`` (the command's ``--out``): each job's receipt is written as it comes back, validated,
-to ``DIR/NAME.<label>.json`` (``<label>`` the request, lower-cased, ``!`` spelled ``-pinned``; the n-th job of a
-type given n times gets ``__<n>``: ``h200``, ``h200__2``, as ``poc.gpus.instance_key`` spells the n-th device); the fan-out's own record (every job: the GPU asked for, the
-device that ran it, state, run id, when it started and ended, error and log tail; flags; notes; the fan-out's wall
-time; how jobs of one GPU type agree) to ``DIR/NAME.fanout.json``, rewritten after every job, so an interrupted or
-failed fan-out keeps what finished. With one job ``OUT`` is that job's receipt; with more, ``OUT`` is their merge
-(``receipt merge``: one PoC receipt with one ``custom_kernel.<gpu>`` per measured GPU, ``h200__2`` for a second H200).
+to ``DIR/NAME.<label>.json`` (``<label>`` the request, lower-cased, ``!`` spelled ``-pinned``; the n-th job of a type
+given n times gets ``__<n>``: ``h200``, ``h200__2``, as ``poc.gpus.instance_key`` spells the n-th device); the fan-
+out's own record (every job: the GPU asked for, the device that ran it, state, run id, when it started and ended,
+error and log tail; flags; notes; the fan-out's wall time; how jobs of one GPU type agree) to
+``DIR/NAME.fanout.json``, rewritten after every job, so an interrupted or failed fan-out keeps what finished. With one
+job ``OUT`` is that job's receipt; with more, ``OUT`` is their merge (``receipt merge``: one PoC receipt with one
+``custom_kernel.<gpu>`` per measured GPU, ``h200__2`` for a second H200).
 
 Several jobs of one GPU type (``--gpus H200,H200``) are several GPUs of it at once where the executor has them (Ray:
 one task per GPU), or one after the other on one (the local executor). Their kernel screens are compared cell by
@@ -18,8 +19,8 @@ Flags, never silent: a job whose measured device is not the GPU type asked for (
 an H200; a CPU stand-in runs on a CPU) is flagged ``gpu_mismatch``; a job whose InferCrane version or commit differs
 from the caller's is flagged ``version_mismatch`` and left out of the merge (install the caller's version where the
 jobs run). Two receipts measured on one device, or on one GPU type where either does not record its device, cannot
-both be merged (a merged receipt holds one section per GPU): the first is, the others are named in the notes. Ctrl-C cancels every unfinished job (``Executor.cancel`` returns
-once none runs), records them as cancelled and re-raises.
+both be merged (a merged receipt holds one section per GPU): the first is, the others are named in the notes. Ctrl-C
+cancels every unfinished job (``Executor.cancel`` returns once none runs), records them as cancelled and re-raises.
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ class JobRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gpu_request: str
-    label: str = Field(description="The job's name in files and tables: the request's slug, __<n> for the n-th of a type.")
+    label: str = Field(description="The job's name in files and tables: the request's slug, __<n> for the n-th job "
+                                   "of a type.")
     state: JobState | Literal["submitted"]
     run_id: str | None = None
     elapsed_s: float | None = None
