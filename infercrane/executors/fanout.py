@@ -360,7 +360,8 @@ def summary_lines(record: FanoutRecord) -> list[str]:
     for ag in record.agreement:
         cells = (f"{ag.agreeing} of {ag.compared} compared cells agree within their runs' spread" if ag.compared else
                  "no timed cell to compare")
-        lines.append(f"{ag.a} vs {ag.b} ({ag.op}, {ag.gpu}): {cells} ({ag.not_compared} not compared); decisions "
+        skipped = f" ({ag.not_compared} not compared)" if ag.not_compared else ""
+        lines.append(f"{ag.a} vs {ag.b} ({ag.op}, {ag.gpu}): {cells}{skipped}; decisions "
                      + ("the same" if ag.decisions_same else f"DIFFER: {ag.a_decision} / {ag.b_decision}"))
         lines += [f"  disagrees: {d}" for d in ag.disagreeing[:8]]
         if len(ag.disagreeing) > 8:
