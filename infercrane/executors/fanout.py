@@ -240,6 +240,7 @@ def _conclude(record: FanoutRecord, out: Path) -> None:
     """Write ``out``: the one job's receipt, or the merge of every mergeable one; say what was left out and why; flag
     jobs that shared a device at the same time; compare the kernel screens of jobs of one GPU type."""
     from infercrane.errors import InputError
+    from infercrane.poc.gpus import distinct_devices
     from infercrane.receipts.io import write_atomic_bytes
     from infercrane.receipts.merge import merge
     from infercrane.receipts.validate import write_receipt
@@ -256,7 +257,7 @@ def _conclude(record: FanoutRecord, out: Path) -> None:
     chosen: list[JobRecord] = []
     for r in good:
         twin = next((c for c in chosen if c.measured_key == r.measured_key
-                     and (r.gpu_uuid is None or c.gpu_uuid is None or c.gpu_uuid == r.gpu_uuid)), None)
+                     and not distinct_devices(c.gpu_uuid, r.gpu_uuid)), None)
         if twin is None:
             chosen.append(r)
         elif r.gpu_uuid is not None and twin.gpu_uuid == r.gpu_uuid:
@@ -285,21 +286,14 @@ def _flag_same_device(jobs: Sequence[JobRecord]) -> None:
     """Flag each job that ran while an earlier-listed one ran on the same device (the same recorded GPU UUID)."""
     from datetime import datetime
 
-    def window(r: JobRecord) -> tuple[datetime, datetime] | None:
-        if r.started_at is None or r.finished_at is None:
-            return None
-        return datetime.fromisoformat(r.started_at), datetime.fromisoformat(r.finished_at)
-
-    for i, b in enumerate(jobs):
-        wb = window(b)
-        for a in jobs[:i]:
-            wa = window(a)
-            if b.gpu_uuid is None or a.gpu_uuid != b.gpu_uuid or wa is None or wb is None:
-                continue
-            if wa[0] < wb[1] and wb[0] < wa[1]:
-                b.same_device = (f"ran at the same time as {a.label} on one device ({b.gpu_uuid}): each timed the "
-                                 "other's load")
-                break
+    timed = [(r, datetime.fromisoformat(r.started_at), datetime.fromisoformat(r.finished_at)) for r in jobs
+             if r.gpu_uuid is not None and r.started_at is not None and r.finished_at is not None]
+    for i, (b, b_start, b_end) in enumerate(timed):
+        a = next((a for a, a_start, a_end in timed[:i]
+                  if a.gpu_uuid == b.gpu_uuid and a_start < b_end and b_start < a_end), None)
+        if a is not None:
+            b.same_device = (f"ran at the same time as {a.label} on one device ({b.gpu_uuid}): each timed the "
+                             "other's load")
 
 
 def _kernel_screens(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -311,30 +305,32 @@ def _kernel_screens(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return list(((doc.get("evidence") or {}).get("kernel") or {}).values())
 
 
+def _span(values: list[float]) -> str:
+    return f"{min(values):.4g}-{max(values):.4g} us"
+
+
 def _same_type_agreement(jobs: Sequence[JobRecord]) -> tuple[list[SameTypeAgreement], list[str]]:
-    """Each later job of a GPU type against the first of that type: their kernel screens, cell by cell."""
+    """Each later job of a GPU type against the first of that type: their kernel screens, cell by cell. The receipts
+    are read as written beside ``OUT``: each was validated when it came back (``_take``)."""
     from infercrane.kernels.agreement import compare_screens
-    from infercrane.receipts.validate import load_receipt
+    from infercrane.receipts.io import read_json
 
     out: list[SameTypeAgreement] = []
     notes: list[str] = []
-    first: dict[str, JobRecord] = {}
+    first: dict[str, tuple[JobRecord, list[dict[str, Any]]]] = {}
     for r in jobs:
-        a = first.setdefault(r.measured_key, r)
-        if a is r:
+        screens = _kernel_screens(read_json(Path(r.receipt)))
+        if r.measured_key not in first:
+            first[r.measured_key] = (r, screens)
             continue
-        for da, db in zip(_kernel_screens(load_receipt(Path(a.receipt)).document),
-                          _kernel_screens(load_receipt(Path(r.receipt)).document)):
+        a, a_screens = first[r.measured_key]
+        for da, db in zip(a_screens, screens):
             try:
                 res = compare_screens(da, db)
             except ValueError as exc:
                 notes.append(f"{a.label} vs {r.label}: not compared: {exc}")
                 continue
-
-            def rng(v: list[float]) -> str:
-                return f"{min(v):.4g}-{max(v):.4g} us"
-
-            bad = [f"{c.impl} {c.rows} {c.mode}: {rng(c.a_trial_medians_us)} vs {rng(c.b_trial_medians_us)} "
+            bad = [f"{c.impl} {c.rows} {c.mode}: {_span(c.a_trial_medians_us)} vs {_span(c.b_trial_medians_us)} "
                    f"(B/A {c.ratio_b_over_a:.3f})" for c in res.disagreeing]
             out.append(SameTypeAgreement(
                 a=a.label, b=r.label, gpu=str(r.measured_key), op=res.op, method=res.method,

@@ -55,6 +55,11 @@ def receipt_device(doc: dict) -> str | None:
     return receipt_hardware(doc).get("gpu_uuid")
 
 
+def distinct_devices(a: str | None, b: str | None) -> bool:
+    """Whether two receipts of one GPU type are two GPUs: both record their device and the devices differ."""
+    return a is not None and b is not None and a != b
+
+
 def receipt_hardware(doc: dict) -> dict:
     """The machine a receipt's numbers were measured on: a kernel receipt's ``hardware``, a serving receipt's
     ``provenance.hardware`` ({} when it names none)."""

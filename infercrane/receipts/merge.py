@@ -28,19 +28,22 @@ def _model_of(doc: dict[str, Any]) -> tuple[str | None, str | None]:
     return m.get("id"), None if rev in (None, "unknown") else rev
 
 
+_UNKNOWN = "unknown device: "  # the identity of a device a receipt does not record: its file
+
+
 def _section_key(devices: dict[str, list[str]], section: str, gpu_type: str, doc: dict[str, Any], path: Path,
                  origin: dict[tuple[str, str], Path]) -> str:
     """The key a section measured on ``gpu_type`` is filed under: the type's for its first device, ``<type>__<n>`` for
     the n-th other device of that type (``poc.gpus.instance_key``); InputError for a section already held for that
     device, or for two receipts of one type of which one does not say which device it ran on."""
-    from ..poc.gpus import instance_key, receipt_device
+    from ..poc.gpus import distinct_devices, instance_key, receipt_device
 
     device = receipt_device(doc)
     known = device is not None
     ident = device if known else f"{_UNKNOWN}{path}"  # one receipt's sections share its device, known or not
     seen = devices.setdefault(gpu_type, [])
     if ident not in seen:
-        if seen and (not known or any(d.startswith(_UNKNOWN) for d in seen)):
+        if not all(distinct_devices(device, None if d.startswith(_UNKNOWN) else d) for d in seen):
             first = next(p for (_, g), p in origin.items() if g == gpu_type)
             raise InputError(f"{path} and {first} both hold a {section} section measured on {gpu_type}, and one of "
                              "them does not say which device it ran on (hardware.gpu_uuid); a merged receipt holds "
@@ -53,9 +56,6 @@ def _section_key(devices: dict[str, list[str]], section: str, gpu_type: str, doc
                          + (f" (device {device})" if known else "") + "; a merged receipt holds one per GPU",
                          hint="leave one of them out; kernel agree A B compares two screens of one device")
     return key
-
-
-_UNKNOWN = "unknown device: "
 
 
 def merge(paths: list[Path]) -> dict[str, Any]:
