@@ -68,10 +68,6 @@ class Agreement(BaseModel):
         return [c for c in self.cells if c.agree is False]
 
 
-def _trial_medians(cell: Any) -> list[float]:
-    return [float(np.median(t)) for t in cell.kept_by_trial()]
-
-
 def _gm(values: list[float]) -> float:
     return math.exp(float(np.mean(np.log(values))))
 
@@ -94,7 +90,7 @@ def compare_screens(a: dict[str, Any], b: dict[str, Any]) -> Agreement:
             cb = cells_b.get((impl.key, ca.rows, ca.mode))
             if cb is None:
                 continue
-            ma, mb = _trial_medians(ca), _trial_medians(cb)
+            ma, mb = ca.trial_medians(), cb.trial_medians()
             ratio = _gm(mb) / _gm(ma) if ma and mb else None
             note, agree = None, None
             if ca.flags or cb.flags:

@@ -9,6 +9,8 @@ the receipt carries them whole and hashed; ``decide`` reads them, so deciding ag
 """
 from __future__ import annotations
 
+import statistics
+
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -246,6 +248,10 @@ class TimingCell(Strict):
             if kept:
                 out.append(kept)
         return out
+
+    def trial_medians(self) -> list[float]:
+        """Each trial's median of its kept samples (the statistic a trial contributes), in trial order."""
+        return [statistics.median(t) for t in self.kept_by_trial()]
 
     def trial_ids(self) -> list[int]:
         """Trial index of each list ``kept_by_trial`` returns, so two cells can be paired trial by trial."""

@@ -5,23 +5,13 @@ Every figure draws numbers the receipt holds: per-trial medians (each trial's me
 the comparisons pair), the floor the receipt records per cell, the speedups and intervals of its comparisons."""
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from .model import Figure, Section, Table
+from .model import Figure, Section, Table, new_figure
 
 VERDICT_COLOURS = {"FASTER": "#2e7d32", "SAME": "#607d8b", "SLOWER": "#c62828", "AMBIGUOUS": "#f9a825",
                    "FLAGGED": "#8e24aa"}
 MARKERS = "osD^v<>ph*"
-
-
-def new_figure(width_in: float = 8.0, height_in: float = 4.5, ncols: int = 1) -> tuple[Any, list[Any]]:
-    """A matplotlib figure without pyplot (no global state), with ``ncols`` axes side by side."""
-    from matplotlib.figure import Figure as MplFigure
-
-    fig = MplFigure(figsize=(width_in, height_in), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
 
 
 def rows_axes(ax: Any, *, ylabel: str, title: str) -> None:
@@ -35,14 +25,10 @@ def rows_axes(ax: Any, *, ylabel: str, title: str) -> None:
 
 
 def trial_medians(cell: dict[str, Any]) -> list[float]:
-    """Each trial's median of its kept samples (a block's samples without its rejected indices)."""
-    out = []
-    for block in cell.get("blocks", []):
-        rejected = set(block.get("rejected") or [])
-        kept = [s for i, s in enumerate(block.get("samples_us") or []) if i not in rejected]
-        if kept:
-            out.append(statistics.median(kept))
-    return out
+    """Each trial's median of its kept samples (``TimingCell.trial_medians``: the rejected samples left out)."""
+    from ..kernels.result import TimingCell
+
+    return TimingCell.model_validate(cell).trial_medians()
 
 
 def _cell_median(cell: dict[str, Any]) -> float | None:
