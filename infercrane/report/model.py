@@ -18,6 +18,15 @@ class Figure:
     fig: Any  # matplotlib.figure.Figure
 
 
+def new_figure(width_in: float, height_in: float, *, nrows: int = 1, ncols: int = 1) -> tuple[Any, list[Any]]:
+    """A matplotlib figure made without pyplot (no global state), ``nrows x ncols`` axes (flattened, row-major)."""
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(width_in, height_in), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
 @dataclass
 class Table:
     title: str

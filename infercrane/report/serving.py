@@ -19,7 +19,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Figure, Section, Table
+# SEED_FIELDS: the run fields drawn over concurrency; DRIFT_METRIC: drawn when a receipt records no drift check
+from ..serving.receipt import DRIFT_METRIC, SEED_FIELDS
+from .model import Figure, Section, Table, new_figure
 
 WIDTH_IN, HEIGHT_IN = 8.0, 4.5          # one panel, or a row of panels
 GRID_HEIGHT_IN = 6.0                   # two rows of panels
@@ -43,10 +45,6 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "e2e_p95_ms": ("latency_p95_ms", "p95 end-to-end latency", "ms"),
     "latency_p95_ms": ("latency_p95_ms", "p95 end-to-end latency", "ms"),
 }
-# The run fields drawn over concurrency, in the seed's order.
-SEED_FIELDS = ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")
-# The metric InferCrane's drift check reads (serving/receipt.py DRIFT_METRIC), drawn when a receipt records no check.
-DEFAULT_DRIFT_METRIC = "output_tok_s"
 NOT_STATED = "not stated in the receipt (written before the field was recorded)"
 
 
@@ -65,13 +63,8 @@ def _axis_label(name: str) -> str:
 # --- drawing helpers ---------------------------------------------------------------------------------------------
 
 def _new_figure(nrows: int, ncols: int) -> tuple[Any, list[Any]]:
-    """A figure without pyplot, ``nrows x ncols`` axes (flattened, row-major)."""
-    from matplotlib.figure import Figure as MplFigure
-
-    height = HEIGHT_IN if nrows == 1 else GRID_HEIGHT_IN
-    fig = MplFigure(figsize=(WIDTH_IN, height), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, [ax for row in axes for ax in row]
+    """A serving figure: ``nrows x ncols`` axes at the width of one panel row, taller for two rows."""
+    return new_figure(WIDTH_IN, HEIGHT_IN if nrows == 1 else GRID_HEIGHT_IN, nrows=nrows, ncols=ncols)
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -383,7 +376,7 @@ def _drift_figure(name: str, title: str, arms: list[_Arm], concurrencies: list[i
     runs_with_order = [r for a in arms for r in a.runs if isinstance(r.get("run_index"), int)]
     if not runs_with_order:
         return None
-    metrics = list(dict.fromkeys(d["metric"] for d in drift if d.get("metric"))) or [DEFAULT_DRIFT_METRIC]
+    metrics = list(dict.fromkeys(d["metric"] for d in drift if d.get("metric"))) or [DRIFT_METRIC]
     cs = [c for c in sorted(set(concurrencies)) if any(r["concurrency"] == c for r in runs_with_order)]
     panels = [(m, c) for m in metrics for c in cs]
     if len(metrics) == 1:
