@@ -475,7 +475,6 @@ def _impl_line(i: dict[str, Any]) -> str:
 
 _VERDICT_STYLES = {"FASTER": "green", "SLOWER": "red", "SAME": "", "AMBIGUOUS": "yellow", "INSUFFICIENT": "yellow",
                    "FLAGGED": "yellow"}
-_DECISION_STYLES = {"accept": "bold green", "retain": "bold yellow", "reject": "bold red", "inconclusive": "bold yellow"}
 
 
 def _baseline_verdicts(doc: dict[str, Any], key: str) -> list[Any]:
@@ -522,6 +521,8 @@ def _verdict_text(doc: dict[str, Any], i: dict[str, Any]) -> Any:
     that baseline."""
     from rich.text import Text
 
+    from ..receipts.render import DECISION_STYLES
+
     key = i["key"]
     if i.get("kind") != "candidate":
         text = Text("baseline")
@@ -538,7 +539,7 @@ def _verdict_text(doc: dict[str, Any], i: dict[str, Any]) -> Any:
         code, decision = other.get("decision_code"), other.get("decision")
     text = Text()
     if code:
-        text.append(_first_line(code), style=_DECISION_STYLES.get(str(code), "bold"))
+        text.append(_first_line(code), style=DECISION_STYLES.get(str(code), "bold"))
         text.append(": ")
     text.append(_first_line(decision) if decision else "no decision in the receipt")
     for line in _baseline_verdicts(doc, key):
@@ -564,6 +565,8 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
+
+    from ..receipts.render import DECISION_STYLES
 
     result = doc["result"]
     mode = doc.get("measurements_timing_mode")
@@ -610,7 +613,7 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
                        f"{a['decode_step_ms']:.3g} ms step ({_first_line(a['decode_step_source'])}); ceiling "
                        f"{a['best_possible_gain_percent']:.2f}%, expected {a['expected_gain_percent']:.2f}%"))
     con.print(Text.assemble(("decision: ", "bold"),
-                            (_first_line(doc["decision"]), _DECISION_STYLES.get(str(doc.get("decision_code")), "bold"))))
+                            (_first_line(doc["decision"]), DECISION_STYLES.get(str(doc.get("decision_code")), "bold"))))
     con.print(Text.assemble(("reason: ", "bold"), _first_line(doc["reason"])))
 
 

@@ -269,7 +269,7 @@ def _incomplete(doc: dict[str, Any]) -> str | None:
     return serving_progress_state(doc)
 
 
-_CODE_STYLE = {"accept": "bold green", "reject": "bold red", "retain": "bold yellow"}
+DECISION_STYLES = {"accept": "bold green", "retain": "bold yellow", "reject": "bold red", "inconclusive": "bold yellow"}
 
 
 def _indented(text: Text, indent: int) -> Padding:
@@ -290,7 +290,7 @@ def _decision_block(doc: dict[str, Any], view: View) -> list[RenderableType]:
         line = Text()
         line.append(f"{safe(v.name())}  ", style="bold")
         line.append(f"{v.label}: ", style="bold")
-        line.append(v.headline(), style=_CODE_STYLE.get(str(v.code), "bold"))
+        line.append(v.headline(), style=DECISION_STYLES.get(str(v.code), "bold"))
         parts.append(_indented(line, 2))
         if v.reason:
             reason = safe(v.reason)
