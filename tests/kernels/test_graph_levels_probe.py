@@ -2,20 +2,15 @@
 GPU) that every condition yields one finite median per block."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
-PROBE = Path(__file__).resolve().parents[2] / "benchmarks" / "graph_levels_probe.py"
+from bench_scripts import load_script
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("graph_levels_probe", PROBE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("graph_levels_probe")
 
 
 def test_two_levels_are_split_at_the_widest_gap():

@@ -2,21 +2,15 @@
 __future__ import annotations``), which ``torch.library.infer_schema`` cannot read: the op must carry its schema."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+
+from bench_scripts import load_script
 
 torch = pytest.importorskip("torch")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "provider_overhead.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("provider_overhead_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("provider_overhead")
 
 
 def test_opaque_op_runs_the_kernel_in_place_and_declares_its_mutations():
