@@ -95,11 +95,14 @@ def _captured(call: Callable[[], Any], calls: int) -> Any:
     return graph
 
 
-def _heavy(kernel: Callable[..., Any]) -> Callable[[], None]:
-    """~HEAVY_MS of a graph of 4096-row calls, as the largest cell of a trial runs before a trial's first cell."""
+def _heavy(kernel: Callable[..., Any]) -> tuple[Callable[[], None], tuple[Any, ...]]:
+    """~HEAVY_MS of a graph of 4096-row calls, as the largest cell of a trial runs before a trial's first cell, and
+    the buffers that graph reads and writes: the caller holds them while it replays (a graph does not keep its
+    tensors alive, and ``torch.cuda.graph`` empties the allocator's cache, so freed ones are unmapped)."""
     import torch
 
-    call, restore = _call(kernel, _buffers(HEAVY_ROWS, 99))
+    bufs = _buffers(HEAVY_ROWS, 99)
+    call, restore = _call(kernel, bufs)
     graph = _captured(call, 64)
     per_replay_ms = _block(graph, restore, 3, 1) / 1e3
     replays = max(1, int(HEAVY_MS / max(per_replay_ms, 1e-3)))
@@ -109,7 +112,7 @@ def _heavy(kernel: Callable[..., Any]) -> Callable[[], None]:
             graph.replay()
         torch.cuda.synchronize()
 
-    return run
+    return run, bufs
 
 
 def probe(kernel: Callable[..., Any], *, rows: int, blocks: int, samples: int, calls: int) -> dict[str, Any]:
@@ -121,7 +124,7 @@ def probe(kernel: Callable[..., Any], *, rows: int, blocks: int, samples: int, c
     call, restore = _call(kernel, base)
     warm_up(call, restore)
     graph = _captured(call, calls)
-    heavy = _heavy(kernel)
+    heavy, _heavy_bufs = _heavy(kernel)
     for cond in CONDITIONS:
         medians, addrs = [], []
         for b in range(blocks):
