@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, default=12)
     p.add_argument("--samples", type=int, default=20)
     p.add_argument("--calls", type=int, default=2000, help="calls per graph (the screens' graphs held 1931-2039)")
-    p.add_argument("--out", type=Path, default=None, help="also write the result as JSON here")
+    p.add_argument("--out", type=Path, default=None, help="also write the result here as one JSON line")
     args = p.parse_args(argv)
 
     import torch
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     result = head | {"conditions": probe(kernel, rows=args.rows, blocks=args.blocks, samples=args.samples,
                                          calls=args.calls), "sm_clock_after_mhz": clock.read_mhz()}
     if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        args.out.write_text(json.dumps(result) + "\n")
     return 0
 
 
