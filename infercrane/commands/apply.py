@@ -12,15 +12,24 @@ set against the measured B/A ratio and its interval; ``receipt validate`` derive
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from cyclopts import Parameter
 
 from ..kernels.config import ApplyConfig
 from .options import check_output_folder, plain
 
-# serving mode -> (the shipped recipe of arm A, the kernel lab's baseline that stands for its incumbent)
-MODES: dict[str, tuple[str, str]] = {"compiled": ("compiled", "torch_compile"), "eager": ("eager", "vllm_vendor")}
+class ServingMode(NamedTuple):
+    """How one serving mode is A/B'd: arm A's shipped recipe, the kernel lab's baseline that stands for its incumbent,
+    and the kernel lab's timing mode that runs the op as that engine does (compiled vLLM replays its decode steps as
+    CUDA graphs: ``graph``; eager vLLM launches every call from Python, so its host cost counts: ``launch``)."""
+    recipe: str
+    incumbent: str
+    timing: str
+
+
+MODES: dict[str, ServingMode] = {"compiled": ServingMode("compiled", "torch_compile", "graph"),
+                                 "eager": ServingMode("eager", "vllm_vendor", "launch")}
 
 
 def kernel_recipe(base: Any, vllm_op: str, impl: str, candidate: str | None) -> Any:
@@ -85,7 +94,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
         workload = workload.with_overrides(runs_per_arm=config.runs)
     pairs = {}
     for mode in config.modes:
-        base = load_recipe(MODES[mode][0])
+        base = load_recipe(MODES[mode].recipe)
         pairs[mode] = [base, kernel_recipe(base, config.op, config.impl, config.candidate)]
     model_id = pairs[config.modes[0]][0].model
     spec = registry.make_spec(lab_op, load_model_config(model_id).config)
@@ -105,21 +114,23 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
               f"{', '.join(config.modes)} vLLM; workload {plain(workload.name)} c={workload.concurrency} "
               f"{workload.runs_per_arm} runs/arm → {plain(out)}")
     if kernel_path is None:
-        impls = (config.impl, *dict.fromkeys(MODES[m][1] for m in config.modes))
+        impls = (config.impl, *dict.fromkeys(MODES[m].incumbent for m in config.modes))
+        timings = tuple(dict.fromkeys(MODES[m].timing for m in config.modes))
         screen = ScreenConfig(op=lab_op, device="cuda", model=model_id, rows=screen_rows(workload), impls=impls,
-                              candidate=config.candidate, modes=("graph",), trials=config.trials,
+                              candidate=config.candidate, modes=timings, trials=config.trials,
                               out=out / "kernel.json")
         with about("the kernel screen"):
             prepared = prepare_screen(screen, out=out / "kernel.json", con=con)
         kernel_path = run_prepared_screen(prepared, run_id=run_id, con=con).path
         kernel_doc = read_json(kernel_path)
     for mode, recs in pairs.items():
-        incumbent = MODES[mode][1]
+        how = MODES[mode]
 
-        def decorate(doc: dict[str, Any], incumbent: str = incumbent) -> dict[str, Any]:
+        def decorate(doc: dict[str, Any], how: ServingMode = how) -> dict[str, Any]:
             return {**doc, "kernel_in_serving": kernel_in_serving(
-                kernel_doc, doc, candidate=config.impl, incumbent=incumbent, calls_per_step=spec.calls_per_decode_step,
-                input_tokens=workload.input_tokens, kernel_source=str(kernel_path))}
+                kernel_doc, doc, candidate=config.impl, incumbent=how.incumbent,
+                calls_per_step=spec.calls_per_decode_step, input_tokens=workload.input_tokens,
+                kernel_source=str(kernel_path), mode=how.timing)}
 
         options = {"kernel_apply": {"op": config.op, "impl": config.impl, "mode": mode, "kernel_receipt":
                                     str(kernel_path)},

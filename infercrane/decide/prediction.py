@@ -9,7 +9,9 @@ At each concurrency ``c`` of the A/B:
 
 * **decode**: a decode step runs the op on ``c`` rows, ``calls_per_step`` times (the op's spec). The step is arm A's
   TPOT p50 (median over its runs). Amdahl (``decide/amdahl.py``) with the candidate's and the incumbent's per-call
-  times at ``c`` rows (graph mode: how a served decode step runs them) gives the expected step speedup; a decode-bound
+  times at ``c`` rows in the kernel lab's timing mode that runs the op as the engine does (``graph`` for compiled
+  vLLM, whose decode steps replay CUDA graphs; ``launch`` for eager vLLM, where every call is launched from the host
+  and its host cost counts; ``commands/apply.py`` ``MODES``) gives the expected step speedup; a decode-bound
   workload's output throughput scales with it, so the **predicted B/A output-throughput ratio** is that speedup.
 * **prefill**: a request's prefill runs the op on its prompt's tokens (``input_tokens`` rows when alone, up to
   ``c x input_tokens`` when the whole batch prefills together); the time it saves per call at those row counts
@@ -31,7 +33,7 @@ from typing import Any
 
 from infercrane.decide.amdahl import amdahl_ceiling
 
-PREDICTION_NOTE = ("predicted from the kernel lab's per-call times of the op alone (graph mode, fresh inputs, no "
+PREDICTION_NOTE = ("predicted from the kernel lab's per-call times of the op alone ({mode} mode, fresh inputs, no "
                    "fusion with neighbouring ops), Amdahl on arm A's decode step; measured with the kernel inside "
                    "the engine")
 
@@ -107,7 +109,7 @@ def predict_against_measurement(kernel_doc: dict[str, Any], serving_doc: dict[st
         rows_out.append(row)
     return {"candidate": candidate, "incumbent": incumbent, "mode": mode, "calls_per_step": calls_per_step,
             "arm_a": arm_a, "kernel_source": kernel_source, "serving_source": serving_source,
-            "note": PREDICTION_NOTE, "verdict_rule": (
+            "note": PREDICTION_NOTE.format(mode=mode), "verdict_rule": (
                 "CONSISTENT: the predicted B/A output-throughput ratio inside the measured 95 % interval; BELOW / "
                 "ABOVE: the whole interval below / above it; informative: the interval's half-width is smaller than "
                 "the predicted effect"), "concurrencies": rows_out}

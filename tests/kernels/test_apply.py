@@ -1,6 +1,8 @@
 """``infercrane kernel apply``: the arms it builds, the rows it screens, and its refusals before anything runs."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from infercrane.cli import main
@@ -18,7 +20,29 @@ def test_arm_b_is_arm_a_with_the_kernel_inside(tmp_path):
     assert b.canonical() | {"description": ""} == load_recipe("compiled-triton").canonical() | {"description": ""}
     user = kernel_recipe(load_recipe("eager"), "rms_norm", "user", f"{tmp_path}/k.py:f")
     assert user.candidate == f"{tmp_path.resolve()}/k.py:f" and user.engine_args == ["--enforce-eager"]
-    assert MODES == {"compiled": ("compiled", "torch_compile"), "eager": ("eager", "vllm_vendor")}
+    assert MODES == {"compiled": ("compiled", "torch_compile", "graph"), "eager": ("eager", "vllm_vendor", "launch")}
+
+
+def test_eager_vllm_is_predicted_from_launch_mode_which_sees_the_host_cost_graph_mode_hides():
+    """The committed H200 A/B of eager vLLM against eager + the Triton kernel: its own prediction, from a graph-mode
+    screen, expected a small gain where the engine lost throughput (BELOW); the launch-mode times of the kernel lab's
+    screen on that machine predict a loss, the direction measured."""
+    from infercrane.decide.prediction import predict_against_measurement
+    from infercrane.receipts.io import read_json
+
+    bench = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+    served = read_json(bench / "2026-12-01-h200-kernel-in-vllm" / "eager-triton.json")
+    used = served["kernel_in_serving"]["inputs"]
+    assert (used["mode"], used["incumbent"]) == ("graph", "vllm_vendor")  # measured before eager read launch mode
+    screen = read_json(bench / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json")
+    kw = dict(candidate="triton", incumbent="vllm_vendor", calls_per_step=used["calls_per_step"],
+              input_tokens=used["input_tokens"])
+    graph = predict_against_measurement(screen, served, mode="graph", **kw)
+    launch = predict_against_measurement(screen, served, mode=MODES["eager"].timing, **kw)
+    assert "(launch mode," in launch["note"] and "(graph mode," in graph["note"]
+    for g, lo in zip(graph["concurrencies"], launch["concurrencies"]):
+        assert g["predicted_ratio"] > 1.0 > lo["predicted_ratio"], (g["concurrency"], g, lo)
+        assert lo["measured"]["ci_high"] < 1.0  # the engine lost throughput at every concurrency
 
 
 def test_the_screen_covers_every_decode_batch_and_prefill_of_the_workload():
