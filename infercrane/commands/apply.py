@@ -55,7 +55,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     from ..commands.kernel import prepare_screen, run_prepared_screen
     from ..commands.serve import _stand_in_for
     from ..decide.policy import load_policy
-    from ..decide.prediction import kernel_in_serving
+    from ..decide.prediction import kernel_in_serving, qualifier
     from ..env.capture import new_run_id, run_id_from_env
     from ..errors import InputError, about
     from ..kernels import registry
@@ -148,6 +148,6 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
             con.print(f"  c={row['concurrency']}: predicted B/A {pred}, measured "
                       f"{m.get('ratio_b_over_a', float('nan')):.4f} ({m.get('ci_low', float('nan')):.4f}–"
                       f"{m.get('ci_high', float('nan')):.4f}): {row['verdict']}"
-                      + ("" if row.get("informative") else " (the interval is wider than the predicted effect)"))
+                      + (f" ({qualifier(row, long=True)})" if qualifier(row) else ""))
         con.print(f"receipt: {plain(receipt.path)}")
     return 0

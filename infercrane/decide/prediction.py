@@ -38,6 +38,22 @@ PREDICTION_NOTE = ("predicted from the kernel lab's per-call times of the op alo
                    "the engine")
 
 
+# what a concurrency's reading can say beyond its verdict: (short, for a figure's label; long, for a sentence)
+_OUTSIDE = ("prediction outside the interval", "the prediction lies outside the measured interval")
+_TOO_WIDE = ("not informative", "the interval is wider than the predicted effect")
+
+
+def qualifier(row: dict[str, Any], *, long: bool = False) -> str:
+    """What one concurrency's reading can say beyond its verdict, no stronger and no weaker: BELOW / ABOVE refute the
+    prediction whatever the interval's width; a CONSISTENT reading whose interval is wider than the predicted effect
+    (``informative`` false) confirms nothing. Empty where there is nothing to add."""
+    if row.get("verdict") in ("BELOW", "ABOVE"):
+        return _OUTSIDE[long]
+    if row.get("verdict") == "CONSISTENT" and row.get("informative") is False:
+        return _TOO_WIDE[long]
+    return ""
+
+
 def _comparison(kernel_doc: dict[str, Any], candidate: str, incumbent: str, rows: int, mode: str) -> dict | None:
     for c in kernel_doc["result"]["comparisons"]:
         if c["candidate"] == candidate and c["reference"] == incumbent and c["rows"] == rows and c["mode"] == mode:

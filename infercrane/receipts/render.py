@@ -31,6 +31,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ..decide.prediction import qualifier
+
 # Lists of raw numbers: summarized by length and median in every view (they stay in the file).
 RAW_KEYS = frozenset({"samples_us", "kept_samples_us", "a_values", "b_values", "samples_gbps", "sample_clock_mhz",
                       "command_line"})
@@ -219,8 +221,8 @@ def _prediction(section: str, kis: dict[str, Any]) -> Verdict:
             ci = (f", {level}CI {m['ci_low']:.4g}-{m['ci_high']:.4g}"
                   if _is_number(m.get("ci_low")) and _is_number(m.get("ci_high")) else "")
             text += f" (predicted B/A {c['predicted_ratio']:.4g}, measured {m['ratio_b_over_a']:.4g}{ci})"
-        if c.get("informative") is False:
-            text += ", not informative"
+        if qualifier(c):
+            text += f", {qualifier(c)}"
         parts.append(text)
     return Verdict(f"{section}.prediction", label="prediction", decision="; ".join(parts) or None,
                    reason=p.get("verdict_rule"), reason_label="rule",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # SEED_FIELDS: the run fields drawn over concurrency; DRIFT_METRIC: drawn when a receipt records no drift check
+from ..decide.prediction import qualifier
 from ..serving.receipt import DRIFT_METRIC, SEED_FIELDS
 from .model import Figure, Section, Table, new_figure
 
@@ -536,9 +537,8 @@ def _kis_figure(name: str, title: str, rows: list[dict[str, Any]], arm_a: str, a
         m = r["measured"]
         colour = VERDICT_COLOURS.get(r.get("verdict"), NO_VERDICT_COLOUR)
         _whisker(ax, _offset(r["concurrency"], 1, 2), m["ratio_b_over_a"], m["ci_low"], m["ci_high"], colour)
-        informative = {True: "informative", False: "not informative"}.get(r.get("informative"), "")
         _label(ax, _offset(r["concurrency"], 1, 2), m["ratio_b_over_a"],
-               "\n".join(x for x in (r.get("verdict") or "no verdict", informative) if x), colour)
+               "\n".join(x for x in (r.get("verdict") or "no verdict", qualifier(r)) if x), colour)
     for r in predicted:
         ax.plot([_offset(r["concurrency"], 0, 2)], [r["predicted_ratio"]], "D", color="#6a1b9a", markersize=7,
                 linestyle="none", zorder=5)
@@ -563,7 +563,9 @@ def _kis_figure(name: str, title: str, rows: list[dict[str, Any]], arm_a: str, a
                f"decode step (the receipt's 1 + expected_gain_percent / 100 of its amdahl record). Dots: the measured "
                f"ratio_b_over_a of output throughput; whiskers: its {conf} interval [ci_low, ci_high]. "
                f"{_said([(r.get('measured') or {}).get('interval_method') for r in measured], 'Interval method')}. "
-               f"Labels: the prediction's verdict as the receipt records it, and whether it is informative. "
+               f"Labels: the prediction's verdict as the receipt records it, and what it can say: BELOW or ABOVE, "
+               f"the prediction outside the interval; CONSISTENT but not informative, an interval wider than the "
+               f"predicted effect. "
                f"{_said([verdict_rule], 'Verdict rule')}. {runs_said} x: concurrency (log2); "
                f"predicted and measured set slightly apart sideways.")
     return Figure(name=name, title=title, caption=caption, fig=fig)

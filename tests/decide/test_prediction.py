@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infercrane.decide.prediction import predict_against_measurement
+from infercrane.decide.prediction import predict_against_measurement, qualifier
 
 TAR = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-poc/poc-evidence.tar.xz"
 
@@ -60,6 +60,16 @@ def test_a_measurement_below_the_prediction_says_so(receipts):
     kernel, serving = receipts
     rows = _predict(kernel, _with_interval(serving, 0.90, 0.95))["concurrencies"]
     assert {r["verdict"] for r in rows} == {"BELOW"}
+    # an interval wider than the predicted effect still refutes a prediction it does not hold
+    assert all(not r["informative"] and qualifier(r) == "prediction outside the interval" for r in rows)
+
+
+def test_a_wide_consistent_reading_is_said_to_confirm_nothing(receipts):
+    kernel, serving = receipts
+    rows = _predict(kernel, _with_interval(serving, 0.80, 1.20))["concurrencies"]
+    assert {r["verdict"] for r in rows} == {"CONSISTENT"} and not any(r["informative"] for r in rows)
+    assert {qualifier(r, long=True) for r in rows} == {"the interval is wider than the predicted effect"}
+    assert qualifier({"verdict": "CONSISTENT", "informative": True}) == ""
 
 
 def test_rows_the_screen_lacks_give_no_prediction(receipts):

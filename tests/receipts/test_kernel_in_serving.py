@@ -56,3 +56,16 @@ def test_an_edited_measurement_moves_the_prediction_verdict_too(with_block):
                    if r["recipe"] == "compiled" else r for r in doc["runs"]]
     paths = [p for p, _ in _problems(doc)]
     assert any(p.startswith("paired_aiperf") for p in paths) and any(p.startswith("kernel_in_serving") for p in paths)
+
+
+def test_receipt_show_says_a_refuted_prediction_is_refuted():
+    """The committed eager A/B: every measured interval lies below its prediction (BELOW) and is wider than the tiny
+    predicted effect; the summary says the prediction lies outside the interval, not that the reading is
+    uninformative."""
+    from infercrane.receipts.io import read_json
+    from infercrane.receipts.render import verdicts
+
+    doc = read_json(TAR.parents[1] / "2026-12-01-h200-kernel-in-vllm" / "eager-triton.json")
+    (line,) = [v.decision for v in verdicts(doc) if v.label == "prediction"]
+    assert line.count("BELOW") == 3 and line.count("prediction outside the interval") == 3
+    assert "not informative" not in line
