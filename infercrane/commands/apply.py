@@ -6,8 +6,9 @@ op; ``eager``: vLLM's CUDA kernel), arm B the same recipe with ``kernels: {<op>:
 the kernel inside the engine, its proof, the in-engine gate and the token gate before B is timed). The arms run
 co-resident on one GPU where memory allows. Each A/B is a ``serve ab`` receipt (``<out>/<mode>.json``) carrying
 ``kernel_in_serving``: the prediction (``decide/prediction.py``) from a kernel screen of the candidate against that
-mode's incumbent at the row counts the workload decodes and prefills (``<out>/kernel.json``, or ``--kernel-receipt``),
-set against the measured B/A ratio and its interval; ``receipt validate`` derives it again.
+mode's incumbent, in the timing mode that runs the op as that engine does, at the row counts the workload decodes
+and prefills (``<out>/kernel.json``, or ``--kernel-receipt``), set against the measured B/A ratio and its interval;
+``receipt validate`` derives it again.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from cyclopts import Parameter
 
 from ..kernels.config import ApplyConfig
 from .options import check_output_folder, plain
+
 
 class ServingMode(NamedTuple):
     """How one serving mode is A/B'd: arm A's shipped recipe, the kernel lab's baseline that stands for its incumbent,
