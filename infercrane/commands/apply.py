@@ -88,6 +88,15 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
         if (kernel_doc.get("result") or {}).get("spec", {}).get("op") != lab_op:
             raise InputError(f"--kernel-receipt {config.kernel_receipt}: not a kernel screen of {lab_op}",
                              hint="give a v3 receipt of infercrane kernel screen --op " + lab_op)
+        held = {(c.get("candidate"), c.get("reference"), c.get("mode"))
+                for c in kernel_doc["result"].get("comparisons") or []}
+        lacking = [m for m in config.modes if (config.impl, MODES[m].incumbent, MODES[m].timing) not in held]
+        if lacking:
+            want = "; ".join(f"{m} vLLM: {config.impl} against {MODES[m].incumbent} in {MODES[m].timing} mode"
+                             for m in lacking)
+            raise InputError(f"--kernel-receipt {config.kernel_receipt}: no comparison to predict {want}",
+                             hint="screen them (kernel screen --impls … --modes …), or leave out --kernel-receipt "
+                                  "and kernel apply screens what it needs")
     with about("--policy"):
         policy = load_policy("serving", config.policy)
     with about("--workload"):

@@ -75,3 +75,15 @@ def test_an_earlier_applys_receipts_are_never_overwritten(tmp_path, capsys):
     assert main(["kernel", "apply", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "already holds the compiled receipt" in err and "--kernel-receipt" in err
+
+
+def test_a_kernel_receipt_without_the_comparison_a_mode_predicts_from_is_refused(tmp_path, capsys):
+    """The committed compiled A/B's screen holds triton against torch_compile in graph mode only: enough for compiled
+    vLLM, not for eager (vllm_vendor, launch mode); refused before any engine starts."""
+    screen = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/kernel-triton.json"
+    argv = ["kernel", "apply", "--kernel-receipt", str(screen), "--out", str(tmp_path / "apply")]
+    assert main([*argv, "--modes", "compiled", "eager"]) == 2
+    err = capsys.readouterr().err
+    assert "eager vLLM: triton against vllm_vendor in launch mode" in err and "compiled vLLM" not in err
+    main([*argv, "--modes", "compiled"])  # goes on (here: to the vLLM preflight)
+    assert "no comparison" not in capsys.readouterr().err
