@@ -57,7 +57,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     from ..commands.kernel import prepare_screen, run_prepared_screen
     from ..commands.serve import _stand_in_for
     from ..decide.policy import load_policy
-    from ..decide.prediction import kernel_in_serving, qualifier
+    from ..decide.prediction import kernel_in_serving, qualifier, used_comparisons
     from ..env.capture import new_run_id, run_id_from_env
     from ..errors import InputError, about
     from ..kernels import registry
@@ -88,9 +88,8 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
         if (kernel_doc.get("result") or {}).get("spec", {}).get("op") != lab_op:
             raise InputError(f"--kernel-receipt {config.kernel_receipt}: not a kernel screen of {lab_op}",
                              hint="give a v3 receipt of infercrane kernel screen --op " + lab_op)
-        held = {(c.get("candidate"), c.get("reference"), c.get("mode"))
-                for c in kernel_doc["result"].get("comparisons") or []}
-        lacking = [m for m in config.modes if (config.impl, MODES[m].incumbent, MODES[m].timing) not in held]
+        lacking = [m for m in config.modes
+                   if not used_comparisons(kernel_doc, config.impl, MODES[m].incumbent, MODES[m].timing)]
         if lacking:
             want = "; ".join(f"{m} vLLM: {config.impl} against {MODES[m].incumbent} in {MODES[m].timing} mode"
                              for m in lacking)
@@ -155,10 +154,11 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
         con.print(f"{mode}: {plain(receipt.document['paired_aiperf']['decision'])}")
         for row in block["concurrencies"]:
             m = row.get("measured") or {}
+            said = qualifier(row, long=True)
             pred = "none" if row["predicted_ratio"] is None else f"{row['predicted_ratio']:.5f}"
             con.print(f"  c={row['concurrency']}: predicted B/A {pred}, measured "
                       f"{m.get('ratio_b_over_a', float('nan')):.4f} ({m.get('ci_low', float('nan')):.4f}–"
                       f"{m.get('ci_high', float('nan')):.4f}): {row['verdict']}"
-                      + (f" ({qualifier(row, long=True)})" if qualifier(row) else ""))
+                      + (f" ({said})" if said else ""))
         con.print(f"receipt: {plain(receipt.path)}")
     return 0

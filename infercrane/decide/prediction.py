@@ -131,11 +131,11 @@ def predict_against_measurement(kernel_doc: dict[str, Any], serving_doc: dict[st
                 "the predicted effect"), "concurrencies": rows_out}
 
 
-def _used_comparisons(kernel_doc: dict[str, Any], candidate: str, incumbent: str, mode: str) -> list[dict[str, Any]]:
+def used_comparisons(kernel_doc: dict[str, Any], candidate: str, incumbent: str, mode: str) -> list[dict[str, Any]]:
     """The kernel receipt's comparisons a prediction can use, reduced to what it reads (embedded in the receipt, so
     that validation derives the prediction again without the kernel receipt)."""
     keep = []
-    for c in kernel_doc["result"]["comparisons"]:
+    for c in kernel_doc["result"].get("comparisons") or []:  # a screen that compared nothing offers nothing
         if c["candidate"] == candidate and c["reference"] == incumbent and c["mode"] == mode:
             sp = c["speedup"]
             keep.append({"candidate": candidate, "reference": incumbent, "rows": c["rows"], "mode": mode,
@@ -152,7 +152,7 @@ def kernel_in_serving(kernel_doc: dict[str, Any], serving_doc: dict[str, Any], *
     inputs = {"candidate": candidate, "incumbent": incumbent, "mode": mode, "calls_per_step": calls_per_step,
               "input_tokens": input_tokens, "kernel_receipt": kernel_source,
               "kernel_receipt_sha256": kernel_doc.get("content_sha256"),
-              "kernel_comparisons": _used_comparisons(kernel_doc, candidate, incumbent, mode)}
+              "kernel_comparisons": used_comparisons(kernel_doc, candidate, incumbent, mode)}
     return {"inputs": inputs, "prediction": derive_prediction(inputs, serving_doc)}
 
 

@@ -10,7 +10,6 @@ the receipt carries them whole and hashed; ``decide`` reads them, so deciding ag
 from __future__ import annotations
 
 import statistics
-
 from typing import Any, Literal
 
 from pydantic import Field, model_validator

@@ -221,8 +221,8 @@ def _prediction(section: str, kis: dict[str, Any]) -> Verdict:
             ci = (f", {level}CI {m['ci_low']:.4g}-{m['ci_high']:.4g}"
                   if _is_number(m.get("ci_low")) and _is_number(m.get("ci_high")) else "")
             text += f" (predicted B/A {c['predicted_ratio']:.4g}, measured {m['ratio_b_over_a']:.4g}{ci})"
-        if qualifier(c):
-            text += f", {qualifier(c)}"
+        if said := qualifier(c):
+            text += f", {said}"
         parts.append(text)
     return Verdict(f"{section}.prediction", label="prediction", decision="; ".join(parts) or None,
                    reason=p.get("verdict_rule"), reason_label="rule",

@@ -19,8 +19,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-# SEED_FIELDS: the run fields drawn over concurrency; DRIFT_METRIC: drawn when a receipt records no drift check
 from ..decide.prediction import qualifier
+# SEED_FIELDS: the run fields drawn over concurrency; DRIFT_METRIC: drawn when a receipt records no drift check
 from ..serving.receipt import DRIFT_METRIC, SEED_FIELDS
 from .model import Figure, Section, Table, new_figure
 
