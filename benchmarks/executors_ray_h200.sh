@@ -2,7 +2,7 @@
 # The Ray executor on one GPU machine, against the local executor back to back (kernel screen --executor):
 #   bash benchmarks/executors_ray_h200.sh OUTDIR        # GPUS=H200 (the types to ask for), TRIALS=5, OPS=both ops
 #   GPUS=H200,H200 bash benchmarks/executors_ray_h200.sh OUTDIR   # a two-GPU machine: two jobs at once
-# Starts a single-node Ray cluster over the machine's GPUs (`ray start --head`: Ray labels the node
+# Starts a single-node Ray cluster on loopback over the machine's GPUs (`ray start --head`: Ray labels the node
 # accelerator_type:<type>, which the Ray executor places by), then for each op screens the decode rows in the three
 # timing modes through the Ray executor (one task per GPU asked for, at once) and through the local executor (the
 # same jobs in turn on one GPU); the order alternates per op (ray then local, then local then ray), so neither
@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm,clocks.max.sm,te
 python3 -c 'import ray, torch, triton; print("ray", ray.__version__, "torch", torch.__version__, "triton", triton.__version__)'
 
 step "ray start --head"
-ray_cli start --head --port=6380 --include-dashboard=false --disable-usage-stats 2>&1 | tail -2
+ray_cli start --head --port=6380 --node-ip-address=127.0.0.1 --include-dashboard=false --disable-usage-stats 2>&1 | tail -2
 trap 'ray_cli stop --force >/dev/null 2>&1' EXIT
 python3 -c 'import ray; ray.init(address="auto", log_to_driver=False); print({k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")})'
 
