@@ -621,7 +621,8 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
     """Do two screens of one op agree within their runs' spread? Cell by cell (implementation, rows, timing mode):
     each screen's per-trial medians, their ranges, and B/A; the cells agree when the two ranges of trial medians
     overlap. For screens made apart (two executors, two GPUs of one type, two days), whose trials are not paired.
-    Exit 0 when every compared cell agrees and the decisions match, 1 otherwise.
+    A cell a screen flagged is compared on the primary timer and counted apart. Exit 0 when every compared cell
+    that neither screen flagged agrees (there is at least one) and the decisions match, 1 otherwise.
 
     Parameters
     ----------
@@ -662,15 +663,17 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
         return f"{min(v):.3g}–{max(v):.3g} ({len(v)})" if v else "—"
 
     for c in result.cells:
+        verdict = {True: "yes", False: "NO", None: "not compared"}[c.agree]
+        if c.flagged_by is not None:
+            verdict += f" (flagged by {c.flagged_by})"
         t.add_row(c.impl, str(c.rows), c.mode, rng(c.a_trial_medians_us), rng(c.b_trial_medians_us),
-                  f"{c.ratio_b_over_a:.3f}" if c.ratio_b_over_a else "—",
-                  {True: "yes", False: "NO", None: (c.note or "not compared").split(":")[0]}[c.agree])
+                  f"{c.ratio_b_over_a:.3f}" if c.ratio_b_over_a else "—", verdict)
     con.print(t)
     same = result.a_decision == result.b_decision
     n, bad = len(result.compared), len(result.disagreeing)
     con.print(plain(f"method: {result.method}"))
-    con.print(plain(f"{n - bad} of {n} compared cells agree ({len(result.cells) - n} not compared); decisions: A "
-                    f"{result.a_decision}, B {result.b_decision} ({'the same' if same else 'DIFFERENT'})"))
+    con.print(plain(f"{result.summary()}; decisions: A {result.a_decision}, B {result.b_decision} "
+                    f"({'the same' if same else 'DIFFERENT'})"))
     if json_out is not None:
         write_atomic(json_out, result.model_dump(mode="json"))
     return 0 if same and bad == 0 and n > 0 else 1

@@ -73,10 +73,13 @@ class SameTypeAgreement(BaseModel):
     gpu: str
     op: str
     method: str
-    compared: int
+    compared: int = Field(description="Cells compared that neither screen flagged.")
     agreeing: int
+    compared_flagged: int = Field(0, description="Cells a screen flagged, compared on the primary timer apart.")
+    agreeing_flagged: int = 0
     not_compared: int
-    disagreeing: list[str] = Field(description="impl rows mode: A range vs B range (B/A) of each cell that disagrees.")
+    disagreeing: list[str] = Field(description="impl rows mode: A range vs B range (B/A) of each cell that disagrees "
+                                               "(of the cells neither screen flagged).")
     decisions_same: bool
     a_decision: str
     b_decision: str
@@ -335,7 +338,9 @@ def _same_type_agreement(jobs: Sequence[JobRecord]) -> tuple[list[SameTypeAgreem
             out.append(SameTypeAgreement(
                 a=a.label, b=r.label, gpu=str(r.measured_key), op=res.op, method=res.method,
                 compared=len(res.compared), agreeing=len(res.compared) - len(bad),
-                not_compared=len(res.cells) - len(res.compared), disagreeing=bad,
+                compared_flagged=len(res.compared_flagged),
+                agreeing_flagged=len(res.compared_flagged) - len(res.disagreeing_flagged),
+                not_compared=len(res.not_compared), disagreeing=bad,
                 decisions_same=res.a_decision == res.b_decision, a_decision=res.a_decision, b_decision=res.b_decision))
     return out, notes
 
@@ -356,8 +361,10 @@ def summary_lines(record: FanoutRecord) -> list[str]:
     for ag in record.agreement:
         cells = (f"{ag.agreeing} of {ag.compared} compared cells agree within their runs' spread" if ag.compared else
                  "no timed cell to compare")
-        skipped = f" ({ag.not_compared} not compared)" if ag.not_compared else ""
-        lines.append(f"{ag.a} vs {ag.b} ({ag.op}, {ag.gpu}): {cells}{skipped}; decisions "
+        flagged = (f"; flagged by a screen, compared on the primary timer: {ag.agreeing_flagged} of "
+                   f"{ag.compared_flagged} agree" if ag.compared_flagged else "")
+        skipped = f"; {ag.not_compared} not compared" if ag.not_compared else ""
+        lines.append(f"{ag.a} vs {ag.b} ({ag.op}, {ag.gpu}): {cells}{flagged}{skipped}; decisions "
                      + ("the same" if ag.decisions_same else f"DIFFER: {ag.a_decision} / {ag.b_decision}"))
         lines += [f"  disagrees: {d}" for d in ag.disagreeing[:8]]
         if len(ag.disagreeing) > 8:

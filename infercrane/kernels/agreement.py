@@ -9,8 +9,11 @@ comparison here is descriptive and says so (``METHOD``):
 * each screen's spread of a cell is the range [min, max] of its trial medians; the cells **agree** when the two
   ranges overlap, i.e. the difference between the screens is no larger than what each run's own trials show;
 * the ratio B / A is of the geometric means of the trial medians, a description, not a claim;
-* a cell with fewer than ``MIN_TRIALS`` trials on a side is not compared (one trial has no spread), nor a cell either
-  screen flagged (its second timer disagreed, or a time fell below the physical floor): it carries no time to agree on.
+* a cell with fewer than ``MIN_TRIALS`` trials on a side is not compared (one trial has no spread);
+* a cell either screen flagged (its second timer disagreed, or a time fell below the physical floor) is compared too,
+  on the primary timer's trial medians, but counted apart (``compared_flagged``): it carries no time that screen
+  stands behind, so its agreement says only that the two runs read that timer alike (the question an executor, a
+  second GPU of a type or a day apart raises), never that the time is right.
 
 The decisions of the two receipts are set side by side too: the same evidence should give the same decision.
 """
@@ -26,7 +29,8 @@ MIN_TRIALS = 2
 METHOD = ("per cell (implementation, rows, timing mode) both screens timed: per trial the median of its kept "
           "samples; a screen's spread is the range [min, max] of its trial medians; the cells agree when the two "
           f"ranges overlap; B/A is the ratio of the geometric means of trial medians; cells with fewer than "
-          f"{MIN_TRIALS} trials on a side, or flagged by either screen, are not compared")
+          f"{MIN_TRIALS} trials on a side are not compared; cells flagged by either screen are compared on the "
+          "primary timer and counted apart: their times are not ones the screen stands behind")
 
 
 class CellAgreement(BaseModel):
@@ -39,10 +43,11 @@ class CellAgreement(BaseModel):
     b_trial_medians_us: list[float]
     ratio_b_over_a: float | None
     agree: bool | None
+    flagged_by: Literal["A", "B", "both"] | None = None
     note: str | None = None
 
 
-AGREEMENT_SCHEMA = "infercrane.kernel-agreement/v1"
+AGREEMENT_SCHEMA = "infercrane.kernel-agreement/v2"
 
 
 class Agreement(BaseModel):
@@ -50,7 +55,7 @@ class Agreement(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: Literal["infercrane.kernel-agreement/v1"] = AGREEMENT_SCHEMA
+    schema_version: Literal["infercrane.kernel-agreement/v2"] = AGREEMENT_SCHEMA
     method: str = METHOD
     op: str
     a_gpu: str
@@ -61,11 +66,36 @@ class Agreement(BaseModel):
 
     @property
     def compared(self) -> list[CellAgreement]:
-        return [c for c in self.cells if c.agree is not None]
+        """The cells compared that neither screen flagged."""
+        return [c for c in self.cells if c.agree is not None and c.flagged_by is None]
 
     @property
     def disagreeing(self) -> list[CellAgreement]:
-        return [c for c in self.cells if c.agree is False]
+        return [c for c in self.compared if c.agree is False]
+
+    @property
+    def compared_flagged(self) -> list[CellAgreement]:
+        """The cells compared on the primary timer although a screen flagged them (module docstring)."""
+        return [c for c in self.cells if c.agree is not None and c.flagged_by is not None]
+
+    @property
+    def disagreeing_flagged(self) -> list[CellAgreement]:
+        return [c for c in self.compared_flagged if c.agree is False]
+
+    @property
+    def not_compared(self) -> list[CellAgreement]:
+        return [c for c in self.cells if c.agree is None]
+
+    def summary(self) -> str:
+        """One line: the clean cells that agree, the flagged ones apart, what was not compared."""
+        n, bad = len(self.compared), len(self.disagreeing)
+        nf, badf = len(self.compared_flagged), len(self.disagreeing_flagged)
+        line = f"{n - bad} of {n} compared cells agree"
+        if nf:
+            line += f"; flagged by a screen, compared on the primary timer: {nf - badf} of {nf} agree"
+        if self.not_compared:
+            line += f"; {len(self.not_compared)} not compared"
+        return line
 
 
 def _gm(values: list[float]) -> float:
@@ -92,15 +122,17 @@ def compare_screens(a: dict[str, Any], b: dict[str, Any]) -> Agreement:
                 continue
             ma, mb = ca.trial_medians(), cb.trial_medians()
             ratio = _gm(mb) / _gm(ma) if ma and mb else None
-            note, agree = None, None
+            note, agree, by = None, None, None
             if ca.flags or cb.flags:
                 by = "both" if ca.flags and cb.flags else "A" if ca.flags else "B"
                 note = f"flagged by {by}: " + "; ".join([*(f"A {f}" for f in ca.flags), *(f"B {f}" for f in cb.flags)])
-            elif min(len(ma), len(mb)) < MIN_TRIALS:
-                note = f"{min(len(ma), len(mb))} trial(s) on a side: no spread to compare against"
+            if min(len(ma), len(mb)) < MIN_TRIALS:
+                note = "; ".join(x for x in (f"{min(len(ma), len(mb))} trial(s) on a side: no spread to compare "
+                                             "against", note) if x)
             else:
                 agree = max(ma) >= min(mb) and max(mb) >= min(ma)
             out.append(CellAgreement(impl=impl.key, rows=ca.rows, mode=ca.mode, a_trial_medians_us=ma,
-                                     b_trial_medians_us=mb, ratio_b_over_a=ratio, agree=agree, note=note))
+                                     b_trial_medians_us=mb, ratio_b_over_a=ratio, agree=agree, flagged_by=by,
+                                     note=note))
     return Agreement(op=str(sa.get("op")), a_gpu=a["hardware"]["gpu"], b_gpu=b["hardware"]["gpu"],
                      a_decision=str(a.get("decision")), b_decision=str(b.get("decision")), cells=out)

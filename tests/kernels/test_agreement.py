@@ -23,9 +23,43 @@ def test_a_screen_agrees_with_itself_in_every_cell_it_can_compare():
     result = compare_screens(doc, copy.deepcopy(doc))
     assert result.compared and not result.disagreeing
     assert all(c.ratio_b_over_a == pytest.approx(1.0) for c in result.compared)
-    flagged = [c for c in result.cells if c.agree is None]
-    assert flagged and all(c.note.startswith("flagged by both") for c in flagged)
+    # a cell the screen flagged is compared on the primary timer, counted apart, and agrees with itself too
+    flagged = result.compared_flagged
+    assert flagged and all(c.flagged_by == "both" and c.note.startswith("flagged by both") for c in flagged)
+    assert all(c.agree for c in flagged) and not result.disagreeing_flagged
+    assert not set(map(id, flagged)) & set(map(id, result.compared))
     assert result.a_decision == result.b_decision
+
+
+def test_a_flagged_cell_that_moved_disagrees_apart_from_the_clean_ones():
+    """A flagged cell twice as slow in B: named among the flagged disagreements; the clean cells' count is
+    untouched, so a flag never turns into a disagreement of the measurement the screens stand behind."""
+    a = _doc("rms_norm.json")
+    b = copy.deepcopy(a)
+    impl = next(i for i in b["result"]["implementations"] if i["key"] == "torch_compile")
+    cell = next(c for c in impl["timings"] if c["flags"])
+    for block in cell["blocks"]:
+        block["samples_us"] = [2 * t for t in block["samples_us"]]
+    result = compare_screens(a, b)
+    [bad] = result.disagreeing_flagged
+    assert (bad.impl, bad.rows, bad.mode, bad.flagged_by) == ("torch_compile", cell["rows"], cell["mode"], "both")
+    assert not result.disagreeing
+    assert result.summary().startswith(f"{len(result.compared)} of {len(result.compared)} compared cells agree; "
+                                       "flagged by a screen, compared on the primary timer: "
+                                       f"{len(result.compared_flagged) - 1} of {len(result.compared_flagged)} agree")
+
+
+def test_a_cell_with_one_trial_on_a_side_is_not_compared():
+    a = _doc("rms_norm.json")
+    b = copy.deepcopy(a)
+    impl = next(i for i in b["result"]["implementations"] if i["key"] == "triton")
+    cell = next(c for c in impl["timings"] if c["mode"] == "graph" and not c["flags"])
+    cell["blocks"] = cell["blocks"][:1]
+    result = compare_screens(a, b)
+    [lone] = result.not_compared
+    assert (lone.impl, lone.rows, lone.mode, lone.agree) == ("triton", cell["rows"], "graph", None)
+    assert lone.note.startswith("1 trial(s) on a side")
+    assert result.summary().endswith("; 1 not compared")
 
 
 def test_a_cell_twice_as_slow_in_every_trial_disagrees_and_only_it():
@@ -53,6 +87,7 @@ def test_the_command_exits_0_on_agreement_and_writes_the_cells(tmp_path, capsys)
                  "--json-out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "compared cells agree" in text and "the same" in text
+    assert "compared on the primary timer" in text and "(flagged by both)" in text
     doc = json.loads(out.read_text())
     assert doc["method"].startswith("per cell (implementation, rows, timing mode)") and doc["cells"]
 
