@@ -347,6 +347,8 @@ def _same_type_agreement(jobs: Sequence[JobRecord]) -> tuple[list[SameTypeAgreem
 
 def summary_lines(record: FanoutRecord) -> list[str]:
     """What the command prints at the end: one line per job, the notes, and where the result is."""
+    from infercrane.kernels.agreement import summary_line
+
     lines = []
     for r in record.jobs:
         flag = "; ".join(x for x in (r.gpu_mismatch, r.version_mismatch, r.same_device) if x)
@@ -359,12 +361,9 @@ def summary_lines(record: FanoutRecord) -> list[str]:
         lines.append(f"wall: {record.wall_s:.0f} s for {len(record.jobs)} jobs (the longest {max(times):.0f} s, their "
                      f"sum {sum(times):.0f} s)")
     for ag in record.agreement:
-        cells = (f"{ag.agreeing} of {ag.compared} compared cells agree within their runs' spread" if ag.compared else
-                 "no timed cell to compare")
-        flagged = (f"; flagged by a screen, compared on the primary timer: {ag.agreeing_flagged} of "
-                   f"{ag.compared_flagged} agree" if ag.compared_flagged else "")
-        skipped = f"; {ag.not_compared} not compared" if ag.not_compared else ""
-        lines.append(f"{ag.a} vs {ag.b} ({ag.op}, {ag.gpu}): {cells}{flagged}{skipped}; decisions "
+        cells = summary_line(agreeing=ag.agreeing, compared=ag.compared, agreeing_flagged=ag.agreeing_flagged,
+                             compared_flagged=ag.compared_flagged, not_compared=ag.not_compared)
+        lines.append(f"{ag.a} vs {ag.b} ({ag.op}, {ag.gpu}): {cells}; decisions "
                      + ("the same" if ag.decisions_same else f"DIFFER: {ag.a_decision} / {ag.b_decision}"))
         lines += [f"  disagrees: {d}" for d in ag.disagreeing[:8]]
         if len(ag.disagreeing) > 8:

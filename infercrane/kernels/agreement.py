@@ -88,14 +88,23 @@ class Agreement(BaseModel):
 
     def summary(self) -> str:
         """One line: the clean cells that agree, the flagged ones apart, what was not compared."""
-        n, bad = len(self.compared), len(self.disagreeing)
-        nf, badf = len(self.compared_flagged), len(self.disagreeing_flagged)
-        line = f"{n - bad} of {n} compared cells agree"
-        if nf:
-            line += f"; flagged by a screen, compared on the primary timer: {nf - badf} of {nf} agree"
-        if self.not_compared:
-            line += f"; {len(self.not_compared)} not compared"
-        return line
+        return summary_line(agreeing=len(self.compared) - len(self.disagreeing), compared=len(self.compared),
+                            agreeing_flagged=len(self.compared_flagged) - len(self.disagreeing_flagged),
+                            compared_flagged=len(self.compared_flagged), not_compared=len(self.not_compared))
+
+
+def summary_line(*, agreeing: int, compared: int, agreeing_flagged: int, compared_flagged: int,
+                 not_compared: int) -> str:
+    """The counts of an agreement as one line (``kernel agree`` and the fan-out's closing lines)."""
+    if compared:
+        line = f"{agreeing} of {compared} compared cells agree within their runs' spread"
+    else:
+        line = "no cell that neither screen flagged to compare" if compared_flagged else "no timed cell to compare"
+    if compared_flagged:
+        line += f"; flagged by a screen, compared on the primary timer: {agreeing_flagged} of {compared_flagged} agree"
+    if not_compared:
+        line += f"; {not_compared} not compared"
+    return line
 
 
 def _gm(values: list[float]) -> float:

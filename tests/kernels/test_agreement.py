@@ -44,8 +44,8 @@ def test_a_flagged_cell_that_moved_disagrees_apart_from_the_clean_ones():
     [bad] = result.disagreeing_flagged
     assert (bad.impl, bad.rows, bad.mode, bad.flagged_by) == ("torch_compile", cell["rows"], cell["mode"], "both")
     assert not result.disagreeing
-    assert result.summary().startswith(f"{len(result.compared)} of {len(result.compared)} compared cells agree; "
-                                       "flagged by a screen, compared on the primary timer: "
+    assert result.summary().startswith(f"{len(result.compared)} of {len(result.compared)} compared cells agree "
+                                       "within their runs' spread; flagged by a screen, compared on the primary timer: "
                                        f"{len(result.compared_flagged) - 1} of {len(result.compared_flagged)} agree")
 
 
