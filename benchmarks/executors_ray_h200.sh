@@ -12,7 +12,8 @@
 # h200, h200__2, ...); the merge (or the one job's receipt) OUTDIR/<tag>-<op>.json where one is made; the fan-out
 # records (…fanout.json: wall time, the device of each job, how jobs of one type agree) and each command's console
 # log. Then `kernel agree` of the pair's first jobs, the pair's second executor as A (the reference: local, in the
-# default pair) against its first as B (do the two screens agree within their runs' spread, cell by cell), into OUTDIR/agree-<op>.json and .txt, and one line per fan-out with its wall time and its jobs' times.
+# default pair) against its first as B (do the two screens agree within their runs' spread, cell by cell), into
+# OUTDIR/agree-<op>.json and .txt, and one line per fan-out with its wall time and its jobs' times.
 # Needs torch, triton and cupy (and ray, where PAIR names it) importable by python3 and InferCrane's pure-Python
 # dependencies on PYTHONPATH. On a tree copied without .git, set INFERCRANE_GIT_COMMIT so the receipts name the commit.
 set -uo pipefail
