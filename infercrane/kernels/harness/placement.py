@@ -1,0 +1,78 @@
+"""Placement conditions of a graph-mode sample: drawn on purpose, the same way for every implementation.
+
+On an H200 a ~1 us kernel replayed in a CUDA graph reads one of two levels (e.g. 1.07 or 1.25 us per call at one
+row), and which one depends on the graph's placement, not on the kernel: the input buffers' placement and what the
+process captured and freed before the graph (docs/benchmarks/2026-12-02-h200-kernel-decides/). Neither is the
+kernel's own time, and a serving engine that captures many graphs meets both. So graph mode treats placement as a
+random effect: each graph a worker times is captured under a condition drawn from the screen's seed and the graph's
+index (``draw``), the same draw for every implementation, recorded in the receipt; a trial times several graphs
+(``GRAPHS_PER_TRIAL``) and its figure is their mean, so both levels enter every trial and the spread between levels
+is part of the between-trial variance that the paired-trial interval already uses. Where the per-graph figures of a
+cell separate into two levels (``split_levels``) the receipt reports each level.
+
+A condition: ``pad_bytes`` (a device allocation made before the inputs and held while the graph is timed, which
+shifts the inputs' addresses), ``freed`` (tiny unrelated graphs captured and freed right before the timed capture)
+and ``kept`` (tiny graphs captured and kept alive while the timed graph is replayed).
+"""
+from __future__ import annotations
+
+import random
+import statistics
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GRAPHS_PER_TRIAL = 4
+PAD_MAX_BYTES = 4 << 20  # pads up to 4 MiB, in 512-byte steps (the caching allocator's rounding)
+PAD_STEP_BYTES = 512
+MAX_FREED = 3
+MAX_KEPT = 1
+LEVEL_GAP = 0.04  # two sorted per-graph figures further apart than this (relative) start a second level
+DRAW_METHOD = (
+    f"per graph: random.Random(f'{{seed}}:{{index}}'); pad_bytes = {PAD_STEP_BYTES} * randrange("
+    f"{PAD_MAX_BYTES // PAD_STEP_BYTES}); freed = randrange({MAX_FREED + 1}); kept = randrange({MAX_KEPT + 1}); "
+    "index = trial * graphs_per_trial + graph, the same for every implementation"
+)
+
+
+class PlacementCondition(BaseModel):
+    """The conditions one timed graph was captured under."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(ge=0, description="trial * graphs_per_trial + graph")
+    pad_bytes: int = Field(ge=0, description="device bytes allocated before the inputs and held while timing")
+    freed: int = Field(ge=0, description="tiny graphs captured and freed right before the timed capture")
+    kept: int = Field(ge=0, description="tiny graphs captured before the timed capture and kept alive while timing")
+
+
+class Levels(BaseModel):
+    """Per-graph figures split at their widest relative gap, when it exceeds ``gap``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    levels: int = Field(ge=1, le=2)
+    widest_gap: float | None = Field(default=None, description="largest relative step between sorted figures")
+    low_n: int | None = None
+    low_median_us: float | None = None
+    high_n: int | None = None
+    high_median_us: float | None = None
+
+
+def draw(seed: int, index: int) -> PlacementCondition:
+    """The condition of graph ``index`` under the screen's ``seed`` (``DRAW_METHOD``)."""
+    rng = random.Random(f"{int(seed)}:{int(index)}")
+    return PlacementCondition(index=index, pad_bytes=PAD_STEP_BYTES * rng.randrange(PAD_MAX_BYTES // PAD_STEP_BYTES),
+                              freed=rng.randrange(MAX_FREED + 1), kept=rng.randrange(MAX_KEPT + 1))
+
+
+def split_levels(values: list[float], gap: float = LEVEL_GAP) -> Levels:
+    """One level, or two split at the widest relative gap between sorted values when it exceeds ``gap``."""
+    ordered = sorted(values)
+    if len(ordered) < 2:
+        return Levels(levels=1)
+    widest, at = max((b / a - 1.0, i) for i, (a, b) in enumerate(zip(ordered, ordered[1:])))
+    if widest <= gap:
+        return Levels(levels=1, widest_gap=widest)
+    low, high = ordered[: at + 1], ordered[at + 1:]
+    return Levels(levels=2, widest_gap=widest, low_n=len(low), low_median_us=statistics.median(low),
+                  high_n=len(high), high_median_us=statistics.median(high))
