@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict[str, Any]] = []
     for key in args.impls.split(","):  # each implementation in a fresh process, as the kernel lab isolates them
         cmd = [sys.executable, str(Path(__file__).resolve()), "--one", key, *(argv if argv is not None else sys.argv[1:])]
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)})
         if done.returncode != 0:
             records.append({"impl": key, "error": done.stderr[-2000:]})
             print(f"{key}: failed (exit {done.returncode})\n{done.stderr[-2000:]}", file=sys.stderr)
