@@ -127,6 +127,9 @@ def _timed_graph(spec: Any, fn: Any, in_place: bool, rows: int, calls: int, samp
     """One timed graph on new buffers under ``condition`` (pad bytes, tiny graphs freed / kept before capture)."""
     import torch
 
+    if condition.get("release"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
     pad = torch.empty(int(condition.get("pad_bytes", 0)), dtype=torch.uint8, device="cuda") \
         if condition.get("pad_bytes") else None
     call, restore, tensors = _call_on(spec, fn, in_place, rows, seed)
@@ -215,6 +218,8 @@ def summarize(records: list[dict[str, Any]], gap: float) -> list[dict[str, Any]]
     for r in records:
         if "median_us" in r:
             kind = r["experiment"] if r["experiment"] != "sequence" else f"sequence-{r['condition']['sequence']}"
+            if "release" in r["condition"]:
+                kind += "-release" if r["condition"]["release"] else "-cached"
             groups.setdefault((r["impl"], r["rows"], kind), []).append(r["median_us"])
     out = []
     for (impl, rows, kind), meds in sorted(groups.items()):

@@ -10,7 +10,7 @@ index (``draw``), the same draw for every implementation, recorded in the receip
 is part of the between-trial variance that the paired-trial interval already uses. Where the per-graph figures of a
 cell separate into two levels (``split_levels``) the receipt reports each level.
 
-A condition: ``pad_bytes`` (a device allocation made before the inputs and held while the graph is timed, which
+A condition: ``release`` (the allocator's cache emptied first), ``pad_bytes`` (a device allocation made before the inputs and held while the graph is timed, which
 shifts the inputs' addresses), ``freed`` (tiny unrelated graphs captured and freed right before the timed capture)
 and ``kept`` (tiny graphs captured and kept alive while the timed graph is replayed).
 """
@@ -26,10 +26,12 @@ PAD_MAX_BYTES = 4 << 20  # pads up to 4 MiB, in 512-byte steps (the caching allo
 PAD_STEP_BYTES = 512
 MAX_FREED = 3
 MAX_KEPT = 1
+RELEASE_CHOICES = 2  # release = randrange(2): hand the allocator's cached blocks back to the driver first
 LEVEL_GAP = 0.04  # two sorted per-graph figures further apart than this (relative) start a second level
 DRAW_METHOD = (
     f"per graph: random.Random(f'{{seed}}:{{index}}'); pad_bytes = {PAD_STEP_BYTES} * randrange("
     f"{PAD_MAX_BYTES // PAD_STEP_BYTES}); freed = randrange({MAX_FREED + 1}); kept = randrange({MAX_KEPT + 1}); "
+    f"release = randrange({RELEASE_CHOICES}) == 1; "
     "index = trial * graphs_per_trial + graph, the same for every implementation"
 )
 
@@ -43,6 +45,9 @@ class PlacementCondition(BaseModel):
     pad_bytes: int = Field(ge=0, description="device bytes allocated before the inputs and held while timing")
     freed: int = Field(ge=0, description="tiny graphs captured and freed right before the timed capture")
     kept: int = Field(ge=0, description="tiny graphs captured before the timed capture and kept alive while timing")
+    release: bool = Field(description="torch.cuda.empty_cache() before the pad and the inputs are allocated: the "
+                                      "allocator's cached blocks go back to the driver, so the graph's buffers are "
+                                      "new device allocations")
 
 
 class Levels(BaseModel):
@@ -62,7 +67,8 @@ def draw(seed: int, index: int) -> PlacementCondition:
     """The condition of graph ``index`` under the screen's ``seed`` (``DRAW_METHOD``)."""
     rng = random.Random(f"{int(seed)}:{int(index)}")
     return PlacementCondition(index=index, pad_bytes=PAD_STEP_BYTES * rng.randrange(PAD_MAX_BYTES // PAD_STEP_BYTES),
-                              freed=rng.randrange(MAX_FREED + 1), kept=rng.randrange(MAX_KEPT + 1))
+                              freed=rng.randrange(MAX_FREED + 1), kept=rng.randrange(MAX_KEPT + 1),
+                              release=rng.randrange(RELEASE_CHOICES) == 1)
 
 
 def split_levels(values: list[float], gap: float = LEVEL_GAP) -> Levels:
