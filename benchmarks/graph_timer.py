@@ -10,10 +10,13 @@ events; a graph's figure is the median of ``--samples`` samples.
 
 Experiments (``--experiment``; each one prints one JSON line per timed graph and a summary):
 
-  placements  for each implementation, in a fresh process of its own, ``--placements`` graphs per row count, each on
-              new buffers after a seeded draw of a placement condition (the kernel lab's ``placement.draw``: a pad
-              allocation that shifts the inputs, and tiny unrelated graphs captured and freed, or kept alive,
-              before the timed capture). The figures a screen's graph cells are held against.
+  placements  for each implementation, in a fresh process of its own, ``--trials`` trials of ``--graphs`` graphs per
+              row count, each graph on new buffers under a seeded placement condition (the kernel lab's
+              ``placement.draw``: the allocator's cache emptied, a pad allocation that shifts the inputs, tiny
+              unrelated graphs captured and freed, or kept alive, before the timed capture), every graph of a trial
+              placed first and then timed, as a screen's graph-mode visit does. With ``--receipt`` it takes the
+              cells, calls per graph and conditions from a screen's receipt and compares the screen's figure of each
+              graph cell (mean of its graphs' medians) with its own over the same conditions.
   history     one implementation, one set of buffers, a sequence of graphs, each after a seeded number of tiny graphs
               captured and freed / kept alive: does the graph's history set its level?
   sequence    one set of buffers, ``--placements`` graphs in a row with nothing between them, each freed after it
@@ -21,6 +24,7 @@ Experiments (``--experiment``; each one prints one JSON line per timed graph and
 
 Usage (repository root; ``PYTHONPATH=.`` where InferCrane is not installed):
     python3 benchmarks/graph_timer.py --op fused_add_rmsnorm --impls triton,torch_compile --rows 1,512 --out F.jsonl
+    python3 benchmarks/graph_timer.py --receipt kernel-screen.json --out standalone.jsonl
     python3 benchmarks/graph_timer.py --experiment history --impls triton --rows 1
 """
 from __future__ import annotations
@@ -122,26 +126,39 @@ def _time(graph: Any, restore: Any, calls: int, samples: int) -> dict[str, float
     return {"median_us": statistics.median(times), "p10_us": q[0], "p90_us": q[-1]}
 
 
-def _timed_graph(spec: Any, fn: Any, in_place: bool, rows: int, calls: int, samples: int, seed: int,
-                 condition: dict[str, Any]) -> dict[str, Any]:
-    """One timed graph on new buffers under ``condition`` (pad bytes, tiny graphs freed / kept before capture)."""
+def _place(spec: Any, fn: Any, in_place: bool, rows: int, calls: int, seed: int, condition: dict[str, Any]) -> dict:
+    """Buffers and a captured graph under ``condition``, as the kernel lab's worker places a graph: the allocator's
+    cache emptied, a pad of ``pad_bytes`` allocated and held, new buffers, ``freed`` tiny graphs captured and freed,
+    ``kept`` tiny graphs captured and held, then the timed graph captured and replayed once (upload)."""
     import torch
 
-    if condition.get("release"):
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    pad = torch.empty(int(condition.get("pad_bytes", 0)), dtype=torch.uint8, device="cuda") \
-        if condition.get("pad_bytes") else None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    pad = torch.empty(int(condition["pad_bytes"]), dtype=torch.uint8, device="cuda") if condition["pad_bytes"] else None
     call, restore, tensors = _call_on(spec, fn, in_place, rows, seed)
-    for _ in range(int(condition.get("freed", 0))):
-        g, s = _tiny_graph()
-        del g, s
-    kept = [_tiny_graph() for _ in range(int(condition.get("kept", 0)))]
+    for _ in range(int(condition["freed"])):
+        g, s_ = _tiny_graph()
+        del g, s_
+    kept = [_tiny_graph() for _ in range(int(condition["kept"]))]
     graph = _capture(call, calls)
+    graph.replay()
+    if restore is not None:
+        restore()
     row0 = tensors[spec.ROW_TENSORS[0]]
-    rec = {**_time(graph, restore, calls, samples), "input_offset_mod_2mib": int(row0.data_ptr()) % (2 << 20)}
-    del graph, kept, pad, tensors
-    return rec
+    return {"graph": graph, "restore": restore, "holds": (pad, kept, tensors),
+            "input_offset_mod_2mib": int(row0.data_ptr()) % (2 << 20)}
+
+
+def _trial(spec: Any, fn: Any, in_place: bool, rows: int, calls: int, samples: int,
+           conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One trial as a screen's graph-mode visit makes it: every graph placed first, then each timed in turn."""
+    placed = [_place(spec, fn, in_place, rows, calls, 1000 + c["index"], c) for c in conditions]
+    out = []
+    for c, p in zip(conditions, placed):
+        out.append({"condition": c, "input_offset_mod_2mib": p["input_offset_mod_2mib"],
+                    **_time(p["graph"], p["restore"], calls, samples)})
+    del placed
+    return out
 
 
 def _calls_for(spec: Any, fn: Any, in_place: bool, rows: int, target_us: float, max_calls: int) -> int:
@@ -174,12 +191,19 @@ def run_one(args: argparse.Namespace, key: str) -> list[dict[str, Any]]:
         return [{**meta, "skipped": reason}]
     out = []
     for rows in rows_list:
-        calls = args.calls or _calls_for(spec, fn, in_place, rows, args.target_us, args.max_calls)
+        calls = args.calls or ((args.cells or {}).get((key, rows)) or {}).get("calls") or \
+            _calls_for(spec, fn, in_place, rows, args.target_us, args.max_calls)
         if args.experiment == "placements":
-            for p in range(args.placements):
-                cond = draw(args.seed, p).model_dump()
-                rec = _timed_graph(spec, fn, in_place, rows, calls, args.samples, 1000 + p, cond)
-                out.append({**meta, "rows": rows, "calls": calls, "index": p, "condition": cond, **rec})
+            cells = args.cells.get((key, rows)) if args.cells else None
+            if args.cells and cells is None:
+                continue
+            trials = cells["trials"] if cells else [[draw(args.seed, t * args.graphs + g).model_dump()
+                                                      for g in range(args.graphs)] for t in range(args.trials)]
+            calls = cells["calls"] if cells else calls
+            for t, conditions in enumerate(trials):
+                for rec in _trial(spec, fn, in_place, rows, calls, args.samples, conditions):
+                    out.append({**meta, "rows": rows, "calls": calls, "trial": t, "index": rec["condition"]["index"],
+                                **rec})
         elif args.experiment == "history":
             import random
 
@@ -212,14 +236,66 @@ def run_one(args: argparse.Namespace, key: str) -> list[dict[str, Any]]:
     return out
 
 
+COMPARE_LIMIT = 0.03
+
+
+def _graph_medians(block: dict[str, Any]) -> list[tuple[int, float]]:
+    rejected = set(block.get("rejected") or [])
+    out = []
+    for g in block.get("graphs") or []:
+        idx = range(g["first_sample"], g["first_sample"] + g["samples"])
+        kept = [block["samples_us"][i] for i in idx if i not in rejected] or [block["samples_us"][i] for i in idx]
+        out.append((g["condition"]["index"], statistics.median(kept)))
+    return out
+
+
+def receipt_cells(path: Path) -> tuple[dict, dict, str]:
+    """From a kernel screen receipt: per (implementation, rows) graph cell, its calls per graph and each trial's
+    placement conditions; and the screen's own per-graph medians, by condition index."""
+    doc = json.loads(path.read_text())
+    result = doc["result"]
+    cells, screen = {}, {}
+    for impl in result["implementations"]:
+        for cell in impl.get("timings", []):
+            if cell["mode"] != "graph" or not any(b.get("graphs") for b in cell["blocks"]):
+                continue
+            blocks = sorted(cell["blocks"], key=lambda b: b["trial"])
+            cells[(impl["key"], cell["rows"])] = {
+                "calls": cell["calls_per_sample"], "trials": [[g["condition"] for g in b["graphs"]] for b in blocks]}
+            screen[(impl["key"], cell["rows"])] = dict(m for b in blocks for m in _graph_medians(b))
+    return cells, screen, result["spec"]["op"]
+
+
+def compare(records: list[dict[str, Any]], screen: dict) -> list[dict[str, Any]]:
+    """Per graph cell: the screen's mean of its graphs' medians against this timer's over the same conditions."""
+    mine: dict[tuple[str, int], dict[int, float]] = {}
+    for r in records:
+        if "median_us" in r:
+            mine.setdefault((r["impl"], r["rows"]), {})[r["index"]] = r["median_us"]
+    out = []
+    for key, theirs in sorted(screen.items()):
+        ours = mine.get(key, {})
+        both = sorted(set(theirs) & set(ours))
+        if not both:
+            continue
+        s_us = statistics.fmean(theirs[i] for i in both)
+        o_us = statistics.fmean(ours[i] for i in both)
+        per_graph = [theirs[i] / ours[i] - 1.0 for i in both]
+        out.append({"kind": "compare", "impl": key[0], "rows": key[1], "graphs": len(both), "screen_us": s_us,
+                    "standalone_us": o_us, "difference": s_us / o_us - 1.0,
+                    "within_limit": abs(s_us / o_us - 1.0) <= COMPARE_LIMIT,
+                    "per_graph_min": min(per_graph), "per_graph_max": max(per_graph),
+                    "screen_levels": _levels([theirs[i] for i in both], 0.04),
+                    "standalone_levels": _levels([ours[i] for i in both], 0.04)})
+    return out
+
+
 def summarize(records: list[dict[str, Any]], gap: float) -> list[dict[str, Any]]:
     """Per (implementation, rows, condition kind): the graphs' medians, their levels, mean and spread."""
     groups: dict[tuple[str, int, str], list[float]] = {}
     for r in records:
         if "median_us" in r:
             kind = r["experiment"] if r["experiment"] != "sequence" else f"sequence-{r['condition']['sequence']}"
-            if "release" in r["condition"]:
-                kind += "-release" if r["condition"]["release"] else "-cached"
             groups.setdefault((r["impl"], r["rows"], kind), []).append(r["median_us"])
     out = []
     for (impl, rows, kind), meds in sorted(groups.items()):
@@ -239,11 +315,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=0, help="calls per graph (0: sized to --target-us a sample)")
     p.add_argument("--target-us", type=float, default=1000.0)
     p.add_argument("--max-calls", type=int, default=8192)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=7_777_777, help="placement seed (a screen's timing_input_seed)")
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--graphs", type=int, default=4, help="graphs per trial")
+    p.add_argument("--receipt", type=Path, default=None,
+                   help="a kernel screen receipt: time every graph cell of it again here (its op, implementations, "
+                        "rows, calls per graph and each trial's placement conditions) and compare")
     p.add_argument("--gap", type=float, default=0.04, help="relative gap that separates two levels")
     p.add_argument("--out", type=Path, default=None, help="JSON lines: every graph, then the summary rows")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: time one implementation, print JSON
     args = p.parse_args(argv)
+    args.cells, args.screen = None, None
+    if args.receipt:
+        args.cells, args.screen, op = receipt_cells(args.receipt)
+        args.op = op
+        args.impls = ",".join(dict.fromkeys(k for k, _ in args.cells))
+        args.rows = ",".join(str(r) for r in sorted({r for _, r in args.cells}))
     if args.one:
         print(json.dumps(run_one(args, args.one)))
         return 0
@@ -258,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         records += json.loads(done.stdout.strip().splitlines()[-1])
     rows = summarize(records, args.gap)
+    if args.screen:
+        rows += compare(records, args.screen)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w") as f:
@@ -269,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         if "skipped" in r or "error" in r:
             print(f"{r['impl']}: {r.get('skipped') or 'error'}")
     for r in rows:
+        if r.get("kind") == "compare":
+            print(f"{r['impl']:>14} rows {r['rows']:>4} screen {r['screen_us']:.4f} us, standalone {r['standalone_us']:.4f} "
+                  f"us: {r['difference']:+.2%} ({'within' if r['within_limit'] else 'BEYOND'} ±{COMPARE_LIMIT:.0%})")
+            continue
         lv = (f"levels {r['low_median_us']:.4f} ({r['low_n']}) / {r['high_median_us']:.4f} ({r['high_n']})"
               if r["levels"] == 2 else "one level")
         print(f"{r['impl']:>14} rows {r['rows']:>4} {r['kind']:>14}: {r['graphs']:>3} graphs, mean {r['mean_us']:.4f} "

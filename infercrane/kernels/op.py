@@ -145,6 +145,12 @@ class OpSpec:
         """The float32 reference outputs, by name, for ``inputs`` (any float dtype)."""
         raise NotImplementedError
 
+    def repeated_reference(self, after: dict[str, Any]) -> dict[str, Any] | None:
+        """In place, when a call's writes feed the next call's reads: what the outputs must be after the last of
+        several calls, as far as it follows from the buffers' final state ``after`` (by name), by output name;
+        None when nothing follows (then only one call can be checked)."""
+        return None
+
     def arguments(self, tensors: dict[str, Any], in_place: bool) -> list[Any]:
         """The positional arguments of a call under a contract, from named tensors and the spec's scalars."""
         scalars = self.scalars()

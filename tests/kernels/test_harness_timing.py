@@ -169,3 +169,36 @@ def test_time_cell_bookkeeping_with_a_fake_device(fake_cuda, mode):
     assert block.rejected == [2] and block.throttled and block.clock_after_mhz == 1700
     assert block.outputs_finite is True and block.clock_source == "fake"
     assert (block.l2_flush_bytes == 1024) == (mode == "cold")
+
+
+def test_graph_mode_places_every_graph_of_a_trial_under_its_condition(fake_cuda, monkeypatch):
+    import torch
+
+    from infercrane.kernels.harness.placement import draw
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    made, calls = [], {"n": 0}
+
+    def make(i):
+        x = torch.zeros(4)
+        made.append(i)
+
+        def call():
+            calls["n"] += 1
+
+        return T.Placed(call=call, tensors={"x": x})
+
+    conds = [draw(5, i) for i in range(3)]
+    timer = T.CellTimer(make, mode="graph", samples=4, device="cpu", trial=1, clock=_FakeClock([]),
+                        calls_per_sample=2, placements=conds, graph_fixed_us=1.0)
+    info = timer.prepare()
+    assert info == {"calls_per_sample": 2, "sizing": "given (the cell's first trial)", "graphs": 3}
+    assert made == [0, 0, 1, 2]  # warm-up buffers, then one set per graph
+    assert len(fake_cuda) == 3 + sum(c.freed + c.kept for c in conds)  # timed graphs plus the tiny ones
+    got = timer.sample()
+    assert len(got["samples_us"]) == 12
+    block = timer.finish()
+    assert [g.condition for g in block.graphs] == conds
+    assert [(g.first_sample, g.samples) for g in block.graphs] == [(0, 4), (4, 4), (8, 4)]
+    assert block.second_timer_us is not None and block.second_timer_reference_us is not None
+    assert block.figure_us() is not None and len(block.graph_medians()) == 3

@@ -1,8 +1,9 @@
 """Placement conditions of a graph-mode sample: drawn on purpose, the same way for every implementation.
 
-On an H200 a ~1 us kernel replayed in a CUDA graph reads one of two levels (e.g. 1.07 or 1.25 us per call at one
-row), and which one depends on the graph's placement, not on the kernel: the input buffers' placement and what the
-process captured and freed before the graph (docs/benchmarks/2026-12-02-h200-kernel-decides/). Neither is the
+On an H200 a ~1 us in-place kernel replayed in a CUDA graph reads one of two or three levels (1.09, 1.21 or 1.27-1.30
+us per call at one row for InferCrane's Triton kernel), and which one depends on the graph's placement, not on the
+kernel: the input buffers' address and whether the graph is the process's first (docs/benchmarks/
+2026-12-02-h200-kernel-decides/). Neither is the
 kernel's own time, and a serving engine that captures many graphs meets both. So graph mode treats placement as a
 random effect: each graph a worker times is captured under a condition drawn from the screen's seed and the graph's
 index (``draw``), the same draw for every implementation, recorded in the receipt; a trial times several graphs
@@ -10,7 +11,7 @@ index (``draw``), the same draw for every implementation, recorded in the receip
 is part of the between-trial variance that the paired-trial interval already uses. Where the per-graph figures of a
 cell separate into two levels (``split_levels``) the receipt reports each level.
 
-A condition: ``release`` (the allocator's cache emptied first), ``pad_bytes`` (a device allocation made before the inputs and held while the graph is timed, which
+A condition: ``pad_bytes`` (a device allocation made before the inputs and held while the graph is timed, which
 shifts the inputs' addresses), ``freed`` (tiny unrelated graphs captured and freed right before the timed capture)
 and ``kept`` (tiny graphs captured and kept alive while the timed graph is replayed).
 """
@@ -22,17 +23,18 @@ import statistics
 from pydantic import BaseModel, ConfigDict, Field
 
 GRAPHS_PER_TRIAL = 4
-PAD_MAX_BYTES = 4 << 20  # pads up to 4 MiB, in 512-byte steps (the caching allocator's rounding)
+PAD_MAX_BYTES = 1 << 20  # pads under 1 MiB (the allocator's small-block pool, where the inputs go), 512-byte steps
 PAD_STEP_BYTES = 512
 MAX_FREED = 3
 MAX_KEPT = 1
-RELEASE_CHOICES = 2  # release = randrange(2): hand the allocator's cached blocks back to the driver first
+PAD_ZERO_CHANCE = 0.25  # a quarter of the graphs get no pad: their inputs sit where a fresh allocator puts them
 LEVEL_GAP = 0.04  # two sorted per-graph figures further apart than this (relative) start a second level
 DRAW_METHOD = (
-    f"per graph: random.Random(f'{{seed}}:{{index}}'); pad_bytes = {PAD_STEP_BYTES} * randrange("
-    f"{PAD_MAX_BYTES // PAD_STEP_BYTES}); freed = randrange({MAX_FREED + 1}); kept = randrange({MAX_KEPT + 1}); "
-    f"release = randrange({RELEASE_CHOICES}) == 1; "
-    "index = trial * graphs_per_trial + graph, the same for every implementation"
+    f"per graph: rng = random.Random(f'{{seed}}:{{index}}'); pad_bytes = 0 if rng.random() < {PAD_ZERO_CHANCE} "
+    f"else {PAD_STEP_BYTES} * rng.randrange(1, {PAD_MAX_BYTES // PAD_STEP_BYTES}); freed = rng.randrange("
+    f"{MAX_FREED + 1}); kept = rng.randrange({MAX_KEPT + 1}); index = trial * graphs_per_trial + graph, the same "
+    "for every implementation; before each graph's buffers are made the allocator's cache is emptied, so the pad "
+    "sets where they land"
 )
 
 
@@ -45,9 +47,6 @@ class PlacementCondition(BaseModel):
     pad_bytes: int = Field(ge=0, description="device bytes allocated before the inputs and held while timing")
     freed: int = Field(ge=0, description="tiny graphs captured and freed right before the timed capture")
     kept: int = Field(ge=0, description="tiny graphs captured before the timed capture and kept alive while timing")
-    release: bool = Field(description="torch.cuda.empty_cache() before the pad and the inputs are allocated: the "
-                                      "allocator's cached blocks go back to the driver, so the graph's buffers are "
-                                      "new device allocations")
 
 
 class Levels(BaseModel):
@@ -66,9 +65,9 @@ class Levels(BaseModel):
 def draw(seed: int, index: int) -> PlacementCondition:
     """The condition of graph ``index`` under the screen's ``seed`` (``DRAW_METHOD``)."""
     rng = random.Random(f"{int(seed)}:{int(index)}")
-    return PlacementCondition(index=index, pad_bytes=PAD_STEP_BYTES * rng.randrange(PAD_MAX_BYTES // PAD_STEP_BYTES),
-                              freed=rng.randrange(MAX_FREED + 1), kept=rng.randrange(MAX_KEPT + 1),
-                              release=rng.randrange(RELEASE_CHOICES) == 1)
+    pad = 0 if rng.random() < PAD_ZERO_CHANCE else PAD_STEP_BYTES * rng.randrange(1, PAD_MAX_BYTES // PAD_STEP_BYTES)
+    return PlacementCondition(index=index, pad_bytes=pad, freed=rng.randrange(MAX_FREED + 1),
+                              kept=rng.randrange(MAX_KEPT + 1))
 
 
 def split_levels(values: list[float], gap: float = LEVEL_GAP) -> Levels:

@@ -116,11 +116,13 @@ def summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved:
     copy_gbps = calibration.copy_bandwidth.median_gbps if calibration else None
     floors = {b.mode: summarize(b.samples_us).median for b in calibration.floors} if calibration else {}
     l2 = calibration.device.l2_cache_bytes if calibration else None
-    return _summarize_cell(rows, mode, blocks, bytes_moved, copy_gbps, floors.get(mode), l2)
+    overhead = calibration.parent_overhead_us.get(mode) if calibration else None
+    return _summarize_cell(rows, mode, blocks, bytes_moved, copy_gbps, floors.get(mode), l2, overhead)
 
 
 def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
-                    copy_gbps: float | None, floor_us: float | None, l2_bytes: int | None = None) -> TimingCell:
+                    copy_gbps: float | None, floor_us: float | None, l2_bytes: int | None = None,
+                    overhead_us: float | None = None) -> TimingCell:
     """One implementation's cell: pooled summary, bandwidth where meaningful, the second timer's agreement and the
     physical floors; a disagreement beyond ``TIMER_AGREEMENT_MAX`` or a time under a floor flags the cell."""
     from infercrane.stats import summarize
@@ -171,7 +173,9 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
 
         trial = seconds[-1]
         own = [t for i, t in enumerate(trial.samples_us) if i not in set(trial.rejected)] or trial.samples_us
-        disagreement = statistics.median(own) / second - 1.0
+        # graph mode with placements: the second timer replayed the trial's last graph; held against its median
+        reference = trial.second_timer_reference_us or statistics.median(own)
+        disagreement = reference / second - 1.0
     if second is None:
         why = "; ".join(sorted({b.second_timer_error for b in blocks if b.second_timer_error})) or "not run"
         flags.append(f"no_second_timer: {why}")
@@ -190,12 +194,25 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
                      "the measurement or the kernel, never a speedup")
     if any(b.outputs_finite is False for b in blocks):
         flags.append("outputs_not_finite: the in-place buffers held NaN/inf after timing")
+    from infercrane.kernels.harness.timing import parent_bound
+
+    faults = [f for f in (parent_bound(b, overhead_us) for b in blocks) if f]
+    flags += faults[:1]
+    wrong = [b for b in blocks if b.timed_check is not None and not b.timed_check.passed]
+    if wrong:
+        flags.append(f"timed_outputs_wrong: trial {wrong[0].trial}: {wrong[0].timed_check.failure_summary()}")
+    per_graph = [m for b in blocks for m in b.graph_medians()]
+    levels = None
+    if per_graph:
+        from infercrane.kernels.harness.placement import split_levels
+
+        levels = split_levels(per_graph)
     return TimingCell(
         rows=rows, mode=mode, calls_per_sample=blocks[0].calls_per_sample, blocks=blocks, kept_samples_us=kept,
         summary_over=over, summary=summary, n_rejected=n_rejected, throttled=any(b.throttled for b in blocks),
         outputs_finite=all(finite) if finite else None, bytes_moved=bytes_moved, achieved_gbps=achieved,
         pct_of_copy_bandwidth=pct, bandwidth_note=note, second_timer_us=second, second_timer_method=method,
-        timer_disagreement=disagreement, floor_us=floor, flags=flags,
+        timer_disagreement=disagreement, floor_us=floor, flags=flags, levels=levels,
     )
 
 
@@ -212,6 +229,57 @@ def _prefill_info(op: str, impls: list["_Impl"], candidate: Any) -> None:
         elif candidate is not None:
             im.info.update(label=f"user candidate {candidate.path.name}:{candidate.function}", kind="candidate",
                            in_place=candidate.in_place_override, source=candidate.text)
+
+
+PARENT_OVERHEAD_REPEATS = 3
+
+
+def _timed_job(worker: Any, job: dict[str, Any], timeout_s: float, what: str) -> tuple[TimingBlock, float]:
+    """One visit's timing jobs (``session``: time, sample, finish) on ``worker``; the sample job bracketed by this
+    process's monotonic clock. Returns the block (worker state kept for a ``verify`` unless the job is empty) and the
+    bracketed microseconds. A worker whose finished block does not hold the samples it sent is a timer fault."""
+    from infercrane.kernels.harness.isolation import WorkerFailure
+
+    worker.request(job, timeout_s, what)
+    t0 = time.monotonic()
+    sampled = worker.request({"op": "sample"}, timeout_s, what)
+    elapsed_us = (time.monotonic() - t0) * 1e6
+    block = TimingBlock.model_validate(worker.request({"op": "finish", "keep": not job.get("empty")}, timeout_s, what))
+    if list(block.samples_us) != list(sampled.get("samples_us", [])):
+        raise WorkerFailure("timer_fault", f"{what}: the samples in the worker's block differ from those it sent "
+                                           "when they were taken")
+    return block.model_copy(update={"parent_elapsed_us": elapsed_us}), elapsed_us
+
+
+def _visit(im: "_Impl", job: dict[str, Any], spec: Any, timeout_s: float, what: str, seed: int) -> TimingBlock:
+    """Time one cell of one implementation, then check the outputs of what was timed (``timed_check``)."""
+    from infercrane.kernels.harness.timed_check import verify
+
+    block, _ = _timed_job(im.worker, job, timeout_s, what)
+    check = verify(lambda j: im.worker.request(j, timeout_s, f"timed-output check of {what}"), spec,
+                   in_place=bool(im.info["in_place"]), rows=int(job["rows"]), seed=seed,
+                   calls=block.calls_per_sample)
+    return block.model_copy(update={"timed_check": check})
+
+
+def _handshake_cost(worker: Any, modes: list[str], samples: int, timeout_s: float) -> dict[str, float]:
+    """Per mode, what this process's clock sees around a sample job of the empty kernel beyond the samples' own
+    time: the median of ``PARENT_OVERHEAD_REPEATS`` jobs in the calibration worker (no candidate ever ran there)."""
+    import statistics
+
+    from infercrane.kernels.harness.placement import GRAPHS_PER_TRIAL, draw
+
+    out: dict[str, float] = {}
+    for m in modes:
+        extra = []
+        for rep in range(PARENT_OVERHEAD_REPEATS):
+            job = {"op": "time", "empty": True, "device": "cuda", "rows": 1, "mode": m, "samples": samples,
+                   "trial": rep, "seed": 0, "second_timer": False,
+                   "placements": [draw(0, g).model_dump() for g in range(GRAPHS_PER_TRIAL)] if m == "graph" else None}
+            block, elapsed = _timed_job(worker, job, timeout_s, f"handshake cost in {m} mode")
+            extra.append(elapsed - sum(block.samples_us) * block.calls_per_sample)
+        out[m] = statistics.median(extra)
+    return out
 
 
 class _Impl:
@@ -280,7 +348,9 @@ def screen(
     from infercrane.kernels.harness.compare import with_comparisons
     from infercrane.kernels.harness.correctness import check_in_worker
     from infercrane.kernels.harness.isolation import InProcessWorker, SubprocessWorker, WorkerFailure, spec_to_json
-    from infercrane.kernels.harness.timing import method_sentence
+    from infercrane.kernels.harness.placement import DRAW_METHOD, GRAPHS_PER_TRIAL, draw
+    from infercrane.kernels.harness.timed_check import verify_seed
+    from infercrane.kernels.harness.timing import method_sentence, parent_bound
 
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
@@ -324,12 +394,15 @@ def screen(
     _prefill_info(op, impls, candidate)
     calib_worker = make_worker("calibration") if timed else None
     spec_json = spec_to_json(spec)
+    calibration: Calibration | None = None
+    calibration_note: str | None = None
+    software: dict[str, str] = {}
+    interrupted: str | None = None
     try:
         # 1. load (workers start in parallel; replies are collected in registry order)
         for im in impls:
             im.worker.send({"op": "load", "op_name": op, "impl": im.key, "spec": spec_json, "device": dev,
                             "candidate": candidate.to_json() if (im.key == "user" and candidate) else None})
-        software: dict[str, str] = {}
         for im in impls:
             try:
                 info = im.worker.receive(timeout_s, f"load of {im.key}")
@@ -348,14 +421,14 @@ def screen(
             else:
                 step(f"{im.key}: loaded")
 
-        # 2. calibration (timed runs)
-        calibration: Calibration | None = None
-        calibration_note: str | None = None
+        # 2. calibration (timed runs), then the handshake cost of a sample job, in the same clean worker
         if calib_worker is not None:
             try:
                 calibration = Calibration.model_validate(calib_worker.request(
                     {"op": "calibrate", "device": dev, "modes": timed_modes, "samples": samples_per_trial},
                     timeout_s, "calibration"))
+                calibration = calibration.model_copy(update={"parent_overhead_us": _handshake_cost(
+                    calib_worker, timed_modes, samples_per_trial, timeout_s)})
             except WorkerFailure as e:
                 calibration_note = f"calibration failed: {e.message}"
             finally:
@@ -396,15 +469,18 @@ def screen(
                     if not active:
                         continue
                     k = t % len(active)
+                    placements = ([draw(timing_seed, t * GRAPHS_PER_TRIAL + g).model_dump()
+                                   for g in range(GRAPHS_PER_TRIAL)] if m == "graph" else None)
                     for im in active[k:] + active[:k]:
                         cell = (r, m)
                         job = {"op": "time", "rows": r, "mode": m, "samples": samples_per_trial, "trial": t,
                                "seed": timing_seed, "calls_per_sample": im.calls.get(cell),
-                               "second_timer": t == trials - 1,
+                               "second_timer": t == trials - 1, "placements": placements,
                                "graph_fixed_us": calibration.graph_fixed_cost_us if calibration else None}
+                        what = f"timing of {im.key} rows={r} mode={m} trial={t}"
                         try:
-                            block = TimingBlock.model_validate(
-                                im.worker.request(job, timeout_s, f"timing of {im.key} rows={r} mode={m} trial={t}"))
+                            block = _visit(im, job, spec, timeout_s, what,
+                                           verify_seed(timing_seed, t, r, m))
                         except WorkerFailure as e:
                             im.fail(e.kind, e.message, e.exit_signal)
                             drop(im, f"{im.key}: {e.kind} while timing")
@@ -413,6 +489,14 @@ def screen(
                         im.calls.setdefault(cell, block.calls_per_sample)
                         im.steps += 1
                         step(f"trial {t + 1}/{trials} rows={r} {m}: {im.key}")
+                        if block.timed_check is not None and not block.timed_check.passed:
+                            im.fail("incorrect", f"incorrect when timed: {block.timed_check.failure_summary()}")
+                            drop(im, f"{im.key}: incorrect when timed")
+                            continue
+                        fault = parent_bound(block, calibration.parent_overhead_us.get(m) if calibration else None)
+                        if fault and im.info.get("kind") == "candidate":
+                            im.fail("timer_fault", fault)
+                            drop(im, f"{im.key}: timer fault")
         # 4b. cold mode's second timer (CUPTI), after every trial: once attached it slows the worker's later launches
         for im in impls:
             if not im.active or "cold" not in timed_modes:
@@ -436,6 +520,11 @@ def screen(
                         "provenance"]
                 except WorkerFailure as e:
                     im.info["provenance"] = {**im.info["provenance"], "describe_error": e.message[:500]}
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through reaper.raise_on_sigterm: keep what finished
+        if timed and calibration is None:
+            raise
+        interrupted = (f"{str(e) or 'interrupted (Ctrl-C)'} after {done} of {total} steps; the implementations' "
+                       "unfinished visits are not in this result")
     finally:
         for im in impls:
             im.close()
@@ -465,9 +554,11 @@ def screen(
         samples_per_trial=samples_per_trial, interleaving=INTERLEAVING, timeout_s=float(timeout_s),
         calibration=calibration, calibration_note=calibration_note if timed else
         "functional run: no calibration (nothing is timed)",
-        implementations=results,
+        implementations=results, interrupted=interrupted,
+        placement={"seed": timing_seed, "graphs_per_trial": GRAPHS_PER_TRIAL, "method": DRAW_METHOD}
+        if "graph" in timed_modes else None,
     )
     finished = datetime.now(timezone.utc)
     result = ScreenResult(**base, comparisons=[], started_at=started, finished_at=finished,
                           wall_s=time.perf_counter() - t0)
-    return with_comparisons(result, policy) if timed else result
+    return with_comparisons(result, policy, flag_rule="widen") if timed else result

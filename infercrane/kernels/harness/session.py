@@ -37,6 +37,7 @@ class WorkerSession:
         self.device: Any = None
         self._clock: Any = None
         self._flush: Any = None
+        self._visit: Any = None
 
     # Each handler returns JSON-able data; exceptions are turned into error replies by ``handle``.
     def handle(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -135,11 +136,13 @@ class WorkerSession:
             pack.close()
         return {"errors": errors}
 
-    def _timed_call(self, rows: int, seed: int) -> tuple[Any, Any, Any]:
-        """``(call, restore, finite)`` on fresh inputs of ``rows``: the call under the implementation's contract;
+    def _timed_call(self, rows: int, seed: int) -> Any:
+        """A ``timing.Placed`` on fresh inputs of ``rows``: the call under the implementation's contract;
         ``restore`` puts back inputs the call overwrites (None when it overwrites none); ``finite`` checks the
-        buffers it writes (None out of place)."""
+        buffers it writes (None out of place); ``tensors`` are the named argument tensors."""
         import torch
+
+        from infercrane.kernels.harness.timing import Placed
 
         spec, fn, in_place = self.spec, self.guarded, bool(self.in_place)
         tensors = spec.make_inputs(rows, self.device, seed, 1.0)
@@ -165,45 +168,147 @@ class WorkerSession:
             def finite() -> bool:
                 return all(bool(torch.isfinite(t).all().item()) for t in written)
 
-        return call, restore, finite
+        return Placed(call=call, restore=restore, finite=finite, tensors=tensors)
 
-    def _cuda_ready(self) -> None:
+    def _cuda_ready(self, need_impl: bool = True) -> None:
         import torch
 
         from infercrane.kernels.harness.timing import ClockReader, l2_flush_bytes
 
-        self._require_loaded()
-        if self.device.type != "cuda":
+        if need_impl:
+            self._require_loaded()
+        if self.device is None or self.device.type != "cuda":
             raise RuntimeError("timing needs a CUDA device; a CPU run is functional only")
         if self._clock is None:
             self._clock = ClockReader(self.device)
         if self._flush is None:
             self._flush = torch.empty(l2_flush_bytes(self.device), dtype=torch.uint8, device=self.device)
 
+    # A visit of a timing cell is four jobs, so that InferCrane's clock can bracket the samples alone: ``time``
+    # (warm up, size, capture: ``CellTimer.prepare``), ``sample`` (the timed samples), ``finish`` (second timer,
+    # finiteness: the block) and ``verify`` (the timed object run once more on inputs the parent wrote; the parent
+    # checks what it wrote back). ``empty: true`` times calibration's empty kernel instead of the implementation
+    # (the handshake cost of the protocol, measured in a worker no candidate ran in).
+
     def _do_time(self, job: dict[str, Any]) -> dict[str, Any]:
-        from infercrane.kernels.harness.timing import time_cell
+        from infercrane.kernels.harness.placement import PlacementCondition
+        from infercrane.kernels.harness.timing import CellTimer, Placed
+
+        empty = bool(job.get("empty"))
+        if empty and self.device is None:
+            self.device = self._device(str(job.get("device", "cuda")))
+        rows, seed = int(job["rows"]), int(job["seed"])
+        if empty:
+            import torch
+
+            from infercrane.kernels.harness.calibration import _empty_kernel_call
+
+            tiny = torch.zeros(1, dtype=torch.float32, device=self.device)
+            empty_call = _empty_kernel_call(tiny)
+            if empty_call is None:
+                raise RuntimeError("no Triton: the handshake cost is measured with an empty Triton kernel")
+
+            def make(i: int) -> Any:
+                return Placed(call=empty_call, tensors={"buf": tiny})
+        else:
+            def make(i: int) -> Any:
+                return self._timed_call(rows, seed + 7919 * i)
 
         def work() -> Any:
-            self._cuda_ready()
-            call, restore, finite = self._timed_call(int(job["rows"]), int(job["seed"]))
-            return time_cell(
-                call, mode=str(job["mode"]), samples=int(job["samples"]), device=self.device, restore=restore,
-                finite_check=finite, calls_per_sample=job.get("calls_per_sample"), trial=int(job.get("trial", 0)),
-                clock=self._clock, flush=self._flush, second_timer=bool(job.get("second_timer", True)),
-                graph_fixed_us=job.get("graph_fixed_us"),
+            self._cuda_ready(need_impl=not empty)
+            self._visit = None
+            timer = CellTimer(
+                make, mode=str(job["mode"]), samples=int(job["samples"]), device=self.device,
+                trial=int(job.get("trial", 0)), clock=self._clock, flush=self._flush,
+                calls_per_sample=job.get("calls_per_sample"), graph_fixed_us=job.get("graph_fixed_us"),
+                placements=[PlacementCondition.model_validate(c) for c in job.get("placements") or []],
+                second_timer=bool(job.get("second_timer", True)) and not empty,
             )
+            info = timer.prepare()
+            self._visit = timer
+            return info
 
+        if empty:
+            return work()
         self._require_loaded()
-        return attribute(work, f"timing at rows={job['rows']} {job['mode']}", self.guarded).model_dump(mode="json")
+        return attribute(work, f"timing at rows={job['rows']} {job['mode']}", self.guarded)
+
+    def _visit_of(self) -> Any:
+        if getattr(self, "_visit", None) is None:
+            raise RuntimeError("no timing visit prepared in this worker (send a 'time' job first)")
+        return self._visit
+
+    # From here on the implementation's graphs and calls run: a failure is the implementation's (kind "error").
+    def _do_sample(self, job: dict[str, Any]) -> dict[str, Any]:
+        return self._visit_of().sample()
+
+    def _do_finish(self, job: dict[str, Any]) -> dict[str, Any]:
+        visit = self._visit_of()
+        try:
+            return visit.finish().model_dump(mode="json")
+        finally:
+            if not job.get("keep"):
+                self._visit = None
+
+    def _do_verify(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Write the parent's inputs into the buffers the cell was timed on, run the timed object once as it was
+        timed (graph: one replay of the last graph; launch: a burst of ``calls_per_sample`` calls; cold: one call),
+        and hand back every byte of the buffers and the last call's outputs. The parent decides."""
+        import torch
+
+        from infercrane.kernels.harness.execute import _returned
+        from infercrane.kernels.harness.tensor_pack import TensorPack
+
+        visit = self._visit_of()
+        spec, in_place = self.spec, bool(self.in_place)
+        target = visit.target
+        pack = TensorPack.open(job["pack"])
+        rows = int(job["rows"])
+
+        def work() -> dict[str, Any]:
+            tensors = target.tensors
+            for name in spec.INPUTS:
+                tensors[name].copy_(pack.tensor(f"in.verify.{name}").to(self.device))
+            for name in spec.buffers(in_place):
+                tensors[name].fill_(float("nan"))
+            calls = visit.n_calls
+            if visit.mode == "graph":
+                outputs = target.last
+                if not in_place and outputs is not None:
+                    for t in ([outputs] if isinstance(outputs, torch.Tensor) else list(outputs)):
+                        if isinstance(t, torch.Tensor):
+                            t.fill_(float("nan"))
+                target.graph.replay()
+            else:
+                args = spec.arguments(tensors, in_place)
+                outputs = None
+                for _ in range(calls):
+                    outputs = self.guarded(*args)
+            torch.cuda.synchronize(self.device)
+            error = None
+            if not in_place:
+                got, error = _returned(spec, outputs, tensors, rows)
+                if got is not None:
+                    for name, t in zip(spec.RETURNS.returns, got):
+                        pack.tensor(f"ret.verify.{name}").copy_(t)
+            for name in [*spec.INPUTS, *spec.buffers(in_place)]:
+                pack.tensor(f"after.verify.{name}").copy_(tensors[name])
+            return {"error": error, "calls": calls}
+
+        try:
+            return work()
+        finally:
+            pack.close()
+            self._visit = None
 
     def _do_second_cold(self, job: dict[str, Any]) -> dict[str, Any]:
         """Cold mode's second timer (CUPTI), asked for after every trial of this worker."""
         from infercrane.kernels.harness.timing import SECOND_TIMER_METHODS, time_second, warm_up
 
         self._cuda_ready()
-        call, restore, _ = self._timed_call(int(job["rows"]), int(job["seed"]))
-        attribute(lambda: warm_up(call, restore), f"warm-up at rows={job['rows']} cold", self.guarded)
-        value, error = time_second("cold", call, calls=1, restore=restore, flush=self._flush)
+        placed = self._timed_call(int(job["rows"]), int(job["seed"]))
+        attribute(lambda: warm_up(placed.call, placed.restore), f"warm-up at rows={job['rows']} cold", self.guarded)
+        value, error = time_second("cold", placed.call, calls=1, restore=placed.restore, flush=self._flush)
         return {"second_timer_us": value, "second_timer_error": error,
                 "second_timer_method": SECOND_TIMER_METHODS["cold"] if value is not None else None}
 

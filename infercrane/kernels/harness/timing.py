@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from infercrane.kernels.result import TimingBlock
@@ -46,15 +47,21 @@ GRAPH_FIXED_COST_SIZING_FRACTION = 0.005  # sized to half the limit: the interce
 # The second, independent timer of a cell (``second_timer``): milliseconds of repetition it may spend.
 SECOND_TIMER_REP_MS = 20
 SECOND_TIMER_SAMPLES = 5
+COLD_SECOND_SPIN_CYCLES = 2_000_000  # ~1 ms: under CUPTI the host enqueues more slowly; the call must still be queued
 SECOND_TIMER_METHODS = {
     "launch": "host wall clock (time.perf_counter) around the same back-to-back burst, closed by a device "
               "synchronize; median over bursts",
-    "graph": "triton.testing.do_bench_cudagraph(fn, rep=20 ms, return_mode='median'): its own graph, sized by "
-             "Triton, on its own stream",
-    "cold": "CUPTI kernel time (torch.profiler): span from the call's first GPU activity to its last, after the same "
-            "L2 flush and spin; median over samples; run after every trial of the worker, because once CUPTI is "
-            "attached it slows every later launch and graph replay of the process (seen on an H200: +10-25 %)",
+    "graph": "host wall clock (time.perf_counter) around back-to-back replays of the trial's last timed graph (the "
+             "same graph on the same buffers, in-place inputs restored between replays), opened and closed by a "
+             "device synchronize; held against that graph's own median",
+    "cold": "CUPTI activity timestamps (torch.profiler): from the end of the spin kernel to the end of the call's "
+            "last GPU activity, after the same L2 flush and a longer spin (the quantity the events measure: the "
+            "call's device time from a queued start); median over samples; run after every trial of the worker, "
+            "because once CUPTI is attached it slows every later launch and graph replay of the process",
 }
+# InferCrane's own clock around each sample job (``parent_bound``): a block whose samples the worker claims took
+# far less than what that clock saw, beyond the handshake cost measured on the empty kernel, is a timer fault.
+PARENT_BOUND_MIN_US = 2000.0
 
 
 class ClockReader:
@@ -271,10 +278,12 @@ def time_graph(
     call: Callable[[], Any], *, samples: int, calls_per_sample: int, restore: Callable[[], None] | None,
     clock: ClockReader,
 ) -> tuple[list[float], list[int | None]]:
-    """graph: one CUDA graph holding ``calls_per_sample`` captured calls on the same buffers, replayed once per sample; per-call time = replay time / calls (L2 hot, no host launch cost).
+    """graph: CUDA graphs of ``calls_per_sample`` captured calls on one set of buffers, replayed once per sample; per-call time = replay time / calls (L2 hot, no host launch cost); in a screen each trial times several graphs, each captured on new buffers under a placement condition drawn from the screen's seed (the same draws for every implementation), and the trial's figure is the mean of the graphs' medians.
 
-    This is the cost inside a CUDA-graphed decode step. The same buffers are used by every captured call (graph
-    mode is defined as L2-hot); in-place inputs are restored between replays, outside the events.
+    This is the cost inside a CUDA-graphed decode step. Which of two levels a ~1 us kernel's graph reads on an H200
+    depends on its placement (``placement.py``), so placement is varied on purpose and enters the between-trial
+    variance. In-place inputs are restored between replays, outside the events. (A single graph, as calibration
+    times it: ``CellTimer`` without placements.)
     """
     import torch
 
@@ -352,10 +361,19 @@ def _second_launch(call: Callable[[], Any], calls: int, restore: Callable[[], No
     return statistics.median(times)
 
 
-def _second_graph(call: Callable[[], Any]) -> float:
-    from triton.testing import do_bench_cudagraph
-
-    return float(do_bench_cudagraph(call, rep=SECOND_TIMER_REP_MS, return_mode="median")) * 1e3
+def _second_graph(graph: Any, calls: int, restore: Callable[[], None] | None, sample_us: float) -> float:
+    """Host wall clock around back-to-back replays of ``graph`` (``SECOND_TIMER_METHODS['graph']``)."""
+    replays = max(3, int(round(SECOND_TIMER_REP_MS * 1e3 / max(sample_us, 1.0))))
+    if restore is not None:
+        restore()
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(replays):
+        if restore is not None:
+            restore()
+        graph.replay()
+    _sync()
+    return (time.perf_counter() - t0) * 1e6 / (replays * calls)
 
 
 def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, flush: Any) -> float:
@@ -372,26 +390,29 @@ def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, fl
         flush.zero_()
         _sync()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            torch.cuda._sleep(COLD_SPIN_CYCLES)
+            torch.cuda._sleep(COLD_SECOND_SPIN_CYCLES)
             call()
             _sync()
         gpu = sorted(((e.start_ns(), e.start_ns() + e.duration_ns()) for e in prof.profiler.kineto_results.events()
                       if e.device_type() == DeviceType.CUDA), key=lambda t: t[0])
         if len(gpu) < 2:
             raise RuntimeError(f"CUPTI recorded {len(gpu)} GPU activities; expected the spin and the call")
-        call_part = gpu[1:]  # the first activity is the spin
-        spans.append((max(e for _, e in call_part) - min(b for b, _ in call_part)) / 1e3)
+        spin_end, call_part = gpu[0][1], gpu[1:]  # the first activity is the spin
+        spans.append((max(e for _, e in call_part) - spin_end) / 1e3)
     return statistics.median(spans)
 
 
 def time_second(mode: str, call: Callable[[], Any], *, calls: int, restore: Callable[[], None] | None,
-                 flush: Any) -> tuple[float | None, str | None]:
-    """The cell's per-call time by an independent timer (``SECOND_TIMER_METHODS``), or ``(None, why)``."""
+                 flush: Any, graph: Any = None, sample_us: float = TARGET_SAMPLE_US) -> tuple[float | None, str | None]:
+    """The cell's per-call time by an independent timer (``SECOND_TIMER_METHODS``), or ``(None, why)``. Graph mode
+    times ``graph`` (the trial's last timed graph, of ``calls`` calls)."""
     try:
         if mode == "launch":
             value = _second_launch(call, calls, restore)
         elif mode == "graph":
-            value = _second_graph(call)
+            if graph is None:
+                raise ValueError("graph mode's second timer needs the timed graph")
+            value = _second_graph(graph, calls, restore, sample_us)
         else:
             value = _second_cold(call, restore, flush)
     except Exception as e:  # a missing profiler or Triton must read as "no second figure: why", never as a crash
@@ -416,6 +437,272 @@ def method_sentence(mode: str) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
+@dataclass
+class Placed:
+    """One set of buffers to time on (and, in graph mode, its captured graph and what holds its placement)."""
+
+    call: Callable[[], Any]
+    restore: Callable[[], None] | None = None
+    finite: Callable[[], bool] | None = None
+    tensors: dict[str, Any] = field(default_factory=dict)
+    graph: Any = None
+    last: Any = None  # graph mode: what the last captured call returned (out of place: its outputs)
+    holds: list[Any] = field(default_factory=list)  # the pad and the kept tiny graphs
+    condition: Any = None
+    offset: int | None = None
+
+
+MakeCall = Callable[[int], "Placed"]
+
+
+def _tiny_graph(device: Any) -> Any:
+    import torch
+
+    scratch = torch.zeros(256, device=device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scratch.add_(1.0)
+    return graph, scratch
+
+
+def _capture_keep_last(call: Callable[[], Any], calls: int) -> tuple[Any, Any]:
+    """``capture_graph``, also returning what the last captured call returned (its outputs, out of place)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    _sync()
+    graph = torch.cuda.CUDAGraph()
+    last = None
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            last = call()
+    _sync()
+    return graph, last
+
+
+class CellTimer:
+    """One visit of one (rows, mode) cell in three steps that the parent drives one job each: ``prepare`` (warm up,
+    size, and in graph mode capture every graph under its placement condition), ``sample`` (the timed samples and
+    nothing else: the job InferCrane's clock brackets, ``parent_bound``) and ``finish`` (the second timer,
+    finiteness, the block). ``target`` is then the buffers the timed-output check writes into and runs again.
+
+    ``make_call(i)`` gives fresh buffers for graph ``i`` (launch and cold: one set, ``i = 0``). Graph mode with
+    ``placements`` (``placement.PlacementCondition``) captures one graph per condition: the allocator's cache is
+    emptied, a pad of ``pad_bytes`` is allocated and held, the buffers are made, ``freed`` tiny graphs are captured
+    and freed and ``kept`` tiny graphs captured and held, then the timed graph is captured; every graph is held
+    until the visit ends, and each takes ``samples`` samples. Without placements graph mode times one graph.
+    """
+
+    def __init__(self, make_call: MakeCall, *, mode: str, samples: int, device: Any, trial: int = 0,
+                 clock: "ClockReader | None" = None, flush: Any = None, calls_per_sample: int | None = None,
+                 graph_fixed_us: float | None = None, placements: list[Any] | None = None,
+                 second_timer: bool = True) -> None:
+        if mode not in _MODE_FUNCTIONS:
+            raise ValueError(f"unknown timing mode {mode!r}; known: {', '.join(MODES)}")
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        self.make_call, self.mode, self.samples, self.device, self.trial = make_call, mode, samples, device, trial
+        self.clock = clock or ClockReader(device)
+        self.flush = flush
+        self.given_calls = calls_per_sample
+        self.graph_fixed_us = graph_fixed_us
+        self.placements = list(placements or []) if mode == "graph" else []
+        self.second_timer = second_timer
+        self.placed: list[Placed] = []
+        self.n_calls = 1
+        self.sizing = ""
+        self.warm = 0
+        self.fixed_us: float | None = None
+        self.before: int | None = None
+        self.times: list[float] = []
+        self.clocks: list[int | None] = []
+
+    @property
+    def target(self) -> Placed:
+        """The buffers of the last graph (graph mode) or of the cell: what the timed-output check runs on."""
+        return self.placed[-1]
+
+    # ----------------------------------------------------------------------------------------- prepare
+
+    def prepare(self) -> dict[str, Any]:
+        import torch
+
+        first = self.make_call(0)
+        self.warm = warm_up(first.call, first.restore)
+        mode = self.mode
+        if mode == "cold":
+            self.n_calls, self.sizing = 1, "cold: one call per sample"
+        elif self.given_calls is not None:
+            self.n_calls, self.sizing = int(self.given_calls), "given (the cell's first trial)"
+        elif mode == "graph":
+            per_call, own_fixed = estimate_graph(first.call, first.restore)
+            self.fixed_us = max(own_fixed, self.graph_fixed_us or 0.0)
+            self.n_calls = graph_calls(per_call, self.fixed_us)
+            self.sizing = (f"graph-mode estimate: {per_call:.4g} us per call, {self.fixed_us:.4g} us fixed replay "
+                           f"cost -> {self.n_calls} calls (target {TARGET_SAMPLE_US:g} us a sample, fixed cost < "
+                           f"{GRAPH_FIXED_COST_MAX_FRACTION:.0%}, at most {MAX_GRAPH_CALLS})")
+        else:
+            est = estimate_call_us(first.call)
+            self.n_calls = calls_for_target(est)
+            self.sizing = f"launch-mode burst of 10 calls: {est:.4g} us per call -> {self.n_calls} calls"
+        if first.restore is not None:
+            first.restore()
+        if mode == "graph" and self.fixed_us is None:
+            if self.graph_fixed_us is not None:  # the calibration's robust figure; a cell's own intercept is noisy
+                self.fixed_us = self.graph_fixed_us
+            else:
+                _, self.fixed_us = estimate_graph(first.call, first.restore)
+                if first.restore is not None:
+                    first.restore()
+        if mode == "cold" and self.flush is None:
+            self.flush = torch.empty(l2_flush_bytes(self.device), dtype=torch.uint8, device=self.device)
+        if mode != "graph":
+            self.placed = [first]
+        elif not self.placements:
+            first.graph, first.last = _capture_keep_last(first.call, self.n_calls)
+            first.graph.replay()  # the first replay uploads the graph; not timed
+            self.placed = [first]
+        else:
+            del first
+            for i, cond in enumerate(self.placements):
+                self.placed.append(self._place(i, cond))
+            _sync()
+        return {"calls_per_sample": self.n_calls, "sizing": self.sizing, "graphs": len(self.placed)}
+
+    def _place(self, i: int, cond: Any) -> Placed:
+        import torch
+
+        _sync()
+        torch.cuda.empty_cache()
+        pad = torch.empty(int(cond.pad_bytes), dtype=torch.uint8, device=self.device) if cond.pad_bytes else None
+        placed = self.make_call(i)
+        for _ in range(int(cond.freed)):
+            g = _tiny_graph(self.device)
+            del g
+        kept = [_tiny_graph(self.device) for _ in range(int(cond.kept))]
+        placed.graph, placed.last = _capture_keep_last(placed.call, self.n_calls)
+        placed.graph.replay()  # upload; not timed
+        if placed.restore is not None:
+            placed.restore()
+        placed.holds = [pad, kept]
+        placed.condition = cond
+        first = next(iter(placed.tensors.values()), None)
+        placed.offset = int(first.data_ptr()) % (2 << 20) if first is not None else None
+        return placed
+
+    # ----------------------------------------------------------------------------------------- sample
+
+    def sample(self) -> dict[str, Any]:
+        """The timed samples: what InferCrane's clock brackets from outside the worker."""
+        self.before = self.clock.read_mhz()
+        if self.mode == "launch":
+            p = self.placed[0]
+            self.times, self.clocks = time_launch(p.call, samples=self.samples, calls_per_sample=self.n_calls,
+                                                  restore=p.restore, clock=self.clock)
+        elif self.mode == "graph":
+            self.times, self.clocks = [], []
+            for p in self.placed:
+                t, c = _replay_samples(p.graph, self.samples, self.n_calls, p.restore, self.clock)
+                self.times += t
+                self.clocks += c
+        else:
+            p = self.placed[0]
+            self.times, self.clocks = time_cold(p.call, samples=self.samples, restore=p.restore, clock=self.clock,
+                                                flush=self.flush)
+        _sync()
+        return {"samples_us": self.times, "sample_clock_mhz": self.clocks}
+
+    # ----------------------------------------------------------------------------------------- finish
+
+    def finish(self, finite_check: Callable[[], bool] | None = None) -> TimingBlock:
+        import statistics
+
+        from infercrane.kernels.result import GraphPlacement
+
+        after = self.clock.read_mhz()
+        _sync()
+        rejected = reject_throttled(self.clocks, self.before)
+        checks = [p.finite for p in self.placed if p.finite is not None]
+        if finite_check is not None:
+            checks.append(finite_check)
+        finite = None if not checks else all(bool(f()) for f in checks)
+        reference = None
+        if self.mode == "cold":
+            second, second_error = None, "cold: timed by CUPTI after every trial of the worker"
+        elif self.second_timer:
+            last = self.placed[-1]
+            sample_us = statistics.median(self.times) * self.n_calls if self.times else TARGET_SAMPLE_US
+            second, second_error = time_second(self.mode, last.call, calls=self.n_calls, restore=last.restore,
+                                               flush=self.flush, graph=last.graph, sample_us=sample_us)
+            if self.mode == "graph" and self.placements:
+                mine = self.times[-self.samples:]
+                keep = [t for j, t in enumerate(mine) if len(self.times) - self.samples + j not in set(rejected)]
+                reference = statistics.median(keep or mine)
+        else:
+            second, second_error = None, "not asked for in this trial"
+        fraction = None
+        if self.fixed_us is not None and self.times:
+            basis = self.graph_fixed_us if self.graph_fixed_us is not None else self.fixed_us
+            fraction = basis / (statistics.median(self.times) * self.n_calls)
+        graphs = [GraphPlacement(condition=p.condition, first_sample=i * self.samples, samples=self.samples,
+                                 input_offset_mod_2mib=p.offset)
+                  for i, p in enumerate(self.placed) if p.condition is not None]
+        flush_bytes = int(self.flush.numel() * self.flush.element_size()) if self.mode == "cold" else None
+        return TimingBlock(
+            mode=self.mode, trial=self.trial, calls_per_sample=self.n_calls, warmup_calls=self.warm,
+            samples_us=self.times, sample_clock_mhz=self.clocks, rejected=rejected, clock_before_mhz=self.before,
+            clock_after_mhz=after, clock_source=self.clock.source,
+            throttled=is_throttled(rejected, self.before, after), outputs_finite=finite, l2_flush_bytes=flush_bytes,
+            sizing=self.sizing, graph_fixed_cost_us=self.fixed_us, graph_fixed_cost_fraction=fraction,
+            second_timer_us=second, second_timer_method=SECOND_TIMER_METHODS[self.mode] if second is not None else None,
+            second_timer_error=second_error, second_timer_reference_us=reference, graphs=graphs,
+        )
+
+    def close(self) -> None:
+        self.placed = []
+
+
+def _replay_samples(graph: Any, samples: int, calls: int, restore: Callable[[], None] | None,
+                    clock: ClockReader) -> tuple[list[float], list[int | None]]:
+    import torch
+
+    times: list[float] = []
+    clocks: list[int | None] = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(samples):
+        if restore is not None:
+            restore()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+        clocks.append(clock.read_mhz())
+    return times, clocks
+
+
+def parent_bound(block: TimingBlock, overhead_us: float | None) -> str | None:
+    """A timer fault, or None: the worker claims its samples took ``sum(samples) * calls`` us, InferCrane's own clock
+    saw ``parent_elapsed_us`` around the job that took them, and the empty kernel's job showed ``overhead_us`` of
+    handshake and host work beyond its samples. What is left unexplained must not exceed what is claimed (nor
+    ``PARENT_BOUND_MIN_US``, the noise of a job's handshake): a worker that reads its timer 10x too fast leaves 90 %
+    of what the parent saw unexplained."""
+    if block.parent_elapsed_us is None or overhead_us is None or not block.samples_us:
+        return None
+    claimed = sum(block.samples_us) * block.calls_per_sample
+    unexplained = block.parent_elapsed_us - overhead_us - claimed
+    if unexplained > max(claimed, PARENT_BOUND_MIN_US):
+        return (f"timer_fault: trial {block.trial}: the worker's samples add up to {claimed:.0f} us but InferCrane's "
+                f"clock saw {block.parent_elapsed_us:.0f} us around them, {unexplained:.0f} us more than that and the "
+                f"measured handshake cost ({overhead_us:.0f} us): its timer cannot be trusted")
+    return None
+
+
 def time_cell(
     call: Callable[[], Any],
     *,
@@ -431,7 +718,8 @@ def time_cell(
     second_timer: bool = True,
     graph_fixed_us: float | None = None,
 ) -> TimingBlock:
-    """Warm up, then take ``samples`` samples of ``call`` in ``mode``; clocks read around and between samples.
+    """Warm up, then take ``samples`` samples of ``call`` in ``mode`` on one set of buffers (``CellTimer`` in one
+    go; graph mode times one graph); clocks read around and between samples.
 
     ``calls_per_sample`` is picked when not given — launch: from a launch-mode burst (what launch mode measures);
     graph: from a graph-mode estimate (``estimate_graph``, ``graph_calls``) — pass the value of the first trial to
@@ -442,73 +730,12 @@ def time_cell(
     ``graph_fixed_us`` is the calibration's replay fixed cost: the first trial sizes its graph against the larger of
     it and the cell's own intercept; the fraction recorded is of the calibration's figure.
     """
-    import torch
-
-    if mode not in _MODE_FUNCTIONS:
-        raise ValueError(f"unknown timing mode {mode!r}; known: {', '.join(MODES)}")
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    clock = clock or ClockReader(device)
-    warm = warm_up(call, restore)
-    fixed_us = None
-    if mode == "cold":
-        n_calls, sizing = 1, "cold: one call per sample"
-    elif calls_per_sample is not None:
-        n_calls, sizing = int(calls_per_sample), "given (the cell's first trial)"
-    elif mode == "graph":
-        per_call, own_fixed = estimate_graph(call, restore)
-        fixed_us = max(own_fixed, graph_fixed_us or 0.0)
-        n_calls = graph_calls(per_call, fixed_us)
-        sizing = (f"graph-mode estimate: {per_call:.4g} us per call, {fixed_us:.4g} us fixed replay cost -> "
-                  f"{n_calls} calls (target {TARGET_SAMPLE_US:g} us a sample, fixed cost < "
-                  f"{GRAPH_FIXED_COST_MAX_FRACTION:.0%}, at most {MAX_GRAPH_CALLS})")
-    else:
-        est = estimate_call_us(call)
-        n_calls = calls_for_target(est)
-        sizing = f"launch-mode burst of 10 calls: {est:.4g} us per call -> {n_calls} calls"
-    if restore is not None:
-        restore()
-    if mode == "graph" and fixed_us is None:
-        if graph_fixed_us is not None:  # the calibration's robust figure; a cell's own intercept is noisy
-            fixed_us = graph_fixed_us
-        else:
-            _, fixed_us = estimate_graph(call, restore)
-            if restore is not None:
-                restore()
-    flush_bytes = None
-    before = clock.read_mhz()
-    if mode == "launch":
-        times, clocks = time_launch(call, samples=samples, calls_per_sample=n_calls, restore=restore, clock=clock)
-    elif mode == "graph":
-        times, clocks = time_graph(call, samples=samples, calls_per_sample=n_calls, restore=restore, clock=clock)
-    else:
-        if flush is None:
-            flush = torch.empty(l2_flush_bytes(device), dtype=torch.uint8, device=device)
-        flush_bytes = int(flush.numel() * flush.element_size())
-        times, clocks = time_cold(call, samples=samples, restore=restore, clock=clock, flush=flush)
-    after = clock.read_mhz()
-    _sync()
-    rejected = reject_throttled(clocks, before)
-    finite = None if finite_check is None else bool(finite_check())
-    if mode == "cold":
-        second, second_error = None, "cold: timed by CUPTI after every trial of the worker"
-    elif second_timer:
-        second, second_error = time_second(mode, call, calls=n_calls, restore=restore, flush=flush)
-    else:
-        second, second_error = None, "not asked for in this trial"
-    fraction = None
-    if fixed_us is not None and times:
-        import statistics
-
-        # the share of a sample the replay's fixed cost takes: of the calibration's figure where there is one
-        basis = graph_fixed_us if graph_fixed_us is not None else fixed_us
-        fraction = basis / (statistics.median(times) * n_calls)
-    return TimingBlock(
-        mode=mode, trial=trial, calls_per_sample=n_calls, warmup_calls=warm, samples_us=times,
-        sample_clock_mhz=clocks, rejected=rejected, clock_before_mhz=before, clock_after_mhz=after,
-        clock_source=clock.source, throttled=is_throttled(rejected, before, after),
-        outputs_finite=finite, l2_flush_bytes=flush_bytes, sizing=sizing,
-        graph_fixed_cost_us=fixed_us, graph_fixed_cost_fraction=fraction,
-        second_timer_us=second, second_timer_method=SECOND_TIMER_METHODS[mode] if second is not None else None,
-        second_timer_error=second_error,
-    )
+    timer = CellTimer(lambda i: Placed(call=call, restore=restore), mode=mode, samples=samples, device=device,
+                      trial=trial, clock=clock, flush=flush, calls_per_sample=calls_per_sample,
+                      graph_fixed_us=graph_fixed_us, second_timer=second_timer)
+    try:
+        timer.prepare()
+        timer.sample()
+        return timer.finish(finite_check)
+    finally:
+        timer.close()

@@ -84,6 +84,16 @@ class FusedAddRMSNormSpec(OpSpec):
         out, res = fused_add_rmsnorm_ref(inputs["x"], inputs["residual"], inputs["weight"], self.eps)
         return {"out": out, "residual_out": res}
 
+    def repeated_reference(self, after: dict[str, Any]) -> dict[str, Any]:
+        """After any number of in-place calls, ``x`` holds RMSNorm of the final residual times the weight (the last
+        call normalized the residual it wrote): the oracle on ``x = 0`` and that residual gives it. The residual
+        itself is the sum of every earlier call's output and follows from nothing observable."""
+        import torch
+
+        ref = self.oracle({"x": torch.zeros_like(after["residual"]), "residual": after["residual"],
+                           "weight": after["weight"]})
+        return {"out": ref["out"]}
+
 
 SPEC = FusedAddRMSNormSpec
 __all__ = ["BANDWIDTH_ROWS", "CALLS_PER_LAYER", "DEFAULT_ROWS", "DTYPE_BYTES", "OPERATOR", "OP_NAME", "SPEC",

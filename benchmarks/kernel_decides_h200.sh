@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The kernel lab decides on the H200 (docs/benchmarks/2026-12-02-h200-kernel-decides/): both ops' default screens
+# (decode rows 1-512, launch / graph / cold, 5 trials), then every graph cell of each screen timed again by the
+# standalone timer (benchmarks/graph_timer.py --receipt: same implementations, rows, calls per graph and placement
+# conditions, no harness), in the same call; and the GPU-marked tests. Needs torch, triton (and cupy for the CUDA
+# candidate) importable by python3 and InferCrane's pure-Python dependencies on PYTHONPATH (benchmarks/device_setup.sh
+# installs carried wheels); vLLM's kernels come from INFERCRANE_VLLM_OPS_LIB.
+#   bash benchmarks/kernel_decides_h200.sh OUTDIR        # STEPS="screen tests" (default); OPS="fused_add_rmsnorm rms_norm"
+set -uo pipefail
+out=${1:?usage: kernel_decides_h200.sh OUTDIR}
+steps=${STEPS:-screen tests}
+mkdir -p "$out"
+step() { echo "=== $(date -u +%H:%M:%S) $*"; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+
+if [[ " $steps " == *" screen "* ]]; then
+  for op in ${OPS:-fused_add_rmsnorm rms_norm}; do
+    step "screen: $op, default rows and modes"
+    python3 -m infercrane kernel screen --op "$op" --out "$out/$op.json" 2>&1 | tee "$out/$op.log"
+    echo "rc=${PIPESTATUS[0]}"
+    step "standalone timer: every graph cell of $op.json again"
+    python3 benchmarks/graph_timer.py --receipt "$out/$op.json" --out "$out/standalone-$op.jsonl" 2>&1 \
+      | tee "$out/standalone-$op.log"
+    echo "rc=${PIPESTATUS[0]}"
+  done
+fi
+
+if [[ " $steps " == *" tests "* ]]; then
+  step "pytest -m gpu"
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gputests.log"
+  echo "rc=${PIPESTATUS[0]}"
+fi
+step done

@@ -1,0 +1,38 @@
+"""Candidates that cheat the timing (tests/kernels/fixtures/timing_cheaters.py) end ``incorrect`` or ``timer fault``,
+with a receipt that keeps the baseline's timings, a reject decision and exit 0: never a speed verdict, never exit 2."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infercrane.cli import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "timing_cheaters.py"
+
+CASES = [
+    # (function, what it patches at import, the failure it must end in)
+    ("wrong_when_timed", "", "incorrect"),
+    ("patched_events", "patched_events", "timer_fault"),
+    ("patched_sync_side_stream", "patched_sync_side_stream", "incorrect"),
+    ("right_at_one_row_only", "", "incorrect"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "cheat", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_a_timing_cheat_ends_in_its_own_word(tmp_path, monkeypatch, name, cheat, expected):
+    monkeypatch.setenv("INFERCRANE_TEST_CHEAT", cheat)  # the candidate's worker reads it at import
+    out = tmp_path / "k.json"
+    rc = main(["kernel", "screen", "--rows", "1", "8", "--impls", "eager", "user", "--modes", "launch,graph",
+               "--trials", "3", "--samples", "10", "--candidate", f"{FIXTURE}:{name}", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    impls = {i["key"]: i for i in doc["result"]["implementations"]}
+    user = impls["user"]
+    assert user["status"] == "failed", user["status"]
+    assert user["failure"] == expected, (user["failure"], user["error"][:500])
+    assert doc["decision_code"] == "reject"
+    assert impls["eager"]["status"] == "ok" and impls["eager"]["timings"]  # the baseline's timings are kept
+    assert not any(c["candidate"] == "user" for c in doc["result"]["comparisons"])  # no speed verdict
