@@ -19,10 +19,12 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 if [[ " $steps " == *" screen "* ]]; then
   for op in ${OPS:-fused_add_rmsnorm rms_norm}; do
     step "screen: $op, default rows and modes"
-    python3 -m infercrane kernel screen --op "$op" --out "$out/$op.json" 2>&1 | tee "$out/$op.log"
+    timeout "${SCREEN_TIMEOUT:-270}" python3 -m infercrane kernel screen --op "$op" --out "$out/$op.json" 2>&1 \
+      | tee "$out/$op.log"
     echo "rc=${PIPESTATUS[0]}"
     step "standalone timer: every graph cell of $op.json again"
-    python3 benchmarks/graph_timer.py --receipt "$out/$op.json" --out "$out/standalone-$op.jsonl" 2>&1 \
+    timeout "${STANDALONE_TIMEOUT:-150}" python3 benchmarks/graph_timer.py --receipt "$out/$op.json" \
+      --out "$out/standalone-$op.jsonl" 2>&1 \
       | tee "$out/standalone-$op.log"
     echo "rc=${PIPESTATUS[0]}"
   done
@@ -30,7 +32,8 @@ fi
 
 if [[ " $steps " == *" tests "* ]]; then
   step "pytest -m gpu"
-  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gputests.log"
+  timeout "${TESTS_TIMEOUT:-540}" python3 -m pytest -q -m gpu -p no:cacheprovider ${TESTS:-tests} 2>&1 \
+    | tee "$out/gputests.log"
   echo "rc=${PIPESTATUS[0]}"
 fi
 step done

@@ -134,8 +134,23 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     prepared = prepare_screen(config, out=out, con=con)
     receipt = run_prepared_screen(prepared, run_id=run_id, con=con)
     _print_summary(con, receipt.document)
+    interrupted = (receipt.document.get("result") or {}).get("interrupted")
+    if interrupted:  # stopped by Ctrl-C / SIGTERM: what finished is in the (partial) receipt
+        return _interrupted_exit(str(interrupted), receipt.path)
     con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0
+
+
+def _interrupted_exit(interrupted: str, path: Any) -> int:
+    """Say where a stopped screen's partial receipt is (one line, on stderr, where the CLI reports interruptions) and
+    give the exit code of the interruption, as if it had not been caught: 143 for SIGTERM (the runner's reason names
+    the signal, ``reaper.Terminated``), 130 for Ctrl-C."""
+    import sys
+
+    from ..receipts.render import safe
+
+    print(f"interrupted: {safe(_first_line(interrupted))}; partial receipt: {safe(str(path))}", file=sys.stderr)
+    return 143 if "SIGTERM" in interrupted else 130
 
 
 def _screen_fanned_out(config: ScreenConfig, *, out: Path, con: Any) -> int:
@@ -212,7 +227,9 @@ def prepare_screen(config: ScreenConfig, *, out: Path, con: Any) -> PreparedScre
 def run_prepared_screen(prepared: PreparedScreen, *, run_id: str, con: Any,
                         extra_config: dict[str, Any] | None = None) -> Any:
     """Run a prepared screen and write (and sign, with --sign-key) its v3 receipt; returns the written receipt.
-    ``extra_config`` is recorded in the receipt's ``provenance.config`` beside the screen's options."""
+    ``extra_config`` is recorded in the receipt's ``provenance.config`` beside the screen's options. A screen stopped
+    by Ctrl-C or SIGTERM (``result.interrupted``) is written all the same, as a partial receipt of what finished:
+    its decision reads what is there (too few trials: no verdict, inconclusive); the caller says so."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..env.capture import hardware, provenance
@@ -461,9 +478,15 @@ def _impl_line(i: dict[str, Any]) -> str:
     if i["status"] == "skipped":
         return _first_line(i.get("skip_reason") or i.get("error") or "skipped")
     if i["status"] != "ok":
+        from ..kernels.result import FAILURE_WORDS
+
         error = str(i.get("error") or "").strip()
         kind = i.get("failure")
-        why = _first_line(error if not kind or error.startswith(str(kind)) else f"{kind}: {error}")
+        word = FAILURE_WORDS.get(str(kind), str(kind)) if kind else None
+        if word and not error.startswith(word):
+            error = error[len(str(kind)) + 1:].strip() if error.startswith(f"{kind}:") else error
+            error = f"{word}: {error}"
+        why = _first_line(error)
         return f"{correct}; then {why}" if correct else why or "failed"
     line = correct or "ok"
     timings = i.get("timings", [])
@@ -511,6 +534,36 @@ def _baseline_verdicts(doc: dict[str, Any], key: str) -> list[Any]:
             line.append(f" at {', '.join(map(str, at))}")
         lines.append(line)
     return lines
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _timing_basis(doc: dict[str, Any], key: str) -> str | None:
+    """One line on what candidate ``key``'s decision comparisons rest on, from the receipt's comparisons (those its
+    decision family marks, ``family``): how many have clean timing cells, how many keep their verdict with the
+    interval widened by the timers' disagreement (flag rule 'widen'), how many carry no verdict because a flag voids
+    them — and what to do about those. None when the receipt marks no decision comparison of ``key``."""
+    family = [c for c in (doc.get("result") or {}).get("comparisons", [])
+              if c.get("candidate") == key and c.get("family")]
+    if not family:
+        return None
+    clean = sum(1 for c in family if not c.get("flags"))
+    widened = sum(1 for c in family if c.get("flags") and c.get("widened") and c.get("verdict") != "FLAGGED")
+    voided = sum(1 for c in family if c.get("verdict") == "FLAGGED")
+    short = sum(1 for c in family if c.get("flags") and c.get("verdict") == "INSUFFICIENT")
+    if clean == len(family):
+        return f"{_first_line(key)}: all {_plural(clean, 'decision comparison', 'decision comparisons')} rest on clean timing"
+    text = (f"{_first_line(key)}: {clean} of {_plural(len(family), 'decision comparison', 'decision comparisons')} "
+            f"{'rests' if clean == 1 else 'rest'} on clean timing; "
+            f"{widened} {'keeps its' if widened == 1 else 'keep their'} verdict with the interval widened by the "
+            f"timers' disagreement; {voided} {'carries' if voided == 1 else 'carry'} no verdict (flagged)")
+    if short:
+        text += f"; {short} flagged {'has' if short == 1 else 'have'} too few paired trials for a verdict"
+    if voided:
+        text += " — rerun, or decide on another timing mode (--policy with timing_mode)"
+    return text
 
 
 def _verdict_text(doc: dict[str, Any], i: dict[str, Any]) -> Any:
@@ -561,7 +614,9 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     the trial-level comparisons at the decision rows after the family adjustment — which is what the table shows.
     The µs table is built from the result's timing cells, so every timed implementation has its column even when the
     receipt's candidate was not timed; a flagged cell (a cell that cannot carry a verdict) is marked. The other
-    candidates' decisions are in their rows; their whole reasons stay in the receipt (``infercrane receipt show``)."""
+    candidates' decisions are in their rows; their whole reasons stay in the receipt (``infercrane receipt show``).
+    Before the decision, one line per candidate says what its decision comparisons rest on (``_timing_basis``): clean
+    timing, an interval widened by the timers' disagreement, or no verdict (flagged)."""
     from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
@@ -612,6 +667,10 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
         con.print(Text(f"  Amdahl rows={a['rows']}: op share {a['op_share'] * 100:.2f}% of a "
                        f"{a['decode_step_ms']:.3g} ms step ({_first_line(a['decode_step_source'])}); ceiling "
                        f"{a['best_possible_gain_percent']:.2f}%, expected {a['expected_gain_percent']:.2f}%"))
+    for i in result["implementations"]:  # one line per candidate: what its decision's comparisons rest on
+        basis = _timing_basis(doc, i["key"]) if i.get("kind") == "candidate" else None
+        if basis:
+            con.print(Text(basis))
     con.print(Text.assemble(("decision: ", "bold"),
                             (_first_line(doc["decision"]), DECISION_STYLES.get(str(doc.get("decision_code")), "bold"))))
     con.print(Text.assemble(("reason: ", "bold"), _first_line(doc["reason"])))

@@ -12,14 +12,21 @@ Each comparison carries its own verdict and, inside the family, a family verdict
 
 * own verdict: FASTER / SLOWER / SAME / AMBIGUOUS from its one-sided p-values at ``alpha / 2`` (``alpha = 1 -
   confidence``; the same as its interval lying above, below or inside the SAME band); INSUFFICIENT below 3 paired
-  trials; FLAGGED when either timing cell carries a flag (timer disagreement, a time below the floor): no verdict;
+  trials; FLAGGED, no verdict, when a flag of either timing cell voids it under the screen's flag rule
+  (``kernels/harness/compare.py``: under ``void`` any flag; under ``widen`` a fault the interval cannot absorb, or
+  a timer disagreement the verdict does not survive once the interval is widened by it). The comparison's own
+  verdict is read as the comparison gives it (``BaselineTiming.verdict``), never recomputed from its flags;
 * family verdict: SLOWER only when the Holm-adjusted ``p_slower`` over the family's comparisons that have a verdict
   is below ``alpha / 2``; an own SLOWER that does not survive the adjustment reads AMBIGUOUS; otherwise the own one.
 
 Rule:
 
 1. **reject** when the candidate is incorrect at any shape, decision row or not (speed of a wrong kernel does not
-   count);
+   count); **reject** when it failed in the screen by its own fault (crashed, timed out, a timer fault, raised an
+   error: the reason starts with that word and the first line of its error; rows it never got to are "not checked",
+   not incorrect); **inconclusive** when the harness failed, or when rows were not checked without a fault of the
+   candidate (an interrupted screen). All of this before any timing is read, so a failed candidate is never an input
+   error;
 2. **reject** when it is SLOWER than a counted baseline at some decision row by the family verdict. "Slower
    somewhere" is a union claim over the family; unadjusted, one of ~24 comparisons would read SLOWER by chance far
    more often than alpha, hence Holm;
@@ -28,7 +35,9 @@ Rule:
    comparison holds, so each comparison at its own level bounds its error and no adjustment is applied.
    No faster row: **reject** (no measurable gain) when every decision row has a comparison that was read and is
    not FASTER; **inconclusive** when some decision row is blocked only by FLAGGED or INSUFFICIENT comparisons, or
-   when no screened row is a decision row;
+   when no screened row is a decision row, or when an interrupted screen left the timings the decision needs
+   incomplete. A reason names FLAGGED comparisons by count and kind ("flagged: 2 comparisons; timer_disagreement up
+   to 18.2 %, below_floor"); the receipt keeps every flag in its comparisons;
 4. **retain** ("correct kernel candidate, do not integrate yet") when it is faster at some decision rows only (a
    FLAGGED or INSUFFICIENT comparison is never FASTER, so one in the family always blocks accept), when a counted
    baseline was skipped, when no end-to-end ceiling was given, or when the largest expected end-to-end decode gain
@@ -50,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from infercrane.decide.amdahl import AmdahlCeiling
 from infercrane.decide.policy import KernelPolicy, load_policy
 from infercrane.errors import InputError
+from infercrane.kernels.result import FAILURE_WORDS, Failure
 from infercrane.stats.compare import Verdict
 from infercrane.stats.family import HOLM, holm_adjust
 from infercrane.stats.trials import TrialSpeedup, trial_speedup
@@ -57,6 +67,8 @@ from infercrane.stats.trials import TrialSpeedup, trial_speedup
 TimingMode = Literal["launch", "graph", "cold"]
 DecisionCode = Literal["accept", "retain", "reject", "inconclusive"]
 NO_VERDICT = (Verdict.FLAGGED, Verdict.INSUFFICIENT)
+# The kinds a timing cell's flag can have (``harness/runner.py``, ``harness/timing.py``).
+FLAG_KINDS = ("timer_disagreement", "below_floor", "no_second_timer", "outputs_not_finite", "timer_fault")
 
 # How a reason sentence names a baseline; any other name is used as written.
 BASELINE_PHRASES = {
@@ -74,9 +86,22 @@ def baseline_phrase(name: str) -> str:
 # --------------------------------------------------------------------------------------------- verdicts
 
 
-def own_verdict(speedup: TrialSpeedup, flags: Sequence[str]) -> Verdict:
-    """A comparison's own verdict: FLAGGED when either cell carries a flag, else the trial-level verdict."""
+def own_verdict(speedup: TrialSpeedup, flags: Sequence[str], verdict: Verdict | None = None) -> Verdict:
+    """A comparison's own verdict: the one it carries (``verdict``: after the screen's flag rule) when given; else,
+    for inputs built without one, the rule ``void``: FLAGGED when either cell carries a flag, else the trial-level
+    verdict."""
+    if verdict is not None:
+        return verdict
     return Verdict.FLAGGED if flags else speedup.verdict
+
+
+def flag_kind(flag: str) -> str:
+    """The kind of a comparison's flag ("user: timer_disagreement: …" -> "timer_disagreement")."""
+    parts = [p.strip() for p in flag.split(":")]
+    known = next((p for p in parts if p in FLAG_KINDS), None)
+    if known is not None:
+        return known
+    return parts[1] if len(parts) > 2 else parts[0]
 
 
 def family_verdicts(members: Sequence[tuple[Verdict, float | None]], *, alpha: float) -> list[tuple[float | None, Verdict]]:
@@ -104,8 +129,9 @@ def family_verdicts(members: Sequence[tuple[Verdict, float | None]], *, alpha: f
 
 
 class BaselineTiming(BaseModel):
-    """The candidate against one baseline at one shape, in one timing mode: the trial-level speedup and the flags of
-    either timing cell (quoted with the implementation they belong to)."""
+    """The candidate against one baseline at one shape, in one timing mode: the trial-level speedup, the flags of
+    either timing cell (quoted with the implementation they belong to) and the comparison's own verdict after the
+    screen's flag rule."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -113,6 +139,27 @@ class BaselineTiming(BaseModel):
     timing_mode: TimingMode
     speedup: TrialSpeedup
     flags: list[str] = Field(default_factory=list, description="reasons either cell cannot carry a verdict")
+    verdict: Verdict | None = Field(default=None, description="the comparison's own verdict after the flag rule "
+                                    "(``Comparison.verdict``); None: FLAGGED when there are flags (rule 'void')")
+    timer_disagreement: float | None = Field(default=None, ge=0, description="the largest |timer disagreement| of "
+                                             "the cells flagged for one")
+    widened_by: float | None = Field(default=None, ge=1, description="rule 'widen': the factor the interval was "
+                                     "widened by (the verdict stands when it holds there, else FLAGGED)")
+
+    @model_validator(mode="after")
+    def _verdict_from_speedup(self) -> "BaselineTiming":
+        if self.verdict is not None and self.verdict not in (self.speedup.verdict, Verdict.FLAGGED):
+            raise ValueError(f"verdict {self.verdict.value}: a comparison's own verdict is its speedup's "
+                             f"({self.speedup.verdict.value}) or FLAGGED")
+        if self.verdict is not None and self.verdict is not Verdict.FLAGGED and self.flags and \
+                self.verdict is not Verdict.INSUFFICIENT and self.widened_by is None:
+            raise ValueError(f"verdict {self.verdict.value} despite flags {self.flags}: only a comparison whose "
+                             "interval was widened by the timers' disagreement keeps its verdict")
+        return self
+
+    @property
+    def own_verdict(self) -> Verdict:
+        return own_verdict(self.speedup, self.flags, self.verdict)
 
     @property
     def candidate_t_us(self) -> float | None:
@@ -152,10 +199,18 @@ class ShapeResult(BaseModel):
 
     rows: int = Field(ge=1)
     correct: bool
+    checked: bool = Field(default=True, description="False: never checked (the candidate failed before it, or the "
+                          "screen was interrupted); then not correct, and not incorrect either")
     correctness_detail: str | None = Field(
-        default=None, description="for a failure: max abs/rel error and first bad index"
+        default=None, description="for a failure: max abs/rel error and first bad index; unchecked: why"
     )
     timings: list[BaselineTiming] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unchecked_is_not_correct(self) -> "ShapeResult":
+        if not self.checked and (self.correct or self.timings):
+            raise ValueError(f"rows={self.rows}: a shape that was not checked is neither correct nor timed")
+        return self
 
 
 class SkippedBaseline(BaseModel):
@@ -174,6 +229,14 @@ class KernelDecisionInputs(BaseModel):
     shapes: list[ShapeResult] = Field(min_length=1)
     skipped_baselines: list[SkippedBaseline] = Field(default_factory=list)
     ceilings: list[AmdahlCeiling] = Field(default_factory=list, description="one Amdahl estimate per decode shape")
+    failure: Failure | None = Field(
+        default=None, description="the candidate failed in the screen: its failure kind (``kernels/result.py``)")
+    failure_detail: str | None = Field(default=None, description="the first line of its error")
+    interrupted: str | None = Field(default=None, description="the screen was stopped before it finished: why")
+    flag_rule: Literal["void", "widen"] | None = Field(
+        default="widen", description="the flag rule the comparisons were made under (``kernels/harness/compare.py``); "
+        "None: a screen from before the rule was recorded, whose reasons quote every flag of a FLAGGED comparison "
+        "as they did then, so that its receipt decides again to the letter")
 
     @model_validator(mode="after")
     def _distinct_rows(self) -> "KernelDecisionInputs":
@@ -195,6 +258,8 @@ class ComparisonEvidence(BaseModel):
     speedup: TrialSpeedup
     flags: list[str] = Field(default_factory=list)
     verdict: Verdict = Field(description="the comparison's own verdict")
+    timer_disagreement: float | None = Field(default=None, description="largest |timer disagreement| of its cells")
+    widened_by: float | None = Field(default=None, description="rule 'widen': the factor its interval was widened by")
     p_slower_holm: float | None = Field(description="Holm-adjusted p_slower over the family; None if not tested")
     family_verdict: Verdict | None = Field(description="verdict after the family adjustment; None outside the family")
     time_change_percent: float | None = Field(description="(candidate_t / baseline_t - 1) * 100; negative = faster")
@@ -214,6 +279,7 @@ class ShapeEvidence(BaseModel):
     rows: int
     in_decision: bool = Field(description="whether the decision reads this row count")
     correct: bool
+    checked: bool = True
     correctness_detail: str | None = None
     best_baseline: str | None = Field(description="fastest measured counted baseline at this shape")
     comparisons: list[ComparisonEvidence]
@@ -276,6 +342,11 @@ def _rows(rows: Sequence[int]) -> str:
     return ", ".join(str(r) for r in rows)
 
 
+def _first_line(text: str | None) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
 def _check_inputs(inputs: KernelDecisionInputs, policy: KernelPolicy) -> None:
     """Bad or incomplete inputs fail here, naming the shape and baseline; nothing is decided on them."""
     skipped = {s.baseline for s in inputs.skipped_baselines}
@@ -327,16 +398,17 @@ def _check_inputs(inputs: KernelDecisionInputs, policy: KernelPolicy) -> None:
             )
 
 
-def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy) -> tuple[list[ShapeEvidence], DecisionFamily]:
-    _check_inputs(inputs, policy)
+def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy, *, check: bool = True
+            ) -> tuple[list[ShapeEvidence], DecisionFamily]:
+    if check:
+        _check_inputs(inputs, policy)
     mode = policy.timing_mode
     shapes = sorted(inputs.shapes, key=lambda s: s.rows)
     # The family: counted comparisons in the policy's mode at the decision rows where the candidate is correct.
     in_mode = {s.rows: [t for t in s.timings if t.timing_mode == mode] for s in shapes}
     members = [(s.rows, t) for s in shapes if s.correct and policy.decides_on(s.rows)
                for t in in_mode[s.rows] if t.baseline in policy.counted_baselines]
-    marks = family_verdicts([(own_verdict(t.speedup, t.flags), t.speedup.p_slower) for _, t in members],
-                            alpha=policy.alpha)
+    marks = family_verdicts([(t.own_verdict, t.speedup.p_slower) for _, t in members], alpha=policy.alpha)
     mark_of = {(rows, t.baseline): m for (rows, t), m in zip(members, marks)}
     out: list[ShapeEvidence] = []
     for shape in shapes:
@@ -349,7 +421,9 @@ def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy) -> tuple[list[Sh
                 in_family=(shape.rows, t.baseline) in mark_of,
                 speedup=t.speedup,
                 flags=t.flags,
-                verdict=own_verdict(t.speedup, t.flags),
+                verdict=t.own_verdict,
+                timer_disagreement=t.timer_disagreement,
+                widened_by=t.widened_by,
                 p_slower_holm=p_holm,
                 family_verdict=family,
                 time_change_percent=_time_change_percent(t.speedup.ratio),
@@ -357,14 +431,14 @@ def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy) -> tuple[list[Sh
         timed = [c for c in comparisons if c.counted and c.baseline_t_us is not None]
         best = min(timed, key=lambda c: c.baseline_t_us).baseline if timed else None  # type: ignore[arg-type, return-value]
         out.append(ShapeEvidence(rows=shape.rows, in_decision=policy.decides_on(shape.rows), correct=shape.correct,
-                                 correctness_detail=shape.correctness_detail, best_baseline=best,
+                                 checked=shape.checked, correctness_detail=shape.correctness_detail, best_baseline=best,
                                  comparisons=comparisons))
     family = DecisionFamily(
         timing_mode=mode,
         rows=sorted({rows for rows, _ in members}),
         baselines=[b for b in policy.counted_baselines if any(t.baseline == b for _, t in members)],
         size=len(members),
-        tested=sum(own_verdict(t.speedup, t.flags) not in NO_VERDICT for _, t in members),
+        tested=sum(t.own_verdict not in NO_VERDICT for _, t in members),
         alpha=policy.alpha,
         tail_alpha=policy.alpha / 2.0,
         reported_rows=[s.rows for s in shapes if not policy.decides_on(s.rows)],
@@ -373,12 +447,35 @@ def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy) -> tuple[list[Sh
     return out, family
 
 
-def _blocker_label(c: ComparisonEvidence, margin_pct: str) -> tuple[str, str | None]:
-    """How a reason names a family comparison that is not FASTER, and a detail to quote (flags, the shortfall)."""
+def flagged_summary(comparisons: Sequence[ComparisonEvidence]) -> str:
+    """What FLAGGED comparisons have in common, in a line: their count and their flags' kinds, a timer disagreement
+    with its largest size ("flagged: 2 comparisons; timer_disagreement up to 18.2 %, below_floor"). The flags
+    themselves stay in the receipt's comparisons."""
+    kinds: list[str] = []
+    for c in comparisons:
+        for f in c.flags:
+            k = flag_kind(f)
+            if k not in kinds:
+                kinds.append(k)
+    worst = [c.timer_disagreement for c in comparisons if c.timer_disagreement is not None]
+    words = [f"{k} up to {max(worst) * 100:.1f} %" if k == "timer_disagreement" and worst else k for k in kinds]
+    n = len(comparisons)
+    text = f"flagged: {n} comparison{'' if n == 1 else 's'}" + (f"; {', '.join(words)}" if words else "")
+    widened = sum(c.widened_by is not None for c in comparisons)
+    if widened:
+        who = "it lost its" if n == 1 else f"{widened} of them lost their"
+        text += f"; {who} verdict on the interval widened by the timers' disagreement"
+    return text
+
+
+def _blocker_label(c: ComparisonEvidence, margin_pct: str, summarize: bool = True) -> tuple[str, str | None]:
+    """How a reason names a family comparison that is not FASTER, and a detail to quote (the shortfall; a FLAGGED
+    one is summed up with the others of its label, ``flagged_summary``)."""
     if c.family_verdict is Verdict.SAME:
         return f"same within {margin_pct} as {baseline_phrase(c.baseline)}", None
     if c.family_verdict is Verdict.FLAGGED:
-        return f"no verdict against {baseline_phrase(c.baseline)}", "flagged: " + "; ".join(c.flags)
+        return f"no verdict against {baseline_phrase(c.baseline)}", (None if summarize else
+                                                                      "flagged: " + "; ".join(c.flags))
     if c.family_verdict is Verdict.INSUFFICIENT:
         return f"no verdict against {baseline_phrase(c.baseline)}", c.speedup.reason
     if c.verdict is Verdict.SLOWER:
@@ -390,18 +487,32 @@ def _blocker_label(c: ComparisonEvidence, margin_pct: str) -> tuple[str, str | N
 def decide_kernel(inputs: KernelDecisionInputs, policy: KernelPolicy | None = None) -> KernelDecision:
     """Apply the kernel rule (module docstring) and write the decision with its reason, family and evidence."""
     policy = policy or load_policy("kernel")
-    shapes, family = _gather(inputs, policy)
+    # Correctness and the candidate's own failure decide before any timing is read (rule 1).
+    stops_early = inputs.failure is not None or any(not (s.checked and s.correct) for s in inputs.shapes)
+    incomplete: str | None = None
+    if stops_early:
+        shapes, family = _gather(inputs, policy, check=False)
+    else:
+        try:
+            shapes, family = _gather(inputs, policy)
+        except InputError as e:
+            if not inputs.interrupted:
+                raise
+            incomplete = e.message
+            shapes, family = _gather(inputs, policy, check=False)
     margin_pct = f"±{policy.same_margin * 100:g} percent"
     reject_text = f"reject {inputs.candidate} for serving integration"
     retain_text = "retain as a correct kernel candidate, but do not integrate into serving yet"
     accept_text = f"accept {inputs.candidate} for serving integration"
     inconclusive_text = f"no decision on {inputs.candidate} for serving integration"
 
+    partial = f"; from a partial screen (interrupted: {_first_line(inputs.interrupted)})" if inputs.interrupted else ""
+
     def done(decision: DecisionCode, text: str, reason: str, *, name_family: bool = True) -> KernelDecision:
         return KernelDecision(
             decision=decision,
             decision_text=text,
-            reason=f"{reason}; {family.sentence()}" if name_family else reason,
+            reason=(f"{reason}; {family.sentence()}" if name_family else reason) + partial,
             timing_mode=policy.timing_mode,
             policy=policy,
             family=family,
@@ -410,13 +521,44 @@ def decide_kernel(inputs: KernelDecisionInputs, policy: KernelPolicy | None = No
             ceilings=list(inputs.ceilings),
         )
 
-    # 1. correctness, at every shape
-    wrong = [s for s in shapes if not s.correct]
+    # 1. correctness, at every shape, and the candidate's own failure
+    wrong = [s for s in shapes if s.checked and not s.correct]
+    unchecked = [s for s in shapes if not s.checked]
+    correct_rows = [s.rows for s in shapes if s.correct]
+
+    def not_checked() -> str:
+        """ "rows 32, 128 not checked: crashed", one part per distinct why."""
+        by_why: dict[str, list[int]] = {}
+        for s in unchecked:
+            by_why.setdefault(s.correctness_detail or "not checked", []).append(s.rows)
+        return "; ".join(f"rows {_rows(rows)} {why if why.startswith('not checked') else 'not checked: ' + why}"
+                         for why, rows in by_why.items())
+
     if wrong:
         details = "; ".join(f"rows {s.rows}: {s.correctness_detail}" for s in wrong if s.correctness_detail)
         reason = f"incorrect on {len(wrong)} of {len(shapes)} shapes (rows {_rows([s.rows for s in wrong])})"
         reason += f": {details}" if details else ""
+        reason += f"; {not_checked()}" if unchecked else ""
         return done("reject", reject_text, reason + "; timings of an incorrect kernel do not count", name_family=False)
+    failed_at = (f"; correct at rows {_rows(correct_rows)}" if correct_rows else "") + (
+        f"; {not_checked()}" if unchecked else "")
+    if inputs.failure == "harness":
+        return done("inconclusive", inconclusive_text,
+                    f"{FAILURE_WORDS['harness']}: {inputs.failure_detail or 'no error text'}{failed_at}; the harness "
+                    "failed, not the candidate, so nothing is decided", name_family=False)
+    if inputs.failure is not None:
+        return done("reject", reject_text,
+                    f"{FAILURE_WORDS.get(inputs.failure, inputs.failure)}: {inputs.failure_detail or 'no error text'}"
+                    f"{failed_at}; a candidate that fails in the screen is rejected, and its timings do not count",
+                    name_family=False)
+    if unchecked:
+        return done("inconclusive", inconclusive_text,
+                    f"{not_checked()}" + (f"; correct at rows {_rows(correct_rows)}" if correct_rows else "")
+                    + "; nothing is decided before every shape is checked", name_family=False)
+    if incomplete is not None:
+        return done("inconclusive", inconclusive_text,
+                    f"correct on every shape, but the screen stopped before the timings the decision reads were "
+                    f"complete ({incomplete})", name_family=False)
 
     decision_shapes = [s for s in shapes if s.in_decision]
     if not decision_shapes:
@@ -450,16 +592,19 @@ def decide_kernel(inputs: KernelDecisionInputs, policy: KernelPolicy | None = No
 
     # 3./4. faster than every counted baseline (intersection-union: no adjustment) where?
     fast_rows = [r for r, cs in family_of.items() if all(c.family_verdict is Verdict.FASTER for c in cs)]
-    blockers: dict[str, tuple[list[int], list[str]]] = {}
+    blockers: dict[str, tuple[list[int], list[str], list[ComparisonEvidence]]] = {}
     read_blocked: set[int] = set()  # decision rows where a comparison with a verdict is not FASTER
     not_beaten: list[str] = []
     for r, cs in family_of.items():
         for c in cs:
             if c.family_verdict is Verdict.FASTER:
                 continue
-            label, detail = _blocker_label(c, margin_pct)
-            rows, details = blockers.setdefault(label, ([], []))
-            rows.append(r)
+            label, detail = _blocker_label(c, margin_pct, summarize=inputs.flag_rule is not None)
+            rows, details, flagged = blockers.setdefault(label, ([], [], []))
+            if r not in rows:
+                rows.append(r)
+            if c.family_verdict is Verdict.FLAGGED and inputs.flag_rule is not None:
+                flagged.append(c)
             if detail and detail not in details:
                 details.append(detail)
             if c.family_verdict not in NO_VERDICT:
@@ -468,8 +613,11 @@ def decide_kernel(inputs: KernelDecisionInputs, policy: KernelPolicy | None = No
                     not_beaten.append(c.baseline)
 
     def blocker_text() -> str:
-        return "; ".join(f"{label} at rows {_rows(rows)}" + (f" ({'; '.join(details)})" if details else "")
-                         for label, (rows, details) in blockers.items())
+        parts = []
+        for label, (rows, details, flagged) in blockers.items():
+            quoted = ([flagged_summary(flagged)] if flagged else []) + details
+            parts.append(f"{label} at rows {_rows(rows)}" + (f" ({'; '.join(quoted)})" if quoted else ""))
+        return "; ".join(parts)
 
     if not fast_rows:
         unread = [r for r in family_of if r not in read_blocked]

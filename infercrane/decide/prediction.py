@@ -17,6 +17,12 @@ At each concurrency ``c`` of the A/B:
   ``c x input_tokens`` when the whole batch prefills together); the time it saves per call at those row counts
   (where the screen has them) is reported in microseconds per prefill step, beside the measured p95 TTFT ratio. It
   is not folded into the throughput prediction (a 128 -> 64 workload spends most of its time decoding).
+* **only comparisons with a verdict**: a kernel comparison that carries no verdict (FLAGGED: a flag of its timing
+  cells voids it under the screen's flag rule, ``kernels/harness/compare.py``; INSUFFICIENT: too few paired trials)
+  predicts nothing: its concurrency reads ``NO PREDICTION`` and says why, and a prefill row without a verdict is
+  left out. ``used_comparisons`` embeds every comparison of the pair with its verdict; a block records
+  ``verdicts_only: true`` (a block written before this rule has none, and is derived again as it was written: from
+  every comparison it embeds).
 * **verdict**: ``CONSISTENT`` when the predicted ratio lies inside the measured ratio's interval, ``BELOW`` /
   ``ABOVE`` when the whole interval is below / above it (the engine lost / gained more than the op alone explains:
   e.g. the opaque custom op stopped Inductor fusing its neighbours), ``NO PREDICTION`` without a kernel timing at
@@ -54,6 +60,14 @@ def qualifier(row: dict[str, Any], *, long: bool = False) -> str:
     return ""
 
 
+NO_VERDICT = ("FLAGGED", "INSUFFICIENT")
+
+
+def has_verdict(comp: dict[str, Any]) -> bool:
+    """Whether a kernel comparison carries a verdict a prediction can read (not FLAGGED, not INSUFFICIENT)."""
+    return comp.get("verdict") not in NO_VERDICT
+
+
 def _comparison(kernel_doc: dict[str, Any], candidate: str, incumbent: str, rows: int, mode: str) -> dict | None:
     for c in kernel_doc["result"]["comparisons"]:
         if c["candidate"] == candidate and c["reference"] == incumbent and c["rows"] == rows and c["mode"] == mode:
@@ -77,8 +91,10 @@ def _stat(serving_doc: dict[str, Any], concurrency: int, metric: str) -> dict | 
 def predict_against_measurement(kernel_doc: dict[str, Any], serving_doc: dict[str, Any], *, candidate: str,
                                 incumbent: str, calls_per_step: int, input_tokens: int, mode: str = "graph",
                                 kernel_source: str = "kernel receipt",
-                                serving_source: str = "serving receipt") -> dict[str, Any]:
-    """The prediction-against-measurement section (module docstring) for every concurrency of the A/B."""
+                                serving_source: str = "serving receipt", verdicts_only: bool = True
+                                ) -> dict[str, Any]:
+    """The prediction-against-measurement section (module docstring) for every concurrency of the A/B; only kernel
+    comparisons with a verdict are read (``verdicts_only``; False only to derive again a block written before)."""
     runs = serving_doc["runs"]
     comps = serving_doc["paired_aiperf"].get("comparisons") or []
     arm_a = comps[0]["recipe_a"] if comps else runs[0]["recipe"]
@@ -88,14 +104,20 @@ def predict_against_measurement(kernel_doc: dict[str, Any], serving_doc: dict[st
                  and r["status"] == "ok" and r.get("tpot_p50_ms")]
         row: dict[str, Any] = {"concurrency": conc, "decode_rows": conc}
         comp = _comparison(kernel_doc, candidate, incumbent, conc, mode)
+        unread = comp is not None and verdicts_only and not has_verdict(comp)
         measured = _stat(serving_doc, conc, "output_tok_s")
         row["measured"] = None if measured is None else {
             k: measured[k] for k in ("ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict", "interval_method")}
-        times = _times(comp) if comp else None
+        times = _times(comp) if comp and not unread else None
         if not tpots or times is None:
-            row.update(predicted_ratio=None, verdict="NO PREDICTION", informative=False,
-                       why=("no kernel timing of " f"{candidate} against {incumbent} at {conc} rows ({mode} mode)"
-                            if times is None else f"arm {arm_a} has no TPOT p50 at c = {conc}"))
+            if unread:
+                why = (f"the kernel comparison of {candidate} against {incumbent} at {conc} rows ({mode} mode) carries "
+                       f"no verdict ({comp['verdict']}), so it predicts nothing")
+            elif times is None:
+                why = f"no kernel timing of {candidate} against {incumbent} at {conc} rows ({mode} mode)"
+            else:
+                why = f"arm {arm_a} has no TPOT p50 at c = {conc}"
+            row.update(predicted_ratio=None, verdict="NO PREDICTION", informative=False, why=why)
             rows_out.append(row)
             continue
         step_ms = statistics.median(tpots)
@@ -115,7 +137,7 @@ def predict_against_measurement(kernel_doc: dict[str, Any], serving_doc: dict[st
         prefill = []
         for prows in sorted({input_tokens, conc * input_tokens}):
             pc = _comparison(kernel_doc, candidate, incumbent, prows, mode)
-            pt = _times(pc) if pc else None
+            pt = _times(pc) if pc and (has_verdict(pc) or not verdicts_only) else None
             if pt is not None:
                 prefill.append({"rows": prows, "saved_us_per_step": calls_per_step * (pt[1] - pt[0]),
                                 "kernel_verdict": pc["verdict"]})
@@ -132,8 +154,9 @@ def predict_against_measurement(kernel_doc: dict[str, Any], serving_doc: dict[st
 
 
 def used_comparisons(kernel_doc: dict[str, Any], candidate: str, incumbent: str, mode: str) -> list[dict[str, Any]]:
-    """The kernel receipt's comparisons a prediction can use, reduced to what it reads (embedded in the receipt, so
-    that validation derives the prediction again without the kernel receipt)."""
+    """The kernel receipt's comparisons of the pair in ``mode``, reduced to what a prediction reads, each with its
+    verdict (embedded in the receipt, so that validation derives the prediction again without the kernel receipt);
+    the prediction reads only those with a verdict (``has_verdict``)."""
     keep = []
     for c in kernel_doc["result"].get("comparisons") or []:  # a screen that compared nothing offers nothing
         if c["candidate"] == candidate and c["reference"] == incumbent and c["mode"] == mode:
@@ -152,7 +175,7 @@ def kernel_in_serving(kernel_doc: dict[str, Any], serving_doc: dict[str, Any], *
     inputs = {"candidate": candidate, "incumbent": incumbent, "mode": mode, "calls_per_step": calls_per_step,
               "input_tokens": input_tokens, "kernel_receipt": kernel_source,
               "kernel_receipt_sha256": kernel_doc.get("content_sha256"),
-              "kernel_comparisons": used_comparisons(kernel_doc, candidate, incumbent, mode)}
+              "kernel_comparisons": used_comparisons(kernel_doc, candidate, incumbent, mode), "verdicts_only": True}
     return {"inputs": inputs, "prediction": derive_prediction(inputs, serving_doc)}
 
 
@@ -162,4 +185,5 @@ def derive_prediction(inputs: dict[str, Any], serving_doc: dict[str, Any]) -> di
                                        candidate=inputs["candidate"], incumbent=inputs["incumbent"],
                                        calls_per_step=inputs["calls_per_step"], input_tokens=inputs["input_tokens"],
                                        mode=inputs["mode"], kernel_source=inputs["kernel_receipt"],
-                                       serving_source="this receipt")
+                                       serving_source="this receipt",
+                                       verdicts_only=bool(inputs.get("verdicts_only", False)))

@@ -24,8 +24,8 @@ from ..decide.kernel import KernelDecision, decide_kernel
 from ..decide.policy import KernelPolicy, policy_sha256
 from ..receipts.models_v2 import IMPL_KEYS
 from ..receipts.models_v3 import SCREENING_V3
-from .harness.compare import decision_inputs
-from .result import ImplementationResult, ScreenResult
+from .harness.compare import decision_inputs, failure_detail, recorded_flag_rule
+from .result import FAILURE_WORDS, ImplementationResult, ScreenResult
 
 CANDIDATE_PHRASES = {"triton": "Triton candidate", "cuda": "handwritten CUDA candidate", "user": "user candidate"}
 IMPLEMENTATION_NAMES = {"triton": "Triton kernel (InferCrane)", "cuda": "handwritten CUDA C++ compiled with NVRTC",
@@ -101,6 +101,13 @@ def _functional_decision(result: ScreenResult, key: str) -> tuple[str, str, str]
         return ("inconclusive", f"no decision on the {phrase}",
                 f"the harness failed, not the candidate, so nothing is decided: {impl.error}")
     bad = [c for c in impl.correctness if not c.passed]
+    if impl.status == "failed" and not bad and impl.failure not in (None, "incorrect"):
+        # its own fault, not a wrong answer: the reason starts with its word (as ``decide_kernel`` words it)
+        word = FAILURE_WORDS.get(impl.failure, impl.failure)
+        passed = ", ".join(str(c.rows) for c in impl.correctness if c.passed)
+        return "reject", f"reject {phrase}: {word}", (
+            f"{word}: {failure_detail(impl.failure, impl.error, impl.exit_signal)}"
+            + (f"; correct against the float32 oracle at rows {passed} before it" if passed else ""))
     if impl.status == "failed" or bad:
         why = "; ".join(c.failure_summary() for c in bad) or impl.error or "failed"
         return "reject", f"reject {phrase}: incorrect", f"incorrect against the float32 oracle: {why}"
@@ -173,8 +180,16 @@ def _correctness_text(result: ScreenResult, impl: ImplementationResult | None) -
     checks = [c for c in (impl.correctness if impl else []) if c.rows in result.rows]
     if checks and len(checks) == len(result.rows) and all(c.passed for c in checks):
         return "passed against the float32 oracle on every measured shape"
-    if checks:
+    # a timed result from before the flag rule was recorded words it as it did then, so that its receipt validates
+    legacy = result.run_kind == "timed" and recorded_flag_rule(result) is None
+    if checks and (legacy or any(not c.passed for c in checks)):
         return "FAILED against the float32 oracle: " + "; ".join(c.failure_summary() for c in checks if not c.passed)
+    if checks:  # it stopped before the rest: those rows were never checked, not failed
+        done = {c.rows for c in checks}
+        why = (FAILURE_WORDS.get(impl.failure, impl.failure) if impl and impl.failure
+               else "the screen was interrupted" if result.interrupted else "not run")
+        return (f"passed against the float32 oracle at rows {', '.join(str(c.rows) for c in checks)}; not checked at "
+                f"rows {', '.join(str(r) for r in result.rows if r not in done)}: {why}")
     return f"not checked: {(impl.skip_reason or impl.error) if impl else 'not run'}"
 
 

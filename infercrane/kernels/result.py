@@ -9,11 +9,13 @@ the receipt carries them whole and hashed; ``decide`` reads them, so deciding ag
 """
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from infercrane.kernels.harness.placement import Levels, PlacementCondition
 from infercrane.kernels.op import Tolerance
 from infercrane.receipts.base import AwareDatetime, Strict
 from infercrane.stats.compare import Verdict
@@ -22,9 +24,12 @@ from infercrane.stats.trials import TrialSpeedup
 
 SCREEN_RESULT_SCHEMA = "infercrane.kernel-screen-result/v2"
 Mode = Literal["launch", "graph", "cold"]
-Phase = Literal["eager", "graph"]
+Phase = Literal["eager", "reuse", "graph"]
 Status = Literal["ok", "failed", "skipped"]
-Failure = Literal["incorrect", "crashed", "timeout", "error", "harness"]
+Failure = Literal["incorrect", "crashed", "timeout", "timer_fault", "error", "harness"]
+# How a failure kind is worded in one line (console, receipt, decision): each its own word.
+FAILURE_WORDS: dict[str, str] = {"incorrect": "incorrect", "crashed": "crashed", "timeout": "timed out",
+                                 "timer_fault": "timer fault", "error": "raised an error", "harness": "harness fault"}
 CHECKED_BY = "InferCrane's own process, from the bytes the implementation's worker handed back (not its reply)"
 
 
@@ -45,6 +50,36 @@ class CopyBandwidth(Strict):
     bytes_per_copy: int = Field(description="bytes read + bytes written by one copy")
     samples_gbps: list[float]
     median_gbps: float
+
+
+class GraphPlacement(Strict):
+    """One timed graph of a graph-mode block: the placement condition it was captured under and its samples."""
+
+    condition: PlacementCondition
+    first_sample: int = Field(ge=0, description="index of its first sample in the block's samples_us")
+    samples: int = Field(ge=1, description="its samples: samples_us[first_sample : first_sample + samples]")
+    input_offset_mod_2mib: int | None = Field(None, description="first input's device address modulo 2 MiB")
+
+
+class TimedCheck(Strict):
+    """The outputs of the timed calls, checked by InferCrane's process after the timed block (``verify``)."""
+
+    seed: int = Field(description="seed of the fresh inputs written into the timed buffers before the check run")
+    calls: int = Field(ge=1, description="calls the check run made: the timed object run once as it was timed")
+    method: str
+    passed: bool
+    contract_error: str | None = None
+    tensors: list[TensorCheck] = Field(default_factory=list)
+
+    def failure_summary(self) -> str:
+        if self.contract_error:
+            return f"timed outputs (seed {self.seed}): {self.contract_error}"
+        bad = next((t for t in self.tensors if not t.passed), None)
+        if bad is None:
+            return ""
+        return (f"timed outputs (seed {self.seed}, {self.calls} calls): {bad.name}: {bad.mismatched}/{bad.numel} "
+                f"elements out of tolerance ({bad.nonfinite} NaN/inf), max abs err {bad.max_abs_err}, first bad "
+                f"(row, col) {bad.first_bad_index}")
 
 
 class TimingBlock(Strict):
@@ -73,6 +108,43 @@ class TimingBlock(Strict):
     second_timer_us: float | None = Field(None, description="per-call time by the independent second timer")
     second_timer_method: str | None = None
     second_timer_error: str | None = Field(None, description="why the second timer gave no figure")
+    second_timer_reference_us: float | None = Field(
+        None, description="the primary figure the second timer is held against: the median of the samples of the "
+                          "graph it timed (graph mode); None: the block's median")
+    graphs: list[GraphPlacement] = Field(default_factory=list, description="graph mode: each timed graph, its "
+                                         "placement condition and its samples; the trial's figure is the mean of "
+                                         "the graphs' medians")
+    parent_elapsed_us: float | None = Field(
+        None, description="InferCrane's own monotonic clock around the worker's sample job (send to reply), out of "
+                          "the candidate's reach")
+    timed_check: TimedCheck | None = Field(None, description="the outputs of the timed calls against the oracle")
+
+    def kept(self) -> list[float]:
+        rejected = set(self.rejected)
+        return [t for i, t in enumerate(self.samples_us) if i not in rejected]
+
+    def figure_us(self) -> float | None:
+        """What this trial contributes: the median of its kept samples; in graph mode with several graphs, the mean
+        over graphs of each graph's median of its kept samples (so every placement weighs the same)."""
+        if not self.graphs:
+            kept = self.kept()
+            return statistics.median(kept) if kept else None
+        rejected = set(self.rejected)
+        meds = []
+        for g in self.graphs:
+            mine = [self.samples_us[i] for i in range(g.first_sample, g.first_sample + g.samples) if i not in rejected]
+            if mine:
+                meds.append(statistics.median(mine))
+        return statistics.fmean(meds) if meds else None
+
+    def graph_medians(self) -> list[float]:
+        rejected = set(self.rejected)
+        out = []
+        for g in self.graphs:
+            mine = [self.samples_us[i] for i in range(g.first_sample, g.first_sample + g.samples) if i not in rejected]
+            if mine:
+                out.append(statistics.median(mine))
+        return out
 
 
 class Calibration(Strict):
@@ -90,6 +162,10 @@ class Calibration(Strict):
     clock_source: str
     clock_before_mhz: int | None
     clock_after_mhz: int | None
+    parent_overhead_us: dict[str, float] = Field(
+        default_factory=dict, description="per mode: what InferCrane's clock sees around a sample job of the empty "
+                                          "kernel beyond the samples' own time (handshake, host work between "
+                                          "samples), the median of PARENT_OVERHEAD_REPEATS jobs")
 
 
 class TensorCheck(Strict):
@@ -157,6 +233,40 @@ class FamilyMark(Strict):
     verdict: Verdict = Field(description="family verdict")
 
 
+FlagRule = Literal["void", "widen"]
+# The flag kind the rule 'widen' can absorb: the two timers disagree (``TimingCell.timer_disagreement``).
+TIMER_DISAGREEMENT = "timer_disagreement"
+
+
+class WidenedInterval(Strict):
+    """A comparison's interval widened by the timers' disagreement (flag rule 'widen', ``harness/compare.py``)."""
+
+    factor: float = Field(ge=1, description="k = (1 + |d_candidate|) * (1 + |d_reference|), d a cell's signed "
+                          "timer_disagreement when the cell is flagged for it, 0 otherwise")
+    ci_lo: float = Field(gt=0, description="the speedup's ci_lo / k")
+    ci_hi: float = Field(gt=0, description="the speedup's ci_hi * k")
+    holds: bool = Field(description="the speedup's verdict still holds on the widened interval (FASTER: ci_lo > "
+                        "1 + m; SLOWER: ci_hi < 1 - m; SAME: inside [1 - m, 1 + m]; AMBIGUOUS always)")
+
+    @staticmethod
+    def verdict_holds(verdict: Verdict, lo: float, hi: float, margin: float) -> bool:
+        if verdict is Verdict.FASTER:
+            return lo > 1.0 + margin
+        if verdict is Verdict.SLOWER:
+            return hi < 1.0 - margin
+        if verdict is Verdict.SAME:
+            return 1.0 - margin <= lo and hi <= 1.0 + margin
+        return verdict is Verdict.AMBIGUOUS  # widening an interval that straddles a band edge cannot end the straddle
+
+    @classmethod
+    def of(cls, speedup: TrialSpeedup, factor: float) -> "WidenedInterval":
+        if speedup.ci_lo is None or speedup.ci_hi is None:
+            raise ValueError("a speedup without an interval (INSUFFICIENT) cannot be widened")
+        lo, hi = speedup.ci_lo / factor, speedup.ci_hi * factor
+        return cls(factor=factor, ci_lo=lo, ci_hi=hi,
+                   holds=cls.verdict_holds(speedup.verdict, lo, hi, speedup.same_margin))
+
+
 class Comparison(Strict):
     """Candidate against one reference implementation at one row count, in one timing mode."""
 
@@ -167,15 +277,55 @@ class Comparison(Strict):
     mode: Literal["launch", "graph", "cold"]
     speedup: TrialSpeedup = Field(description="trial-level speedup of the candidate over the reference")
     flags: list[str] = Field(default_factory=list, description="flags of either cell, naming the implementation")
-    verdict: Verdict = Field(description="own verdict: FLAGGED when there are flags, else the speedup's")
+    verdict: Verdict = Field(description="own verdict: the speedup's, after the flag rule")
+    flag_rule: FlagRule | None = Field(None, description="how flags act on the verdict (harness/compare.py): 'void': "
+                                       "any flag makes it FLAGGED; 'widen': flags that are only timer disagreements "
+                                       "widen the interval and the verdict stands if it still holds there, any other "
+                                       "flag makes it FLAGGED, INSUFFICIENT stays INSUFFICIENT; None: a result from "
+                                       "before the rule was recorded, which is 'void'")
+    widened: WidenedInterval | None = Field(None, description="rule 'widen', flags only timer disagreements, an "
+                                            "interval to widen: the widened interval and whether the verdict holds")
     family: FamilyMark | None = Field(default=None, description="None outside the candidate's decision family")
+
+    def flag_kinds(self) -> list[str]:
+        """The kind of each flag (``timer_disagreement``, ``below_floor``, …), without the implementation's name."""
+        out = []
+        for f in self.flags:
+            for key in (self.candidate, self.reference):
+                if f.startswith(f"{key}: "):
+                    f = f[len(key) + 2:]
+                    break
+            out.append(f.split(":", 1)[0].strip())
+        return out
 
     @model_validator(mode="after")
     def _verdict_follows_flags(self) -> "Comparison":
-        expected = Verdict.FLAGGED if self.flags else self.speedup.verdict
+        rule = self.flag_rule or "void"
+        own = self.speedup.verdict
+        widenable = (rule == "widen" and bool(self.flags) and own is not Verdict.INSUFFICIENT
+                     and all(k == TIMER_DISAGREEMENT for k in self.flag_kinds()))
+        if self.widened is not None and not widenable:
+            raise ValueError(f"a widened interval under flag rule {rule!r} with flags {self.flags or 'empty'} and "
+                             f"speedup verdict {own.value}: only rule 'widen' widens, and only timer disagreements")
+        if not self.flags:
+            expected = own
+        elif rule == "void":
+            expected = Verdict.FLAGGED
+        elif own is Verdict.INSUFFICIENT:
+            expected = own
+        elif widenable and self.widened is not None:
+            want = WidenedInterval.of(self.speedup, self.widened.factor)
+            if not (math.isclose(want.ci_lo, self.widened.ci_lo, rel_tol=1e-9)
+                    and math.isclose(want.ci_hi, self.widened.ci_hi, rel_tol=1e-9) and want.holds == self.widened.holds):
+                raise ValueError(f"widened interval {self.widened} does not follow from the speedup's "
+                                 f"[{self.speedup.ci_lo}, {self.speedup.ci_hi}] and factor {self.widened.factor}: "
+                                 f"expected {want}")
+            expected = own if want.holds else Verdict.FLAGGED
+        else:
+            expected = Verdict.FLAGGED
         if self.verdict is not expected:
-            raise ValueError(f"verdict {self.verdict.value} but the speedup says {self.speedup.verdict.value} and "
-                             f"flags are {self.flags or 'empty'}: expected {expected.value}")
+            raise ValueError(f"verdict {self.verdict.value} but the speedup says {own.value}, flags are "
+                             f"{self.flags or 'empty'} and the flag rule is {rule!r}: expected {expected.value}")
         return self
 
     @property
@@ -236,26 +386,33 @@ class TimingCell(Strict):
                                    "byte floor at copy bandwidth)")
     flags: list[str] = Field(default_factory=list, description="reasons this cell cannot carry a verdict (e.g. the "
                              "second timer disagrees, a time below the physical floor); empty when sound")
+    levels: Levels | None = Field(None, description="graph mode with placements: the per-graph figures split into "
+                                  "levels where they separate")
 
     def kept_by_trial(self) -> list[list[float]]:
-        """Kept samples grouped by trial (the independent replicate), in trial order; a trial whose every sample
-        was rejected is left out."""
+        """Per trial (the independent replicate), in trial order, what the comparison reads: the kept samples, or
+        in graph mode with several graphs the one figure of the trial (``TimingBlock.figure_us``); a trial whose
+        every sample was rejected is left out."""
         out = []
         for b in sorted(self.blocks, key=lambda b: b.trial):
-            rejected = set(b.rejected)
-            kept = [t for i, t in enumerate(b.samples_us) if i not in rejected]
+            if b.graphs:
+                fig = b.figure_us()
+                if fig is not None:
+                    out.append([fig])
+                continue
+            kept = b.kept()
             if kept:
                 out.append(kept)
         return out
 
     def trial_medians(self) -> list[float]:
-        """Each trial's median of its kept samples (the statistic a trial contributes), in trial order."""
+        """Each trial's figure (the statistic a trial contributes), in trial order."""
         return [statistics.median(t) for t in self.kept_by_trial()]
 
     def trial_ids(self) -> list[int]:
         """Trial index of each list ``kept_by_trial`` returns, so two cells can be paired trial by trial."""
         return [b.trial for b in sorted(self.blocks, key=lambda b: b.trial)
-                if len(set(b.rejected)) < len(b.samples_us)]
+                if (b.figure_us() is not None if b.graphs else len(set(b.rejected)) < len(b.samples_us))]
 
 
 class ImplementationResult(Strict):
@@ -288,8 +445,10 @@ class ImplementationResult(Strict):
                 raise ValueError(f"{self.key}: status ok with a failure recorded")
             if not self.correctness or not all(c.passed for c in self.correctness):
                 raise ValueError(f"{self.key}: status ok needs passing correctness at every row count")
-        if self.failure == "incorrect" and all(c.passed for c in self.correctness):
-            raise ValueError(f"{self.key}: failure 'incorrect' without a failing correctness result")
+        timed_wrong = any(b.timed_check is not None and not b.timed_check.passed for c in self.timings
+                          for b in c.blocks)
+        if self.failure == "incorrect" and all(c.passed for c in self.correctness) and not timed_wrong:
+            raise ValueError(f"{self.key}: failure 'incorrect' without a failing correctness result or timed check")
         return self
 
 
@@ -320,6 +479,10 @@ class ScreenResult(Strict):
     comparisons: list[Comparison] = Field(default_factory=list)
     comparison_notes: list[str] = Field(default_factory=list, description="pairs left uncompared, and why")
     comparison_policy: dict[str, Any] = Field(default_factory=dict)
+    placement: dict[str, Any] | None = Field(None, description="graph mode: how each timed graph's placement "
+                                             "condition was drawn (seed, graphs per trial, method)")
+    interrupted: str | None = Field(None, description="the screen was stopped (Ctrl-C, SIGTERM) before it finished: "
+                                    "what finished is kept, this says when and what did not run")
     started_at: AwareDatetime
     finished_at: AwareDatetime
     wall_s: float

@@ -31,7 +31,9 @@ def _check(fn, in_place, rows=8, device="cpu", checks=3):
 def test_eager_passes(rows):
     res = _check(fused_add_rmsnorm_eager, False, rows)
     assert res.passed, res.failure_summary()
-    assert len(res.checks) == 3 and len({c.seed for c in res.checks}) == 3
+    # three checks, each in two phases on the CPU (eager, reuse), each phase with its own seed
+    assert len(res.checks) == 6 and len({c.seed for c in res.checks}) == 6
+    assert [c.phase for c in res.checks] == ["eager", "reuse"] * 3
     for c in res.checks:
         for t in c.tensors:
             assert t.mismatched == 0 and t.nonfinite == 0 and t.first_bad_index is None
@@ -42,6 +44,7 @@ def test_honest_fixtures_pass(name):
     c = _load(name)
     res = _check(c.fn, c.in_place)
     assert res.passed, res.failure_summary()
+    assert {c.phase for c in res.checks} == {"eager", "reuse"}
 
 
 @pytest.mark.parametrize("name", CPU_CHEATERS)
@@ -91,7 +94,23 @@ def test_cached_result_passes_only_the_first_check():
     for name in ("cached_result", "cached_result_in_place"):
         fn = runpy.run_path(str(CHEATERS))[name]  # a fresh cache
         res = _check(fn, fn.in_place)
-        assert [c.passed for c in res.checks] == [True, False, False]
+        # check 0 eager computes; its reuse phase and every later check get the cached values
+        assert [c.passed for c in res.checks] == [True] + [False] * 5
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("name", ["address_cache", "address_cache_in_place", "identity_cache"])
+def test_a_cache_keyed_on_the_inputs_address_or_identity_fails_the_reuse_phase(name, device):
+    # fresh buffers every check never hit such a cache (eager passes); the same buffers refilled with new inputs do
+    fn = runpy.run_path(str(CHEATERS))[name]  # a fresh cache
+    res = _check(fn, fn.in_place, device=device)
+    assert not res.passed
+    assert res.checks[0].phase == "eager" and res.checks[0].passed
+    reuse = [c for c in res.checks if c.phase == "reuse"]
+    assert len(reuse) == 3 and not any(c.passed for c in reuse)
+    first_bad = next(c for c in res.checks if not c.passed)
+    assert first_bad.phase == "reuse" and first_bad.check_index == 0 and first_bad.contract_error is None
+    assert not first_bad.tensors[0].passed and "reuse" in res.failure_summary()
 
 
 def test_skipped_residual_write_back_is_caught_on_residual_out():

@@ -66,10 +66,18 @@ def test_result_records_tolerance_and_stream():
     res = C.check_implementation(fused_add_rmsnorm_eager, FusedAddRMSNormSpec(hidden_size=32, eps=1e-6), in_place=False,
                                  rows=2, checks=2)
     assert res.tolerance == TOLERANCES["bfloat16"] and res.stream.startswith("cpu")
-    assert [c.input_scale for c in res.checks] == list(C.CHECK_SCALES[:2])
+    assert [c.input_scale for c in res.checks] == [s for s in C.CHECK_SCALES[:2] for _ in ("eager", "reuse")]
+    assert [c.phase for c in res.checks] == ["eager", "reuse"] * 2 and all(c.passed for c in res.checks)
+    assert len({c.seed for c in res.checks}) == 4  # the reuse phase has its own seed
     with pytest.raises(ValueError):
         C.check_implementation(fused_add_rmsnorm_eager, FusedAddRMSNormSpec(hidden_size=32, eps=1e-6), in_place=False,
                                rows=2, checks=0)
+
+
+def test_phases_include_reuse_on_every_device():
+    assert C.phases_for("cpu") == ["eager", "reuse"]
+    assert C.phases_for("cuda") == ["eager", "reuse", "graph"]
+    assert len({C.PHASE_SEED_SALTS[p] for p in C.phases_for("cuda")}) == 3
 
 
 def test_a_harness_failure_is_the_harness_s_and_a_kernel_s_exception_is_the_kernel_s():

@@ -143,14 +143,42 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
                            clock_source="synthetic", throttled=False, outputs_finite=None,
                            second_timer_us=t_us * 1.01, second_timer_method="synthetic second timer")
 
+    # A visit is four jobs (session.py): time (prepare), sample, finish, verify. The fake keeps the block between
+    # them, and answers verify as an honest worker does: the implementation run on the parent's inputs.
     def fake_time(self, job):
+        if job.get("empty"):  # the handshake cost, in the calibration worker
+            self._fake = block(job["mode"], job["trial"], job["samples"], 0.2, 100)
+            return {"calls_per_sample": 100}
         key = self.impl.key
         order.append((job["trial"], job["rows"], job["mode"], key))
         if fail_at and (key, job["trial"]) == fail_at:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         t_us = base_us[key] * (1 + job["rows"] / 64)
-        return block(job["mode"], job["trial"], job["samples"], t_us, job.get("calls_per_sample") or 7).model_dump(
-            mode="json")
+        self._fake = block(job["mode"], job["trial"], job["samples"], t_us, job.get("calls_per_sample") or 7)
+        return {"calls_per_sample": self._fake.calls_per_sample}
+
+    def fake_sample(self, job):
+        return {"samples_us": self._fake.samples_us, "sample_clock_mhz": self._fake.sample_clock_mhz}
+
+    def fake_finish(self, job):
+        return self._fake.model_dump(mode="json")
+
+    def fake_verify(self, job):
+        from infercrane.kernels.harness.tensor_pack import TensorPack
+
+        pack = TensorPack.open(job["pack"])
+        try:
+            spec, rows = self.spec, job["rows"]
+            t = {n: pack.tensor(f"in.verify.{n}").clone() for n in spec.INPUTS}
+            out = self.fn(*spec.arguments(t, bool(self.in_place)))
+            if not self.in_place:
+                for name, o in zip(spec.RETURNS.returns, out if isinstance(out, tuple) else (out,)):
+                    pack.tensor(f"ret.verify.{name}").copy_(o)
+            for n in spec.INPUTS:
+                pack.tensor(f"after.verify.{n}").copy_(t[n])
+        finally:
+            pack.close()
+        return {"error": None, "calls": 1}
 
     def fake_calibrate(self, job):
         return Calibration(
@@ -163,6 +191,9 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
         ).model_dump(mode="json")
 
     monkeypatch.setattr(isolation.WorkerSession, "_do_time", fake_time)
+    monkeypatch.setattr(isolation.WorkerSession, "_do_sample", fake_sample)
+    monkeypatch.setattr(isolation.WorkerSession, "_do_finish", fake_finish)
+    monkeypatch.setattr(isolation.WorkerSession, "_do_verify", fake_verify)
     monkeypatch.setattr(isolation.WorkerSession, "_do_calibrate", fake_calibrate)
 
 

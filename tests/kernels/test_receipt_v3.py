@@ -84,3 +84,58 @@ def test_identical_trials_give_an_interval_that_holds_its_point(monkeypatch):
     doc = build_document(res, load_policy("kernel"), provenance=PROV, model_source="test")
     doc[HASH_FIELD] = content_hash(doc)
     assert check_document(doc)[1] == []
+
+
+# --------------------------------------------------------------------------------------------- the flag rule
+
+
+def _widened_doc():
+    """A committed H200 receipt (every decision comparison flagged by a timer disagreement under the old rule) as a
+    new screen writes it: its result compared under the flag rule 'widen', everything derived again, hashed."""
+    import json
+    from pathlib import Path
+
+    from infercrane.decide.policy import KernelPolicy
+    from infercrane.kernels.harness.compare import with_comparisons
+    from infercrane.kernels.receipt import derive
+    from infercrane.kernels.result import ScreenResult
+
+    path = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-02-h200-executors/local-rms_norm.h200.json"
+    doc = json.loads(path.read_text())
+    pol = KernelPolicy.model_validate(doc["policy"])
+    res = with_comparisons(ScreenResult.model_validate(doc["result"]), pol, flag_rule="widen")
+    doc.update(derive(res, pol, None), result=res.model_dump(mode="json"), decode_step=None)
+    return _rehash(doc)
+
+
+def _first_widened(doc, holds):
+    return next(c for c in doc["result"]["comparisons"] if c.get("widened") and c["widened"]["holds"] is holds)
+
+
+def test_a_receipt_under_the_widen_rule_validates_and_records_its_rule():
+    doc = _widened_doc()
+    assert check_document(doc)[1] == []
+    assert doc["result"]["comparison_policy"]["flag_rule"] == "widen"
+    assert {c["flag_rule"] for c in doc["result"]["comparisons"]} == {"widen"}
+    kept, lost = _first_widened(doc, True), _first_widened(doc, False)
+    assert kept["verdict"] == kept["speedup"]["verdict"] and kept["flags"]
+    assert lost["verdict"] == "FLAGGED"
+
+
+@pytest.mark.parametrize("edit,where", [
+    # a verdict the widened interval does not hold, claimed anyway (the comparison's own validator)
+    (lambda d: _first_widened(d, False).update(verdict=_first_widened(d, False)["speedup"]["verdict"]),
+     "result.comparisons"),
+    # a wider factor than the cells' disagreement gives (re-derived from the cells)
+    (lambda d: _first_widened(d, True)["widened"].update(
+        factor=_first_widened(d, True)["widened"]["factor"] * 1.001,
+        ci_lo=_first_widened(d, True)["widened"]["ci_lo"] / 1.001,
+        ci_hi=_first_widened(d, True)["widened"]["ci_hi"] * 1.001), "result.comparisons"),
+    # the rule dropped from the record: re-derived under 'void', the kept verdicts do not follow
+    (lambda d: d["result"]["comparison_policy"].pop("flag_rule"), "result.comparison"),
+])
+def test_an_edit_of_the_flag_rule_or_its_interval_is_caught(edit, where):
+    doc = copy.deepcopy(_widened_doc())
+    edit(doc)
+    _, problems = check_document(_rehash(doc))
+    assert problems and any(p.startswith(where) for p, _ in problems), problems

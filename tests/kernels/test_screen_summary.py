@@ -171,3 +171,104 @@ def test_a_functional_screen_has_no_times_and_says_why_there_are_no_verdicts() -
     out = _render(doc)
     assert "µs per call" not in out and "no speed verdicts: nothing was timed" in out
     assert _table_rows(out)["cuda"][4].startswith("inconclusive: ")
+
+
+# --------------------------------------------------------------------------------------------- what the timing rests on
+
+EXECUTOR = REPO / "docs/benchmarks/2026-12-02-h200-executors/local-fused_add_rmsnorm.h200.json"
+RERUN = "— rerun, or decide on another timing mode (--policy with timing_mode)"
+
+
+def _widened(path: Path) -> dict[str, Any]:
+    """The committed receipt as a new screen writes it: its result compared under the flag rule 'widen', and every
+    field derived from it derived again."""
+    from infercrane.decide.policy import KernelPolicy
+    from infercrane.kernels.harness.compare import with_comparisons
+    from infercrane.kernels.receipt import derive
+    from infercrane.kernels.result import ScreenResult
+
+    doc = copy.deepcopy(_load(path))
+    pol = KernelPolicy.model_validate(doc["policy"])
+    res = with_comparisons(ScreenResult.model_validate(doc["result"]), pol, flag_rule="widen")
+    doc.update(derive(res, pol, None), result=res.model_dump(mode="json"))
+    return doc
+
+
+def _basis(out: str) -> dict[str, str]:
+    """Each candidate's line on its decision comparisons, unwrapped, by candidate."""
+    import re
+
+    text = _words(out[out.index("verdicts at the decision rows"):out.index("decision: ")])
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"\b(triton|cuda): (?:\d+ of|all) ", text)]
+    return {k: text[a:b].strip() for (a, k), (b, _) in zip(starts, starts[1:] + [(len(text), "")])}
+
+
+def test_one_line_per_candidate_says_what_its_decision_comparisons_rest_on() -> None:
+    out = _render(_load(EXECUTOR))  # as committed: flag rule 'void', every decision comparison flagged
+    lines = _basis(out)
+    for key in ("triton", "cuda"):
+        assert lines[key].startswith(
+            f"{key}: 0 of 15 decision comparisons rest on clean timing; 0 keep their verdict with the interval "
+            f"widened by the timers' disagreement; 15 carry no verdict (flagged) {RERUN}"), lines[key]
+    at = out.index("decision: ")
+    assert all(out.index(f"{k}: 0 of 15") < at for k in ("triton", "cuda"))  # before the decision and its reason
+    assert max(len(ln) for ln in out.splitlines()) <= WIDTH, out
+    # a clean screen says so in a few words
+    clean = _basis(_render(_load(RECEIPTS[0])))
+    assert clean["triton"].startswith("triton: all 15 decision comparisons rest on clean timing")
+
+
+def test_under_the_widen_rule_the_line_counts_the_verdicts_the_widened_interval_kept() -> None:
+    doc = _widened(EXECUTOR)
+    family = [c for c in doc["result"]["comparisons"] if c["candidate"] == "triton" and c.get("family")]
+    kept = sum(1 for c in family if c["flags"] and c.get("widened") and c["verdict"] != "FLAGGED")
+    voided = sum(1 for c in family if c["verdict"] == "FLAGGED")
+    assert (len(family), kept, voided) == (15, 13, 2)
+    line = _basis(_render(doc))["triton"]
+    assert line == (f"triton: 0 of 15 decision comparisons rest on clean timing; 13 keep their verdict with the "
+                    f"interval widened by the timers' disagreement; 2 carry no verdict (flagged) {RERUN}")
+    # and the decision's reason names the flagged ones by count and kind, not flag by flag
+    assert len(doc["reason"]) < 1200 and "flagged: 2 comparisons; timer_disagreement up to" in doc["reason"]
+
+
+def test_a_failed_candidate_is_worded_by_its_failure_kind() -> None:
+    doc = copy.deepcopy(_load(RECEIPTS[0]))
+    impls = {i["key"]: i for i in doc["result"]["implementations"]}
+    impls["cuda"].update(status="failed", failure="timer_fault", timings=[],
+                         error="timer_fault: trial 2: the worker's samples add up to 812 us\nmore")
+    impls["triton"].update(status="failed", failure="timeout", error="no reply in 120 s", timings=[])
+    rows = _table_rows(_render(doc))
+    assert rows["cuda"][3].endswith("then timer fault: trial 2: the worker's samples add up to 812 us (… more in "
+                                    "the receipt)")
+    assert rows["triton"][3].endswith("then timed out: no reply in 120 s")
+
+
+# --------------------------------------------------------------------------------------------- an interrupted screen
+
+
+@pytest.mark.parametrize("why, code", [
+    ("interrupted (Ctrl-C) after 61 of 90 steps; the implementations' unfinished visits are not in this result", 130),
+    ("terminated by SIGTERM after 61 of 90 steps; the implementations' unfinished visits are not in this result", 143),
+])
+def test_an_interrupted_screen_writes_its_partial_receipt_and_exits_130(tmp_path: Path, monkeypatch, capsys, why,
+                                                                        code) -> None:
+    """The runner keeps what finished when Ctrl-C or SIGTERM stops it (``result.interrupted``): the receipt is written
+    as usual, the summary printed, one line says where the partial receipt is, and the exit code is the
+    interruption's (130 Ctrl-C, 143 SIGTERM)."""
+    from infercrane.cli import main
+    from infercrane.kernels.harness import runner
+    from infercrane.kernels.result import ScreenResult
+    from infercrane.receipts.validate import load_receipt
+
+    partial = ScreenResult.model_validate(_load(RECEIPTS[0])["result"]).model_copy(update={"interrupted": why})
+    monkeypatch.setattr(runner, "screen", lambda *a, **k: partial)  # what the runner returns when stopped
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # (so the screen does not set it for the rest of the tests)
+    out = tmp_path / "partial.json"
+    rc = main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager,triton", "--model",
+               "Qwen/Qwen3-0.6B", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == code, captured.err
+    assert captured.err.strip().splitlines()[-1] == f"interrupted: {why}; partial receipt: {out}"
+    assert "decision: " in captured.out and "receipt: " not in captured.out.splitlines()[-1]
+    doc = load_receipt(out).document  # written, and it validates
+    assert doc["result"]["interrupted"] == why

@@ -3,9 +3,29 @@
 No statistics are computed here: ``infercrane.stats.trial_speedup`` pairs the two cells' trials by trial id and
 gives ``exp(mean ln(median_baseline_t / median_candidate_t))`` over the paired trials with a Student t interval
 (> 1: the candidate is faster), its one-sided p-values and verdict against the kernel policy's SAME band; the trial,
-not the sample, is the replicate. A cell with flags (``TimingCell.flags``: a timer disagreement, a time below the
-floor) gets no verdict: the comparison is FLAGGED and quotes them. The confidence and the band come from the kernel
-policy (``infercrane/decide/policies/kernel.yaml``), the same ones the decision uses.
+not the sample, is the replicate. The confidence and the band come from the kernel policy
+(``infercrane/decide/policies/kernel.yaml``), the same ones the decision uses.
+
+**The flag rule** (``FLAG_RULES``; a result records the one its comparisons were made under in
+``comparison_policy["flag_rule"]`` and on every comparison, ``Comparison.flag_rule``). A timing cell's flags
+(``TimingCell.flags``: each starts with its kind) act on the comparison's own verdict:
+
+* ``void`` (every result before the rule was recorded: no ``flag_rule`` reads ``void``): a comparison with a flag
+  on either cell, of any kind, is FLAGGED: no verdict.
+* ``widen`` (a new screen's): **a flag voids only what it could change.** When the flags of the two cells are
+  ONLY timer disagreements (kind ``timer_disagreement``: the primary timer and the independent second timer differ
+  by more than the limit; the cell's ``timer_disagreement`` holds the signed fraction ``d``), the timers could be
+  wrong by ``|d|`` either way, so the interval is widened by ``k = (1 + |d_candidate|) * (1 + |d_reference|)``
+  (``d = 0`` for a cell without that flag) to ``[ci_lo / k, ci_hi * k]`` (``Comparison.widened``). The verdict is
+  kept when it still holds on the widened interval (FASTER: lower end > 1 + m; SLOWER: upper end < 1 - m; SAME:
+  inside [1 - m, 1 + m]; AMBIGUOUS stays AMBIGUOUS: widening cannot make it a claim), otherwise the comparison is
+  FLAGGED. Any other kind (``below_floor``, ``no_second_timer``, ``outputs_not_finite``, ``timer_fault``, or one
+  this rule does not know) is a fault the interval cannot absorb: FLAGGED, as under ``void``. An INSUFFICIENT
+  comparison (too few paired trials) has no verdict for a flag to void and stays INSUFFICIENT. The Holm adjustment
+  of the family reads the own verdicts after the rule and the unwidened p-values.
+
+``receipts.validate`` makes every comparison again under the rule the result records (``with_comparisons``), so a
+receipt whose verdicts do not follow from its cells under its own rule does not validate.
 
 Each comparison is computed once, by ``compare_all``; ``decision_inputs`` turns a screen result and those
 comparisons into what ``infercrane.decide.kernel.decide_kernel`` reads. ``compare_all`` also marks each comparison
@@ -14,27 +34,80 @@ decision itself uses), so that a receipt can show both.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
-from infercrane.kernels.result import Comparison, FamilyMark  # noqa: F401  (the result model)
+from infercrane.kernels.result import (  # noqa: F401  (the result model)
+    FAILURE_WORDS,
+    TIMER_DISAGREEMENT,
+    Comparison,
+    FamilyMark,
+    FlagRule,
+    WidenedInterval,
+)
 from infercrane.stats.compare import Verdict
 
 if TYPE_CHECKING:
     from infercrane.decide.kernel import KernelDecisionInputs
     from infercrane.decide.policy import KernelPolicy
     from infercrane.kernels.result import ScreenResult, TimingCell
+    from infercrane.stats.trials import TrialSpeedup
+
+FLAG_RULES: tuple[str, ...] = get_args(FlagRule)
+LEGACY_FLAG_RULE = "void"  # what a result without a recorded rule was compared under
+NEW_SCREEN_FLAG_RULE = "widen"  # what a new screen compares under
 
 
 def _flags(candidate: str, mine: "TimingCell", reference: str, theirs: "TimingCell") -> list[str]:
     return [f"{candidate}: {f}" for f in mine.flags] + [f"{reference}: {f}" for f in theirs.flags]
 
 
+def flag_kind(cell_flag: str) -> str:
+    """The kind of one cell flag: the word before its first colon (``timer_disagreement``, ``below_floor``, …)."""
+    return cell_flag.split(":", 1)[0].strip()
+
+
+def timer_disagreement(cell: "TimingCell") -> float | None:
+    """``|d|`` of a cell flagged for a timer disagreement (its ``timer_disagreement`` field), 0 for a cell without
+    that flag, None for a flagged cell without the figure (it cannot be widened)."""
+    if not any(flag_kind(f) == TIMER_DISAGREEMENT for f in cell.flags):
+        return 0.0
+    return None if cell.timer_disagreement is None else abs(cell.timer_disagreement)
+
+
+def apply_flag_rule(speedup: "TrialSpeedup", mine: "TimingCell", theirs: "TimingCell",
+                    flag_rule: str | None) -> tuple[Verdict, WidenedInterval | None]:
+    """The own verdict of a comparison of cell ``mine`` (the candidate's) with ``theirs`` under ``flag_rule``
+    (module docstring; None reads ``void``), and the widened interval when rule ``widen`` widened it."""
+    rule = flag_rule or LEGACY_FLAG_RULE
+    if rule not in FLAG_RULES:
+        raise ValueError(f"unknown flag rule {flag_rule!r}; known: {', '.join(FLAG_RULES)}")
+    if not (mine.flags or theirs.flags):
+        return speedup.verdict, None
+    if rule == "void":
+        return Verdict.FLAGGED, None
+    if speedup.verdict is Verdict.INSUFFICIENT:
+        return Verdict.INSUFFICIENT, None
+    if any(flag_kind(f) != TIMER_DISAGREEMENT for f in mine.flags + theirs.flags):
+        return Verdict.FLAGGED, None
+    d_cand, d_ref = timer_disagreement(mine), timer_disagreement(theirs)
+    if d_cand is None or d_ref is None:
+        return Verdict.FLAGGED, None
+    widened = WidenedInterval.of(speedup, (1.0 + d_cand) * (1.0 + d_ref))
+    return (speedup.verdict if widened.holds else Verdict.FLAGGED), widened
+
+
+def recorded_flag_rule(result: "ScreenResult") -> str | None:
+    """The flag rule a result's comparisons were made under, as it records it (None: before it was recorded)."""
+    return (result.comparison_policy or {}).get("flag_rule")
+
+
 def compare_all(
     result: "ScreenResult", policy: "KernelPolicy | None" = None, notes: list[str] | None = None,
-    *, candidate: str | None = None,
+    *, candidate: str | None = None, flag_rule: str | None = None,
 ) -> list[Comparison]:
     """Every ok candidate (or only ``candidate``) against every other ok implementation, at every (rows, mode) both
-    have timings for; each comparison in a candidate's decision family carries its family mark.
+    have timings for, under ``flag_rule`` (module docstring; None: ``void``, recorded as no rule, as a result
+    from before the rule was recorded); each comparison in a candidate's decision family carries its family mark.
 
     A pair whose samples are unusable (a non-finite or non-positive time) is left out, with a line saying why
     appended to ``notes``; too few paired trials is kept, as an INSUFFICIENT comparison.
@@ -43,6 +116,8 @@ def compare_all(
     from infercrane.decide.policy import load_policy
     from infercrane.stats import trial_speedup
 
+    if flag_rule is not None and flag_rule not in FLAG_RULES:
+        raise ValueError(f"unknown flag rule {flag_rule!r}; known: {', '.join(FLAG_RULES)}")
     policy = policy or load_policy("kernel")
     ok = [i for i in result.implementations if i.status == "ok"]
     out: list[Comparison] = []
@@ -64,10 +139,11 @@ def compare_all(
                     if notes is not None:
                         notes.append(f"{cand.key} vs {ref.key} at rows={cell.rows} {cell.mode}: no comparison ({e})")
                     continue
-                flags = _flags(cand.key, mine, ref.key, cell)
+                verdict, widened = apply_flag_rule(speedup, mine, cell, flag_rule)
                 mine_out.append(Comparison(
                     candidate=cand.key, reference=ref.key, reference_kind=ref.kind, rows=cell.rows, mode=cell.mode,
-                    speedup=speedup, flags=flags, verdict=Verdict.FLAGGED if flags else speedup.verdict,
+                    speedup=speedup, flags=_flags(cand.key, mine, ref.key, cell), verdict=verdict,
+                    flag_rule=flag_rule, widened=widened,
                 ))
         members = [i for i, c in enumerate(mine_out) if c.mode == policy.timing_mode
                    and c.reference in policy.counted_baselines and policy.decides_on(c.rows)]
@@ -86,25 +162,48 @@ def _computed_with(comparisons: list[Comparison], policy: "KernelPolicy") -> boo
                for c in comparisons)
 
 
-def comparison_policy(policy: "KernelPolicy") -> dict[str, object]:
-    """What a result records about the settings its comparisons were made under."""
+def comparison_policy(policy: "KernelPolicy", flag_rule: str | None = NEW_SCREEN_FLAG_RULE) -> dict[str, object]:
+    """What a result records about the settings its comparisons were made under, the flag rule among them (None:
+    the record of a result from before the rule was recorded, which has no ``flag_rule`` and reads ``void``)."""
     from infercrane.stats.trials import TRIAL_METHOD
 
-    return {"same_margin": policy.same_margin, "confidence": policy.confidence, "timing_mode": policy.timing_mode,
-            "counted_baselines": list(policy.counted_baselines), "decision_max_rows": policy.decision_max_rows,
-            "decide_on_bandwidth_rows": policy.decide_on_bandwidth_rows, "method": TRIAL_METHOD}
+    out: dict[str, object] = {
+        "same_margin": policy.same_margin, "confidence": policy.confidence, "timing_mode": policy.timing_mode,
+        "counted_baselines": list(policy.counted_baselines), "decision_max_rows": policy.decision_max_rows,
+        "decide_on_bandwidth_rows": policy.decide_on_bandwidth_rows, "method": TRIAL_METHOD}
+    if flag_rule is not None:
+        out["flag_rule"] = flag_rule
+    return out
 
 
-def with_comparisons(result: "ScreenResult", policy: "KernelPolicy") -> "ScreenResult":
-    """``result`` with every comparison made (again) under ``policy``: the screen's last step, and the first of
-    deciding again under another policy. Pairs left uncompared are named in ``comparison_notes``."""
+def with_comparisons(result: "ScreenResult", policy: "KernelPolicy", flag_rule: str | None = None) -> "ScreenResult":
+    """``result`` with every comparison made (again) under ``policy`` and ``flag_rule``: the screen's last step (a new
+    screen passes ``flag_rule="widen"``), and the first of deciding again under another policy or validating a
+    receipt. ``flag_rule`` None: the rule the result records (``comparison_policy["flag_rule"]``), else ``void``
+    (and the record stays without one, as it was). Pairs left uncompared are named in ``comparison_notes``."""
     from infercrane.kernels.result import ScreenResult
 
+    rule = flag_rule if flag_rule is not None else recorded_flag_rule(result)
     notes: list[str] = []
-    comparisons = compare_all(result, policy, notes)
+    comparisons = compare_all(result, policy, notes, flag_rule=rule)
     updated = result.model_copy(update={"comparisons": comparisons, "comparison_notes": notes,
-                                        "comparison_policy": comparison_policy(policy)})
+                                        "comparison_policy": comparison_policy(policy, rule)})
     return ScreenResult.model_validate(updated.model_dump())
+
+
+def _first_line(text: str | None) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def failure_detail(failure: str, error: str | None, exit_signal: str | None = None) -> str:
+    """The first line of a failed implementation's error, without a leading repeat of its kind."""
+    line = _first_line(error) or (f"exit signal {exit_signal}" if exit_signal else "")
+    for prefix in (f"{failure}:", f"{FAILURE_WORDS.get(failure, failure)}:"):
+        if line.startswith(prefix):
+            line = line[len(prefix):].strip()
+            break
+    return line or "no error text"
 
 
 def decision_inputs(
@@ -114,12 +213,15 @@ def decision_inputs(
     """The decision inputs for ``candidate``: correctness per rows, its comparisons against every other measured
     implementation in every mode (``decide_kernel`` counts the policy's baselines in the policy's mode at its decision
     rows; the other candidates are context), and the baselines that were skipped, failed, or not selected (a counted
-    baseline left out of the screen is listed as skipped, so the decision sees the gap). A candidate that crashed or
-    timed out is incorrect at every row it did not pass.
+    baseline left out of the screen is listed as skipped, so the decision sees the gap). A candidate that failed
+    (crashed, timed out, a timer fault, raised) carries its failure kind and the first line of its error; a row it
+    never got to is "not checked", not incorrect (a result from before the flag rule was recorded keeps reading it as
+    incorrect, as it was decided then). Each timing carries the comparison's own verdict under the result's flag
+    rule. An interrupted screen's reason goes with them (``interrupted``).
 
     The comparisons are the screen's own (``result.comparisons``), computed once; only when they were computed at
     another confidence or SAME band than ``policy`` (a decision made again under another policy) are the candidate's
-    computed again, once, under ``policy``.
+    computed again, once, under ``policy`` and the rule the result records.
     """
     from infercrane.decide.kernel import BaselineTiming, KernelDecisionInputs, ShapeResult, SkippedBaseline
     from infercrane.decide.policy import load_policy
@@ -142,18 +244,44 @@ def decision_inputs(
                 for b in policy.counted_baselines if b not in by_key]
     mine = [c for c in result.comparisons if c.candidate == candidate]
     if not mine or not _computed_with(mine, policy):
-        mine = compare_all(result, policy, candidate=candidate)
+        mine = compare_all(result, policy, candidate=candidate, flag_rule=recorded_flag_rule(result))
+    cells = {(i.key, c.rows, c.mode): c for i in result.implementations for c in i.timings}
+
+    def disagreement(c: Comparison) -> float | None:
+        """The largest |timer disagreement| of the comparison's cells flagged for one."""
+        ds = [abs(cell.timer_disagreement) for cell in (cells.get((c.candidate, c.rows, c.mode)),
+                                                        cells.get((c.reference, c.rows, c.mode)))
+              if cell is not None and cell.timer_disagreement is not None
+              and any(flag_kind(f) == TIMER_DISAGREEMENT for f in cell.flags)]
+        return max(ds) if ds else None
+
+    failure = cand.failure if cand.status == "failed" else None
+    interrupted = getattr(result, "interrupted", None)
+    if failure is not None and failure != "incorrect":
+        not_checked = f"not checked: {FAILURE_WORDS.get(failure, failure)}"
+    elif interrupted:
+        not_checked = "not checked: the screen was interrupted"
+    else:
+        not_checked = "not checked"
     checked = {c.rows: c for c in cand.correctness}
+    legacy = result.run_kind == "timed" and recorded_flag_rule(result) is None
     shapes = []
     for rows in result.rows:
         corr = checked.get(rows)
         if corr is None:
-            why = f"{cand.failure or cand.status}: {cand.error or cand.exit_signal or 'not checked'}"
-            shapes.append(ShapeResult(rows=rows, correct=False, correctness_detail=why))
+            if legacy:  # decided as it was then, so that its receipt validates: a row not checked read as incorrect
+                why = f"{cand.failure or cand.status}: {cand.error or cand.exit_signal or 'not checked'}"
+                shapes.append(ShapeResult(rows=rows, correct=False, correctness_detail=why))
+            else:
+                shapes.append(ShapeResult(rows=rows, correct=False, checked=False, correctness_detail=not_checked))
             continue
-        timings = [BaselineTiming(baseline=c.reference, timing_mode=c.mode, speedup=c.speedup, flags=c.flags)
+        timings = [BaselineTiming(baseline=c.reference, timing_mode=c.mode, speedup=c.speedup, flags=c.flags,
+                                  verdict=c.verdict, timer_disagreement=disagreement(c),
+                                  widened_by=c.widened.factor if c.widened is not None else None)
                    for c in mine if c.rows == corr.rows] if corr.passed else []
         shapes.append(ShapeResult(rows=corr.rows, correct=corr.passed,
                                   correctness_detail=None if corr.passed else corr.failure_summary(), timings=timings))
-    return KernelDecisionInputs(candidate=phrase or cand.label, shapes=shapes, skipped_baselines=skipped,
-                                ceilings=ceilings or [])
+    return KernelDecisionInputs(
+        candidate=phrase or cand.label, shapes=shapes, skipped_baselines=skipped, ceilings=ceilings or [],
+        failure=failure, failure_detail=failure_detail(failure, cand.error, cand.exit_signal) if failure else None,
+        interrupted=interrupted, flag_rule=recorded_flag_rule(result))

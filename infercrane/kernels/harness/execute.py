@@ -5,7 +5,7 @@ process) generated the inputs, keeps its own copy of them and of the oracle's an
 into the shared ``TensorPack``. A candidate that patches this module, the checker's functions in its own process, or
 the reply it sends, can change only what it hands back — never the verdict.
 
-Per phase (``eager``; ``graph`` on CUDA):
+Per phase (``eager`` and ``reuse`` everywhere; ``graph`` on CUDA):
 
 * every ``[rows, hidden]`` argument sits between NaN guard rows; extra output buffers start as NaN;
 * out of place: blocks of the outputs' size are filled with NaN and freed first, so a kernel that leaves part of
@@ -13,6 +13,11 @@ Per phase (``eager``; ``graph`` on CUDA):
   glibc reuses freed memory unpredictably, and unwritten rows fail the comparison with whatever they held);
 * on CUDA the call runs on a fresh non-default stream and its results are copied out on that stream after
   synchronizing only it (a kernel that works on another stream is read before it finishes);
+* ``reuse``: the argument buffers are framed with the ``eager`` inputs and called once (the result is discarded),
+  then the same buffers are overwritten in place with the ``reuse`` inputs (other buffers and the guard rows back to
+  NaN; out of place, the allocator poisoned again) and called again on the same tensors (same addresses, same objects): a kernel
+  that caches its result keyed on its inputs' ``data_ptr`` or identity hands back the first inputs' answer — what
+  timing, which calls on the same buffers again and again, would otherwise reward;
 * ``graph``: the call is captured into a CUDA graph on other inputs (after a warm-up call on scratch copies), the
   buffers are reset to those inputs, out-of-place outputs are set to NaN, and the graph is replayed once: a kernel
   that behaves differently while captured hands back a wrong answer;
@@ -159,6 +164,25 @@ def _eager(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: i
     return None
 
 
+def _reuse(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: int, device: Any) -> str | None:
+    tensors, frames = _framed_args(spec, pack, "eager", in_place, rows, device)
+    args = spec.arguments(tensors, in_place)
+    value = fn(*args)  # the first call, on the eager inputs: its result is discarded
+    del value
+    _reset(spec, pack, "reuse", tensors, frames, device)  # the same buffers, in place: same data_ptr, same objects
+    if not in_place:
+        ref = tensors[spec.ROW_TENSORS[0]]
+        _poison_allocator((rows, spec.hidden_size), ref.dtype, device)
+    value = fn(*args)
+    outputs = None
+    if not in_place:
+        outputs, error = _returned(spec, value, tensors, rows)
+        if error:
+            return error
+    _hand_back(spec, pack, "reuse", in_place, tensors, frames, outputs)
+    return None
+
+
 def _graph(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: int, device: Any) -> str | None:
     import torch
 
@@ -201,7 +225,7 @@ def run_check(fn: Callable[..., Any], spec: Any, in_place: bool, rows: int, devi
     dev = torch.device(device)
     errors: dict[str, str | None] = {}
     call = fn if isinstance(fn, _Guarded) else guarded(fn)
-    for phase, run in (("eager", _eager), ("graph", _graph)):
+    for phase, run in (("eager", _eager), ("reuse", _reuse), ("graph", _graph)):
         if phase in phases:
             errors[phase] = attribute(lambda: _phase(run, call, spec, pack, in_place, rows, dev), f"the {phase} check",
                                       call)
