@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from infercrane.kernels.harness.correctness import phases_for
+
 from infercrane.errors import InputError
 from infercrane.kernels.harness.runner import ScreenResult, screen
 from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
@@ -37,7 +39,9 @@ def test_functional_screen_end_to_end(monkeypatch):
     for key in ("eager", "user"):
         impl = res.implementation(key)
         assert impl.status == "ok" and [c.rows for c in impl.correctness] == [1, 8]
-        assert all(c.passed and len(c.checks) == 3 for c in impl.correctness) and impl.timings == []
+        # 3 checks, each in every phase a CPU runs (eager, reuse)
+        assert all(c.passed and len(c.checks) == 3 * len(phases_for("cpu")) for c in impl.correctness)
+        assert impl.timings == []
     for key in ("vllm_vendor", "cuda"):
         impl = res.implementation(key)
         assert impl.status == "skipped" and not impl.available and impl.skip_reason
@@ -57,7 +61,8 @@ def test_functional_screen_fails_a_cheating_candidate():
                  device="cpu")
     user = res.implementation("user")
     assert user.status == "failed" and user.failure == "incorrect"
-    assert "check 1" in user.error and user.correctness and not user.correctness[0].passed
+    # the cache answers the reuse phase of the very first check (the same buffers, new contents) with a stale result
+    assert "check 0 reuse" in user.error and user.correctness and not user.correctness[0].passed
 
 
 def test_triton_runs_under_the_interpreter_in_a_functional_screen(monkeypatch):

@@ -36,9 +36,10 @@ def test_count_is_taken_at_the_largest_row_count_and_documented_parts_add_up() -
     assert gpu.rows == host.rows == 4096 and (gpu.where, host.where) == ("gpu", "host")
     io = spec.bytes_moved(4096)
     elements = 4096 * 1024
-    # two phases (eager, graph replay) on a GPU: the worker's four sets per phase, the checker's pack, copies, oracle
-    assert gpu.total_bytes == 2 * 4 * io + memory.GPU_FIXED_BYTES
-    assert host.total_bytes == 2 * 2 * io + 2 * io + 2 * io * 4 // 2 + 72 * elements
+    # three phases (eager, reuse, graph replay) on a GPU: the worker's four sets per phase, the checker's pack,
+    # copies, oracle
+    assert gpu.total_bytes == 3 * 4 * io + memory.GPU_FIXED_BYTES
+    assert host.total_bytes == 3 * 2 * io + 3 * io + 3 * io * 4 // 2 + 72 * elements
     assert harness_bytes(spec, [4096], "cuda") == gpu.total_bytes + host.total_bytes
     # generous: well above the inputs and outputs alone, but not absurd
     assert io * 5 < gpu.total_bytes - memory.GPU_FIXED_BYTES < io * 20 and io * 5 < host.total_bytes < io * 40
@@ -50,7 +51,8 @@ def test_a_cpu_run_holds_both_sides_in_host_memory() -> None:
     io = spec.bytes_moved(512)
     assert cpu.where == "host" and "CUDA context and L2 flush" not in cpu.parts
     assert cpu.parts["Triton interpreter copies"] == io and cpu.parts["worker process"] == memory.CPU_FIXED_BYTES
-    assert cpu.parts["worker: inputs, NaN frames, poison, outputs"] == 4 * io  # one phase: no graph replay on CPU
+    # two phases (eager, reuse): no graph replay on CPU
+    assert cpu.parts["worker: inputs, NaN frames, poison, outputs"] == 2 * 4 * io
 
 
 def _available(gpu: int | None, host: int | None) -> Any:

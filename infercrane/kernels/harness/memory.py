@@ -5,7 +5,7 @@ fit is refused before anything is allocated, with both numbers.
 workers give their cached device memory back between jobs: ``session.py::WorkerSession._release_cached_memory``), so
 the peak is that of the largest row count. With ``E = rows * hidden`` elements in one ``[rows, hidden]`` tensor,
 ``b`` bytes per element of the storage dtype, ``io = spec.bytes_moved(rows)`` (the op's byte model: every tensor it
-reads and writes, once) and ``P`` checking phases (eager; eager and CUDA-graph replay on a GPU:
+reads and writes, once) and ``P`` checking phases (eager and reuse; plus CUDA-graph replay on a GPU:
 ``correctness.py::phases_for``), a correctness check holds at its peak:
 
 * in InferCrane's own process (host memory, ``correctness.py::_check``):
@@ -91,7 +91,7 @@ def harness_needs(spec: Any, rows: Iterable[int], device: Device) -> list[Memory
     b = int(spec.dtype_bytes)
     elements = r * int(spec.hidden_size)
     io = int(spec.bytes_moved(r))
-    phases = 2 if device == "cuda" else 1
+    phases = 3 if device == "cuda" else 2  # correctness.phases_for: eager, reuse (+ graph on a GPU)
     host = {
         "shared tensor pack": phases * 2 * io,
         "checker's input copies": phases * io,
