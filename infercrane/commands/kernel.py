@@ -554,7 +554,8 @@ def _timing_basis(doc: dict[str, Any], key: str) -> str | None:
     voided = sum(1 for c in family if c.get("verdict") == "FLAGGED")
     short = sum(1 for c in family if c.get("flags") and c.get("verdict") == "INSUFFICIENT")
     if clean == len(family):
-        return f"{_first_line(key)}: all {_plural(clean, 'decision comparison', 'decision comparisons')} rest on clean timing"
+        return (f"{_first_line(key)}: all {_plural(clean, 'decision comparison', 'decision comparisons')} rest on "
+                "clean timing")
     text = (f"{_first_line(key)}: {clean} of {_plural(len(family), 'decision comparison', 'decision comparisons')} "
             f"{'rests' if clean == 1 else 'rest'} on clean timing; "
             f"{widened} {'keeps its' if widened == 1 else 'keep their'} verdict with the interval widened by the "

@@ -532,6 +532,11 @@ def screen(
             calib_worker.close()
 
     # 6. assemble
+    if interrupted:  # an implementation stopped before every row count was checked decides nothing
+        for im in impls:
+            if im.active and len(im.correctness) < len(rows):
+                im.status, im.failure = "failed", "harness"
+                im.error = f"not checked at every row count: {interrupted}"
     results = []
     for im in impls:
         cells = [
