@@ -1,0 +1,71 @@
+"""What the kernel lab decided on a GPU, from the files ``benchmarks/kernel_decides_h200.sh`` wrote: per op and timing
+mode, how many decode-row comparisons carry a verdict (and which), how many flagged cells kept their verdict on the
+widened interval; each candidate's decision; and the standalone timer's comparison of every graph cell.
+
+    python3 benchmarks/kernel_decides_summary.py EVIDENCE > summary.txt
+
+``EVIDENCE`` is the script's output folder or a ``.tar.xz`` of it. Reads JSON only (no InferCrane import)."""
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+VERDICTS = ("FASTER", "SLOWER", "SAME", "AMBIGUOUS", "FLAGGED", "INSUFFICIENT")
+NO_VERDICT = ("FLAGGED", "INSUFFICIENT")
+
+
+def _files(evidence: Path) -> dict[str, str]:
+    if evidence.is_dir():
+        return {p.name: p.read_text() for p in evidence.iterdir() if p.suffix in (".json", ".jsonl")}
+    with tarfile.open(evidence) as tar:
+        return {Path(m.name).name: tar.extractfile(m).read().decode() for m in tar.getmembers()
+                if m.isfile() and Path(m.name).suffix in (".json", ".jsonl")}
+
+
+def summary(files: dict[str, str], max_rows: int = 512) -> list[str]:
+    lines = []
+    for name in sorted(n for n in files if n.endswith(".json")):
+        doc = json.loads(files[name])
+        res = doc["result"]
+        op = res["spec"]["op"]
+        for mode in res["modes"]:
+            cs = [c for c in res["comparisons"] if c["mode"] == mode and c["rows"] <= max_rows]
+            n = Counter(c["verdict"] for c in cs)
+            widened = [c for c in cs if c.get("widened")]
+            kept = sum(1 for c in widened if c["widened"]["holds"])
+            got = sum(v for k, v in n.items() if k not in NO_VERDICT)
+            lines.append(f"{op} {mode}: {got} of {len(cs)} decode-row comparisons carry a verdict ("
+                         + ", ".join(f"{v} {n.get(v, 0)}" for v in VERDICTS)
+                         + f"); {len(widened)} flagged by a timer disagreement, {kept} of them keep their verdict "
+                         "on the widened interval")
+        lines.append(f"{op} decision of {doc['candidate']['key']}: {doc['decision_code']}")
+        for other in doc.get("other_candidates", []):
+            lines.append(f"{op} decision of {other['implementation']}: {other['decision_code']}")
+        lines.append(f"{op} wall_s {res['wall_s']:.1f}; handshake cost per sample job (us): " + ", ".join(
+            f"{m} {v:.0f}" for m, v in res["calibration"]["parent_overhead_us"].items()))
+    for name in sorted(n for n in files if n.startswith("standalone-") and n.endswith(".jsonl")):
+        rows = [json.loads(line)["summary"] for line in files[name].splitlines() if '"summary"' in line]
+        cmp = [r for r in rows if r.get("kind") == "compare"]
+        if not cmp:
+            continue
+        worst = max(cmp, key=lambda r: abs(r["level_matched"]))
+        within = sum(1 for r in cmp if r["within_limit"])
+        lines.append(f"{name}: {within} of {len(cmp)} graph cells within 3 % of the standalone timer, level-matched; "
+                     f"largest {worst['level_matched']:+.4f} ({worst['impl']} rows {worst['rows']}); largest "
+                     f"unmatched difference {max(abs(r['difference']) for r in cmp):.4f}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print("\n".join(summary(_files(Path(argv[0])))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

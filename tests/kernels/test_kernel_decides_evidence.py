@@ -1,0 +1,37 @@
+"""The H200 evidence of docs/benchmarks/2026-12-02-h200-kernel-decides/: its receipts (packed in evidence.tar.xz)
+validate and re-decide as written under this InferCrane, and summary.txt is what the summary script reads from them."""
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bench_scripts import load_script
+
+FOLDER = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "2026-12-02-h200-kernel-decides"
+EVIDENCE = FOLDER / "evidence.tar.xz"
+
+
+def _receipts() -> dict[str, dict]:
+    with tarfile.open(EVIDENCE) as tar:
+        return {m.name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers()
+                if m.isfile() and m.name.endswith(".json")}
+
+
+@pytest.mark.parametrize("name", ["fused_add_rmsnorm.json", "rms_norm.json"])
+def test_each_packed_receipt_validates(name):
+    from infercrane.receipts.validate import check_document
+
+    doc = _receipts()[name]
+    model, problems = check_document(doc)
+    assert problems == [] and model is not None, problems[:5]
+    assert doc["result"]["comparison_policy"]["flag_rule"] == "widen"
+    assert doc["result"]["placement"]["graphs_per_trial"] == 4
+
+
+def test_the_summary_is_what_the_script_reads_from_the_evidence():
+    summary = load_script("kernel_decides_summary")
+    lines = summary.summary(summary._files(EVIDENCE))
+    assert (FOLDER / "summary.txt").read_text().splitlines() == lines
