@@ -257,21 +257,7 @@ def time_launch(
 
 def capture_graph(call: Callable[[], Any], calls: int) -> Any:
     """Capture ``calls`` back-to-back calls into a ``torch.cuda.CUDAGraph`` (after warming up on a side stream)."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    _sync()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
-    _sync()
-    return graph
+    return _capture_keep_last(call, calls)[0]
 
 
 def time_graph(
@@ -285,27 +271,13 @@ def time_graph(
     variance. In-place inputs are restored between replays, outside the events. (A single graph, as calibration
     times it: ``CellTimer`` without placements.)
     """
-    import torch
-
     graph = capture_graph(call, calls_per_sample)
     graph.replay()  # first replay uploads the graph; not timed
     _sync()
-    times: list[float] = []
-    clocks: list[int | None] = []
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     try:
-        for _ in range(samples):
-            if restore is not None:
-                restore()
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / calls_per_sample)
-            clocks.append(clock.read_mhz())
+        return _replay_samples(graph, samples, calls_per_sample, restore, clock)
     finally:
         del graph
-    return times, clocks
 
 
 def l2_flush_bytes(device: Any) -> int:
