@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from infercrane.decide.amdahl import AmdahlCeiling
 from infercrane.decide.policy import KernelPolicy, load_policy
 from infercrane.errors import InputError
-from infercrane.kernels.result import FAILURE_WORDS, Failure
+from infercrane.decide.failures import FAILURE_WORDS, Failure
 from infercrane.stats.compare import Verdict
 from infercrane.stats.family import HOLM, holm_adjust
 from infercrane.stats.trials import TrialSpeedup, trial_speedup

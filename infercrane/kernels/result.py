@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from infercrane.kernels.harness.placement import Levels, PlacementCondition
 from infercrane.kernels.op import Tolerance
 from infercrane.receipts.base import AwareDatetime, Strict
+from infercrane.decide.failures import FAILURE_WORDS, Failure  # noqa: F401  (re-exported with the result model)
 from infercrane.stats.compare import Verdict
 from infercrane.stats.summary import Summary
 from infercrane.stats.trials import TrialSpeedup
@@ -26,10 +27,6 @@ SCREEN_RESULT_SCHEMA = "infercrane.kernel-screen-result/v2"
 Mode = Literal["launch", "graph", "cold"]
 Phase = Literal["eager", "reuse", "graph"]
 Status = Literal["ok", "failed", "skipped"]
-Failure = Literal["incorrect", "crashed", "timeout", "timer_fault", "error", "harness"]
-# How a failure kind is worded in one line (console, receipt, decision): each its own word.
-FAILURE_WORDS: dict[str, str] = {"incorrect": "incorrect", "crashed": "crashed", "timeout": "timed out",
-                                 "timer_fault": "timer fault", "error": "raised an error", "harness": "harness fault"}
 CHECKED_BY = "InferCrane's own process, from the bytes the implementation's worker handed back (not its reply)"
 
 
