@@ -536,37 +536,6 @@ def _baseline_verdicts(doc: dict[str, Any], key: str) -> list[Any]:
     return lines
 
 
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-def _timing_basis(doc: dict[str, Any], key: str) -> str | None:
-    """One line on what candidate ``key``'s decision comparisons rest on, from the receipt's comparisons (those its
-    decision family marks, ``family``): how many have clean timing cells, how many keep their verdict with the
-    interval widened by the timers' disagreement (flag rule 'widen'), how many carry no verdict because a flag voids
-    them — and what to do about those. None when the receipt marks no decision comparison of ``key``."""
-    family = [c for c in (doc.get("result") or {}).get("comparisons", [])
-              if c.get("candidate") == key and c.get("family")]
-    if not family:
-        return None
-    clean = sum(1 for c in family if not c.get("flags"))
-    widened = sum(1 for c in family if c.get("flags") and c.get("widened") and c.get("verdict") != "FLAGGED")
-    voided = sum(1 for c in family if c.get("verdict") == "FLAGGED")
-    short = sum(1 for c in family if c.get("flags") and c.get("verdict") == "INSUFFICIENT")
-    if clean == len(family):
-        return (f"{_first_line(key)}: all {_plural(clean, 'decision comparison', 'decision comparisons')} rest on "
-                "clean timing")
-    text = (f"{_first_line(key)}: {clean} of {_plural(len(family), 'decision comparison', 'decision comparisons')} "
-            f"{'rests' if clean == 1 else 'rest'} on clean timing; "
-            f"{widened} {'keeps its' if widened == 1 else 'keep their'} verdict with the interval widened by the "
-            f"timers' disagreement; {voided} {'carries' if voided == 1 else 'carry'} no verdict (flagged)")
-    if short:
-        text += f"; {short} flagged {'has' if short == 1 else 'have'} too few paired trials for a verdict"
-    if voided:
-        text += " — rerun, or decide on another timing mode (--policy with timing_mode)"
-    return text
-
-
 def _verdict_text(doc: dict[str, Any], i: dict[str, Any]) -> Any:
     """The verdict cell of one implementation. A candidate: its decision code and decision (the receipt's candidate
     from ``decision_code`` / ``decision``, the others from ``other_candidates``), then its verdicts against each
@@ -616,7 +585,7 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     The µs table is built from the result's timing cells, so every timed implementation has its column even when the
     receipt's candidate was not timed; a flagged cell (a cell that cannot carry a verdict) is marked. The other
     candidates' decisions are in their rows; their whole reasons stay in the receipt (``infercrane receipt show``).
-    Before the decision, one line per candidate says what its decision comparisons rest on (``_timing_basis``): clean
+    Before the decision, one line per candidate says what its decision comparisons rest on (``report.kernel.timing_basis``): clean
     timing, an interval widened by the timers' disagreement, or no verdict (flagged)."""
     from rich.measure import Measurement
     from rich.table import Table
@@ -668,8 +637,10 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
         con.print(Text(f"  Amdahl rows={a['rows']}: op share {a['op_share'] * 100:.2f}% of a "
                        f"{a['decode_step_ms']:.3g} ms step ({_first_line(a['decode_step_source'])}); ceiling "
                        f"{a['best_possible_gain_percent']:.2f}%, expected {a['expected_gain_percent']:.2f}%"))
+    from ..report.kernel import timing_basis
+
     for i in result["implementations"]:  # one line per candidate: what its decision's comparisons rest on
-        basis = _timing_basis(doc, i["key"]) if i.get("kind") == "candidate" else None
+        basis = timing_basis(doc, i["key"]) if i.get("kind") == "candidate" else None
         if basis:
             con.print(Text(basis))
     con.print(Text.assemble(("decision: ", "bold"),

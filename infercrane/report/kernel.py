@@ -122,6 +122,37 @@ def _speedup_figure(result: dict[str, Any], mode: str) -> Figure | None:
     return Figure(name=f"speedup-{mode}", title=f"Speedup with intervals, {mode} mode", caption=caption, fig=fig)
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def timing_basis(doc: dict[str, Any], key: str) -> str | None:
+    """One line on what candidate ``key``'s decision comparisons rest on, from the receipt's comparisons (those its
+    decision family marks, ``family``): how many have clean timing cells, how many keep their verdict with the
+    interval widened by the timers' disagreement (flag rule 'widen'), how many carry no verdict because a flag voids
+    them — and what to do about those. None when the receipt marks no decision comparison of ``key``."""
+    family = [c for c in (doc.get("result") or {}).get("comparisons", [])
+              if c.get("candidate") == key and c.get("family")]
+    if not family:
+        return None
+    clean = sum(1 for c in family if not c.get("flags"))
+    widened = sum(1 for c in family if c.get("flags") and c.get("widened") and c.get("verdict") != "FLAGGED")
+    voided = sum(1 for c in family if c.get("verdict") == "FLAGGED")
+    short = sum(1 for c in family if c.get("flags") and c.get("verdict") == "INSUFFICIENT")
+    if clean == len(family):
+        return (f"{key}: all {_plural(clean, 'decision comparison', 'decision comparisons')} rest on "
+                "clean timing")
+    text = (f"{key}: {clean} of {_plural(len(family), 'decision comparison', 'decision comparisons')} "
+            f"{'rests' if clean == 1 else 'rest'} on clean timing; "
+            f"{widened} {'keeps its' if widened == 1 else 'keep their'} verdict with the interval widened by the "
+            f"timers' disagreement; {voided} {'carries' if voided == 1 else 'carry'} no verdict (flagged)")
+    if short:
+        text += f"; {short} flagged {'has' if short == 1 else 'have'} too few paired trials for a verdict"
+    if voided:
+        text += " — rerun, or decide on another timing mode (--policy with timing_mode)"
+    return text
+
+
 def _verdict_table(result: dict[str, Any], mode: str) -> Table | None:
     comps = [c for c in result.get("comparisons", []) if c["mode"] == mode]
     if not comps:
@@ -142,8 +173,9 @@ def _verdict_table(result: dict[str, Any], mode: str) -> Table | None:
         out.append(line)
     return Table(title=f"Verdicts, {mode} mode (candidate × baseline × rows)",
                  columns=["candidate", "baseline", *[f"rows {r}" for r in rows_all]], rows=out,
-                 caption="verdict and speedup (baseline time / candidate time) per cell; FLAGGED cells carry no "
-                         "verdict (their flags are in the receipt)")
+                 caption="verdict and speedup (baseline time / candidate time) per cell; a cell flagged by a timer "
+                         "disagreement keeps its verdict only where it holds on the interval widened by it (flag rule "
+                         "'widen'); FLAGGED cells carry no verdict (their flags are in the receipt)")
 
 
 def _amdahl_section(doc: dict[str, Any]) -> Section | None:
@@ -187,8 +219,11 @@ def kernel_sections(doc: dict[str, Any]) -> list[Section]:
                  f"INCORRECT at rows {', '.join(map(str, failed))}" if failed else
                  (i.get("skip_reason") or i.get("error") or ""))
         impl_rows.append([i["key"], i.get("kind") or "", i["status"], str(state).splitlines()[0] if state else ""])
+    basis = [line for i in result["implementations"] if i.get("kind") == "candidate"
+             for line in [timing_basis(doc, i["key"])] if line]
     sections = [Section(title="Implementations", tables=[Table(
-        title="Implementations", columns=["key", "kind", "status", "correctness / reason"], rows=impl_rows)])]
+        title="Implementations", columns=["key", "kind", "status", "correctness / reason"], rows=impl_rows)],
+        notes=basis)]
     decision_mode = doc.get("measurements_timing_mode")
     modes = sorted(result.get("modes") or [], key=lambda m: m != decision_mode)  # the mode decided on first
     for mode in modes:

@@ -35,3 +35,12 @@ def test_the_summary_is_what_the_script_reads_from_the_evidence():
     summary = load_script("kernel_decides_summary")
     lines = summary.summary(summary._files(EVIDENCE))
     assert (FOLDER / "summary.txt").read_text().splitlines() == lines
+
+
+def test_the_report_says_what_each_candidates_decision_rests_on():
+    from infercrane.report.kernel import kernel_sections, timing_basis
+
+    doc = _receipts()["fused_add_rmsnorm.json"]
+    [impls] = [s for s in kernel_sections(doc) if s.title == "Implementations"]
+    assert impls.notes == [timing_basis(doc, "triton"), timing_basis(doc, "cuda")]
+    assert impls.notes[0] == "triton: all 15 decision comparisons rest on clean timing"
