@@ -159,6 +159,11 @@ class Calibration(Strict):
     clock_source: str
     clock_before_mhz: int | None
     clock_after_mhz: int | None
+    cold_second_offset_us: float | None = Field(
+        None, description="what a CUDA event pair adds to a cold call beyond CUPTI's span from the spin's end to the "
+                          "call's last activity: the empty kernel's cold floor by events minus its CUPTI span, both "
+                          "in this clean worker; added to every cold cell's CUPTI figure so the second timer measures "
+                          "what the events do")
     parent_overhead_us: dict[str, float] = Field(
         default_factory=dict, description="per mode: what InferCrane's clock sees around a sample job of the empty "
                                           "kernel beyond the samples' own time (handshake, host work between "
@@ -379,6 +384,9 @@ class TimingCell(Strict):
     second_timer_method: str | None
     timer_disagreement: float | None = Field(description="median of the trial the second timer ran in / "
                                              "second_timer_us - 1")
+    second_timer_offset_us: float | None = Field(None, description="cold mode: the calibration's "
+                                                 "cold_second_offset_us, added to second_timer_us before the two "
+                                                 "timers are compared")
     floor_us: float | None = Field(description="the physical floor of this cell: max(empty-kernel floor of the mode, "
                                    "byte floor at copy bandwidth)")
     flags: list[str] = Field(default_factory=list, description="reasons this cell cannot carry a verdict (e.g. the "

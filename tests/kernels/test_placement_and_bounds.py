@@ -131,3 +131,17 @@ def test_a_worker_error_in_the_check_is_reported_as_such():
     assert not check.passed and "out-of-place contract" in check.failure_summary()
     bad = verify(lambda job: "garbage", spec, in_place=False, rows=2, seed=1, calls=1)
     assert not bad.passed and "malformed" in bad.contract_error
+
+
+def test_cold_mode_holds_the_events_against_cupti_plus_the_event_pairs_own_cost():
+    from infercrane.kernels.harness.runner import _summarize_cell
+
+    block = _block([4.0] * 10, calls=1).model_copy(update={
+        "mode": "cold", "second_timer_us": 2.6, "second_timer_method": "CUPTI"})
+    raw = _summarize_cell(1, "cold", [block], None, None, None)
+    assert raw.timer_disagreement == pytest.approx(4.0 / 2.6 - 1.0) and raw.flags  # 54 %: two quantities
+    held = _summarize_cell(1, "cold", [block], None, None, None, second_offset_us=1.4)
+    assert held.timer_disagreement == pytest.approx(0.0) and not held.flags
+    assert held.second_timer_us == 2.6 and held.second_timer_offset_us == 1.4
+    off = _summarize_cell(1, "cold", [block], None, None, None, second_offset_us=0.2)
+    assert off.flags and off.flags[0].startswith("timer_disagreement")  # an offset explains only its own size

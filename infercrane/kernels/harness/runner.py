@@ -117,12 +117,13 @@ def summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved:
     floors = {b.mode: summarize(b.samples_us).median for b in calibration.floors} if calibration else {}
     l2 = calibration.device.l2_cache_bytes if calibration else None
     overhead = calibration.parent_overhead_us.get(mode) if calibration else None
-    return _summarize_cell(rows, mode, blocks, bytes_moved, copy_gbps, floors.get(mode), l2, overhead)
+    offset = calibration.cold_second_offset_us if calibration and mode == "cold" else None
+    return _summarize_cell(rows, mode, blocks, bytes_moved, copy_gbps, floors.get(mode), l2, overhead, offset)
 
 
 def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
                     copy_gbps: float | None, floor_us: float | None, l2_bytes: int | None = None,
-                    overhead_us: float | None = None) -> TimingCell:
+                    overhead_us: float | None = None, second_offset_us: float | None = None) -> TimingCell:
     """One implementation's cell: pooled summary, bandwidth where meaningful, the second timer's agreement and the
     physical floors; a disagreement beyond ``TIMER_AGREEMENT_MAX`` or a time under a floor flags the cell."""
     from infercrane.stats import summarize
@@ -175,13 +176,16 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         own = [t for i, t in enumerate(trial.samples_us) if i not in set(trial.rejected)] or trial.samples_us
         # graph mode with placements: the second timer replayed the trial's last graph; held against its median
         reference = trial.second_timer_reference_us or statistics.median(own)
-        disagreement = reference / second - 1.0
+        # cold mode: CUPTI's span plus what the event pair itself adds (measured on the empty kernel), so that
+        # both timers measure the event-bracketed time
+        disagreement = reference / (second + (second_offset_us or 0.0)) - 1.0
     if second is None:
         why = "; ".join(sorted({b.second_timer_error for b in blocks if b.second_timer_error})) or "not run"
         flags.append(f"no_second_timer: {why}")
     elif abs(disagreement) > TIMER_AGREEMENT_MAX:
-        flags.append(f"timer_disagreement: trial {seconds[-1].trial} median {second * (1 + disagreement):.4g} us vs "
-                     f"second timer {second:.4g} us ({disagreement:+.1%}, limit ±{TIMER_AGREEMENT_MAX:.0%}; "
+        held = second + (second_offset_us or 0.0)
+        flags.append(f"timer_disagreement: trial {seconds[-1].trial} median {held * (1 + disagreement):.4g} us vs "
+                     f"second timer {held:.4g} us ({disagreement:+.1%}, limit ±{TIMER_AGREEMENT_MAX:.0%}; "
                      f"{method.split(':')[0]})")
     byte_floor_us = bytes_moved / (copy_gbps * 1e3) if bytes_moved and copy_gbps and not l2_resident else None
     # The empty-kernel floor is a device floor in graph and cold mode; in launch mode it is the host cost of
@@ -213,6 +217,7 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         outputs_finite=all(finite) if finite else None, bytes_moved=bytes_moved, achieved_gbps=achieved,
         pct_of_copy_bandwidth=pct, bandwidth_note=note, second_timer_us=second, second_timer_method=method,
         timer_disagreement=disagreement, floor_us=floor, flags=flags, levels=levels,
+        second_timer_offset_us=second_offset_us if second is not None else None,
     )
 
 
@@ -280,6 +285,23 @@ def _handshake_cost(worker: Any, modes: list[str], samples: int, timeout_s: floa
             extra.append(elapsed - sum(block.samples_us) * block.calls_per_sample)
         out[m] = statistics.median(extra)
     return out
+
+
+def _cold_second_offset(worker: Any, calibration: Calibration, timeout_s: float) -> float | None:
+    """What a CUDA event pair adds to a cold call beyond CUPTI's span (``Calibration.cold_second_offset_us``): the
+    empty kernel's cold floor by events minus its CUPTI span, both in the calibration worker; None without a figure."""
+    import statistics
+
+    from infercrane.kernels.harness.isolation import WorkerFailure
+
+    floor = next((b for b in calibration.floors if b.mode == "cold"), None)
+    try:
+        got = worker.request({"op": "second_cold_empty", "device": "cuda"}, timeout_s, "the empty kernel's CUPTI span")
+    except WorkerFailure:  # no offset: cold cells are held against CUPTI's span alone, as before
+        return None
+    if floor is None or not floor.samples_us or got.get("second_timer_us") is None:
+        return None
+    return statistics.median(floor.samples_us) - float(got["second_timer_us"])
 
 
 class _Impl:
@@ -429,6 +451,9 @@ def screen(
                     timeout_s, "calibration"))
                 calibration = calibration.model_copy(update={"parent_overhead_us": _handshake_cost(
                     calib_worker, timed_modes, samples_per_trial, timeout_s)})
+                if "cold" in timed_modes:  # last: once CUPTI is attached it slows the worker's launches
+                    calibration = calibration.model_copy(update={
+                        "cold_second_offset_us": _cold_second_offset(calib_worker, calibration, timeout_s)})
             except WorkerFailure as e:
                 calibration_note = f"calibration failed: {e.message}"
             finally:

@@ -57,7 +57,9 @@ SECOND_TIMER_METHODS = {
     "cold": "CUPTI activity timestamps (torch.profiler): from the end of the spin kernel to the end of the call's "
             "last GPU activity, after the same L2 flush and a longer spin (the quantity the events measure: the "
             "call's device time from a queued start); median over samples; run after every trial of the worker, "
-            "because once CUPTI is attached it slows every later launch and graph replay of the process",
+            "because once CUPTI is attached it slows every later launch and graph replay of the process; held "
+            "against the events plus what the event pair itself adds (the calibration's cold_second_offset_us: "
+            "the empty kernel's cold floor by events minus its CUPTI span)",
 }
 # InferCrane's own clock around each sample job (``parent_bound``): a block whose samples the worker claims took
 # far less than what that clock saw, beyond the handshake cost measured on the empty kernel, is a timer fault.
