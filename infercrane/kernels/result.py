@@ -126,12 +126,7 @@ class TimingBlock(Strict):
         if not self.graphs:
             kept = self.kept()
             return statistics.median(kept) if kept else None
-        rejected = set(self.rejected)
-        meds = []
-        for g in self.graphs:
-            mine = [self.samples_us[i] for i in range(g.first_sample, g.first_sample + g.samples) if i not in rejected]
-            if mine:
-                meds.append(statistics.median(mine))
+        meds = self.graph_medians()
         return statistics.fmean(meds) if meds else None
 
     def graph_medians(self) -> list[float]:

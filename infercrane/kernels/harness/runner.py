@@ -178,12 +178,12 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         reference = trial.second_timer_reference_us or statistics.median(own)
         # cold mode: CUPTI's span plus what the event pair itself adds (measured on the empty kernel), so that
         # both timers measure the event-bracketed time
-        disagreement = reference / (second + (second_offset_us or 0.0)) - 1.0
+        held = second + (second_offset_us or 0.0)
+        disagreement = reference / held - 1.0
     if second is None:
         why = "; ".join(sorted({b.second_timer_error for b in blocks if b.second_timer_error})) or "not run"
         flags.append(f"no_second_timer: {why}")
     elif abs(disagreement) > TIMER_AGREEMENT_MAX:
-        held = second + (second_offset_us or 0.0)
         flags.append(f"timer_disagreement: trial {seconds[-1].trial} median {held * (1 + disagreement):.4g} us vs "
                      f"second timer {held:.4g} us ({disagreement:+.1%}, limit ±{TIMER_AGREEMENT_MAX:.0%}; "
                      f"{method.split(':')[0]})")
@@ -239,10 +239,10 @@ def _prefill_info(op: str, impls: list["_Impl"], candidate: Any) -> None:
 PARENT_OVERHEAD_REPEATS = 3
 
 
-def _timed_job(worker: Any, job: dict[str, Any], timeout_s: float, what: str) -> tuple[TimingBlock, float]:
+def _timed_job(worker: Any, job: dict[str, Any], timeout_s: float, what: str) -> TimingBlock:
     """One visit's timing jobs (``session``: time, sample, finish) on ``worker``; the sample job bracketed by this
-    process's monotonic clock. Returns the block (worker state kept for a ``verify`` unless the job is empty) and the
-    bracketed microseconds. A worker whose finished block does not hold the samples it sent is a timer fault."""
+    process's monotonic clock (the block's ``parent_elapsed_us``; worker state kept for a ``verify`` unless the job
+    is empty). A worker whose finished block does not hold the samples it sent is a timer fault."""
     from infercrane.kernels.harness.isolation import WorkerFailure
 
     worker.request(job, timeout_s, what)
@@ -253,14 +253,14 @@ def _timed_job(worker: Any, job: dict[str, Any], timeout_s: float, what: str) ->
     if list(block.samples_us) != list(sampled.get("samples_us", [])):
         raise WorkerFailure("timer_fault", f"{what}: the samples in the worker's block differ from those it sent "
                                            "when they were taken")
-    return block.model_copy(update={"parent_elapsed_us": elapsed_us}), elapsed_us
+    return block.model_copy(update={"parent_elapsed_us": elapsed_us})
 
 
 def _visit(im: "_Impl", job: dict[str, Any], spec: Any, timeout_s: float, what: str, seed: int) -> TimingBlock:
     """Time one cell of one implementation, then check the outputs of what was timed (``timed_check``)."""
     from infercrane.kernels.harness.timed_check import verify
 
-    block, _ = _timed_job(im.worker, job, timeout_s, what)
+    block = _timed_job(im.worker, job, timeout_s, what)
     check = verify(lambda j: im.worker.request(j, timeout_s, f"timed-output check of {what}"), spec,
                    in_place=bool(im.info["in_place"]), rows=int(job["rows"]), seed=seed,
                    calls=block.calls_per_sample)
@@ -281,8 +281,8 @@ def _handshake_cost(worker: Any, modes: list[str], samples: int, timeout_s: floa
             job = {"op": "time", "empty": True, "device": "cuda", "rows": 1, "mode": m, "samples": samples,
                    "trial": rep, "seed": 0, "second_timer": False,
                    "placements": [draw(0, g).model_dump() for g in range(GRAPHS_PER_TRIAL)] if m == "graph" else None}
-            block, elapsed = _timed_job(worker, job, timeout_s, f"handshake cost in {m} mode")
-            extra.append(elapsed - sum(block.samples_us) * block.calls_per_sample)
+            block = _timed_job(worker, job, timeout_s, f"handshake cost in {m} mode")
+            extra.append(block.parent_elapsed_us - sum(block.samples_us) * block.calls_per_sample)
         out[m] = statistics.median(extra)
     return out
 
