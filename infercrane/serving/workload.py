@@ -64,6 +64,56 @@ class PublishedExample(BaseModel):
     hardware_and_runtime_disclosed: bool
 
 
+MAX_CONCURRENCY = 4096  # requests in flight at one point, on any machine: each is a socket in the driver and the engine
+FD_HEADROOM = 256  # open files a driver needs besides its sockets (AIPerf refuses to start below 256)
+THREAD_HEADROOM = 64  # threads of this process and its libraries besides the warm-up's
+
+
+def check_concurrency_fits(concurrency: Sequence[int]) -> None:
+    """InputError when this process cannot hold ``max(concurrency)`` requests in flight: each is a socket (an open
+    file) in the driver and in the warm-up, and a thread in the warm-up (at most ``warmup.MAX_IN_FLIGHT``); drivers
+    and engines inherit this process's limits. A soft RLIMIT_NOFILE below what is needed is raised to it (up to the
+    hard limit, as AIPerf and vLLM do for themselves); a hard limit below it, or too few threads (RLIMIT_NPROC, the
+    kernel's threads-max), is refused, naming the limit and the fix. Machine-dependent, so it is not part of the
+    Workload's validation (a receipt's workload must load on any machine): call it before a plan starts."""
+    import resource
+    import threading
+
+    from infercrane.serving.warmup import MAX_IN_FLIGHT
+
+    c = max(concurrency)
+    unlimited = resource.RLIM_INFINITY
+    files = c + FD_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != unlimited and files > hard:
+        raise InputError(f"concurrency {c} needs about {files} open files ({c} sockets, one per request in flight, "
+                         f"and {FD_HEADROOM} for the driver itself); this process may open at most {hard} "
+                         "(RLIMIT_NOFILE, hard limit)",
+                         hint=f"lower the concurrency to at most {hard - FD_HEADROOM}, or raise the hard limit (nofile "
+                              f"in /etc/security/limits.conf, or `ulimit -Hn {files}` as root) and start InferCrane "
+                              "from a new shell")
+    if soft != unlimited and files > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, hard))
+        except (ValueError, OSError) as exc:
+            raise InputError(f"concurrency {c} needs about {files} open files; this process may open {soft} "
+                             f"(RLIMIT_NOFILE, soft limit) and could not raise it ({exc})",
+                             hint=f"run `ulimit -n {files}` in the shell that starts InferCrane, or lower the "
+                                  f"concurrency to at most {soft - FD_HEADROOM}") from None
+    threads = min(c, MAX_IN_FLIGHT) + threading.active_count() + THREAD_HEADROOM
+    nproc, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    try:
+        threads_max = int(Path("/proc/sys/kernel/threads-max").read_text())
+    except (OSError, ValueError):
+        threads_max = None
+    for limit, name, fix in ((nproc, "RLIMIT_NPROC, processes and threads of this user", f"`ulimit -u {threads}`"),
+                             (threads_max, "the kernel's threads-max", "sysctl kernel.threads-max")):
+        if limit is not None and limit != unlimited and threads > limit:
+            raise InputError(f"concurrency {c} needs about {threads} threads (one per warm-up request in flight), "
+                             f"above {limit} ({name})",
+                             hint=f"lower the concurrency, or raise the limit ({fix})")
+
+
 class Workload(BaseModel):
     """What each run sends and how the experiment is repeated. Frozen; see the module docstring."""
 
@@ -112,6 +162,9 @@ class Workload(BaseModel):
     def _concurrency_ok(cls, value: list[int]) -> list[int]:
         if any(c < 1 for c in value):
             raise ValueError("every concurrency must be >= 1")
+        if any(c > MAX_CONCURRENCY for c in value):
+            raise ValueError(f"concurrency {max(value)} is above {MAX_CONCURRENCY}, the most requests InferCrane keeps "
+                             "in flight at one point (each is a socket in the driver and the engine); give a lower one")
         if len(set(value)) != len(value):
             raise ValueError(f"concurrency points repeat: {value}")
         return value
@@ -241,6 +294,9 @@ class PlanResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     complete: bool = False
     wall_s: float | None = Field(default=None, description="wall time of the whole plan, once it has finished")
+    blocks: list[dict[str, Any]] = Field(default_factory=list,
+                                         description="per AIPerf block: where its wall time went (drivers.aiperf."
+                                                     "block_accounting)")
 
 
 def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str, dict[str, str]]:
@@ -269,6 +325,10 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
     return recipe.model, {}
 
 
+# Synthetic prompts per AIPerf block (drivers.aiperf.RunGrid.prompt_entries): enough that none repeats in the block.
+PROMPTS_PER_SLOT_SECOND = 8.0  # a first block's guess at requests per concurrency slot and second (rates measured later)
+MIN_PROMPT_ENTRIES = 500
+MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each on a small CPU
 CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
 
 
@@ -430,6 +490,39 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             result.notes.append(f"{engine.record.recipe_name}: its log's compiles could not be read "
                                 f"({type(exc).__name__}: {exc})")
 
+    def run_block(engine: Any, runs: list[PlannedRun], where: Path) -> None:
+        """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
+        finished it, the block's time accounting kept even when it fails."""
+        from infercrane.serving.drivers.aiperf import RunGrid, block_accounting
+
+        arm = runs[0].arm
+        indices = tuple(dict.fromkeys(p.run_index for p in runs))
+        concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
+        g = RunGrid(spec=spec_for(runs[0], engine.base_url, engine.served_model, "aiperf", where),
+                    run_indices=indices, concurrencies=concurrencies,
+                    request_counts={c: workload.requests_at(c) for c in concurrencies},
+                    window_s=workload.window_s, warmup_s=workload.warmup_s,
+                    warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
+                    prompt_entries=prompt_entries(arm, indices, concurrencies))
+        started = time.time()
+        try:
+            drvs[0].run_grid(g, on_window=lambda m: record(m, f"{arm} run {m.run_index} at c={m.concurrency}"),
+                             on_progress=(lambda line: on_progress(f"{arm} {line}")) if on_progress else None)
+        finally:
+            result.blocks.append(block_accounting(g, arm=arm, started=started, ended=time.time()))
+
+    def prompt_entries(arm: str, indices: tuple[int, ...], concurrencies: tuple[int, ...]) -> int:
+        """Synthetic prompts for a block, so that no prompt repeats inside it (a repeat could be served from the
+        prefix cache): the block's request counts, or for time windows its windows at the arm's rate measured so far
+        at each concurrency (a first block: PROMPTS_PER_SLOT_SECOND per slot and second), with 25 % to spare."""
+        if workload.window_s is None:
+            need = sum(workload.requests_at(c) for c in concurrencies) * len(indices)
+        else:
+            rate = {m.concurrency: m.request_s for m in result.runs if m.arm == arm and m.request_s > 0}
+            need = sum(rate.get(c, PROMPTS_PER_SLOT_SECOND * c) * workload.window_s
+                       for c in concurrencies) * len(indices)
+        return int(min(MAX_PROMPT_ENTRIES, max(MIN_PROMPT_ENTRIES, math.ceil(1.25 * need))))
+
     def measure(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         arm = runs[0].arm
         if not engine.alive():
@@ -438,40 +531,15 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             gates.before_visit(arm, engine, shared)
         if engine.record.warmup is None:  # its first visit: load it at every concurrency first (serving.warmup)
             engine.record.warmup = warm_engine(engine, workload)
-        if grid and workload.prompts == "shared":  # a prompt file per point: one one-point invocation per point
-            from infercrane.serving.drivers.aiperf import RunGrid
-
+        if grid and workload.prompts == "shared":  # a prompt file per point: one one-window block per point
             for p in runs:
                 if not engine.alive():
                     raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
                 engine.reset_prefix_cache()
-                g = RunGrid(spec=spec_for(p, engine.base_url, engine.served_model, "aiperf", point_dir(p, "aiperf")),
-                            run_indices=(p.run_index,), concurrencies=(p.concurrency,),
-                            request_counts={p.concurrency: workload.requests_at(p.concurrency)},
-                            window_s=workload.window_s, warmup_s=workload.warmup_s)
-                for m in drvs[0].run_grid(g):
-                    record(m, f"{p.arm} run {p.run_index} at c={p.concurrency}")
-        elif grid:
-            from infercrane.serving.drivers.aiperf import RunGrid
-
-            indices = tuple(dict.fromkeys(p.run_index for p in runs))
+                run_block(engine, [p], point_dir(p, "aiperf"))
+        elif grid:  # the whole visit is one block: one AIPerf process, one window per (run, concurrency)
             engine.reset_prefix_cache()
-            g = RunGrid(spec=spec_for(runs[0], engine.base_url, engine.served_model, "aiperf",
-                                      out / arm / f"visit{seg:02d}"),
-                        run_indices=indices, concurrencies=tuple(workload.concurrency),
-                        request_counts={c: workload.requests_at(c) for c in workload.concurrency},
-                        window_s=workload.window_s, warmup_s=workload.warmup_s)
-            n_points = len(indices) * len(workload.concurrency)
-            seen: list[tuple[int, int]] = []
-
-            def point_done(run_index: int, c: int) -> None:
-                seen.append((run_index, c))
-                if on_progress is not None:
-                    on_progress(f"{arm} run {run_index} c={c}: measured, point {len(seen)}/{n_points} of this "
-                                f"visit (AIPerf's numbers are read when the visit ends)")
-
-            for m in drvs[0].run_grid(g, on_point=point_done if on_progress is not None else None):
-                record(m, f"{arm} run {m.run_index} at c={m.concurrency}")
+            run_block(engine, runs, out / arm / f"visit{seg:02d}")
         else:
             for p in runs:
                 if not engine.alive():

@@ -13,29 +13,37 @@ from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload, run_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_sandwich_visits_each_run_as_one_aiperf_invocation(tmp_path, ts_recipe, stand_in_dir, offline_env):
+def test_sandwich_visits_each_run_as_one_aiperf_block(tmp_path, ts_recipe, stand_in_dir, offline_env):
     slow = ts_recipe("--ttft-ms", "30", "--itl-ms", "4", name="slow", model=str(stand_in_dir))
     fast = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="fast", model=str(stand_in_dir))
     w = Workload(schema_version=WORKLOAD_SCHEMA_VERSION, name="visits", concurrency=[1, 2], input_tokens=32,
                  output_tokens=16, window_s=1.0, warmup_s=0.5, runs_per_arm=3, arm_order="sandwich")
     progress: list[str] = []
+    landed: list[tuple[str, int, int]] = []
     result = run_plan([slow, fast], w, out_dir=tmp_path / "art", drivers="aiperf", startup_timeout_s=60,
-                      on_progress=progress.append)
-    # while a visit runs, its finished points are announced (each at most once; the last may only be read at the end)
-    assert progress and len(progress) == len(set(progress)) <= 12
-    assert "slow run 0 c=1: measured, point 1/4 of this visit" in progress[0]
-    # sandwich: slow (runs 0-1), fast (0-2), slow (2): three visits, three AIPerf invocations
+                      on_progress=progress.append, on_run=lambda m: landed.append((m.arm, m.run_index,
+                                                                                    m.concurrency)))
+    # each window is read as AIPerf finishes it, once, in block order
+    reads = [line for line in progress if "of this block read" in line]
+    assert reads[0] == "slow run 0 c=1: window 1/4 of this block read" and len(reads) == len(set(reads)) == 12
+    # sandwich: slow (runs 0-1), fast (0-2), slow (2): three blocks, three AIPerf processes, one config each
     logs = sorted(p.relative_to(tmp_path / "art").as_posix() for p in (tmp_path / "art").rglob("driver.log"))
     assert logs == ["fast/visit01/driver.log", "slow/visit00/driver.log", "slow/visit02/driver.log"]
     points = [(m.arm, m.run_index, m.concurrency) for m in result.runs]
-    assert points == [("slow", 0, 1), ("slow", 0, 2), ("slow", 1, 1), ("slow", 1, 2),
-                      ("fast", 0, 1), ("fast", 0, 2), ("fast", 1, 1), ("fast", 1, 2), ("fast", 2, 1), ("fast", 2, 2),
-                      ("slow", 2, 1), ("slow", 2, 2)]
+    assert points == landed == [("slow", 0, 1), ("slow", 0, 2), ("slow", 1, 1), ("slow", 1, 2),
+                                ("fast", 0, 1), ("fast", 0, 2), ("fast", 1, 1), ("fast", 1, 2), ("fast", 2, 1),
+                                ("fast", 2, 2), ("slow", 2, 1), ("slow", 2, 2)]
     for m in result.runs:
         assert m.ok and m.requests_completed > 0 and m.duration_s > 0.5, m
-        assert f"/visit" in m.raw_export_path and f"/concurrency_{m.concurrency}/" in m.raw_export_path
+        assert m.raw_export_path.endswith(f"/phases/r{m.run_index:02d}_c{m.concurrency}/profile_export_aiperf.json")
+        # InferCrane's reading of the records agrees with AIPerf's own per-phase summary (a difference is a note)
+        assert not [n for n in m.notes if "AIPerf's summary says" in n or "could not be read" in n], m.notes
     tpot = {arm: sorted(m.tpot_p50_ms for m in result.runs if m.arm == arm) for arm in ("slow", "fast")}
-    assert max(tpot["fast"]) < min(tpot["slow"])  # 1 ms against 4 ms per token: each point is its own arm's
+    assert max(tpot["fast"]) < min(tpot["slow"])  # 1 ms against 4 ms per token: each window is its own arm's
+    assert [b["arm"] for b in result.blocks] == ["slow", "fast", "slow"]
+    for b in result.blocks:
+        assert b["windows_finished"] == b["windows_planned"] and b["startup_s"] > 0 and b["warmup_s"] > 0
+        assert b["windows_s"] > 0.9 * b["windows_finished"] and 0 <= b["max_gap_s"] < 1.0
     prov = provenance(config=plan_config("ab", [slow.resolved(), fast.resolved()], w, {"order": None}),
                       command_line=["test"])
     doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=prov)
@@ -43,6 +51,30 @@ def test_sandwich_visits_each_run_as_one_aiperf_invocation(tmp_path, ts_recipe, 
     assert r["paired_aiperf"]["workload"]["window_s"] == 1.0
     assert {(d["recipe"], d["concurrency"]) for d in r["paired_aiperf"]["drift"]} == {
         (a, c) for a in ("slow", "fast") for c in (1, 2)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_engine_crash_in_window_k_keeps_windows_before_it(tmp_path, ts_recipe, stand_in_dir, offline_env):
+    """The test server exits after a number of requests in the middle of the first block: the windows AIPerf finished
+    before are in the partial plan, the failure is the engine's."""
+    from infercrane.errors import RunFailed
+
+    # c = 1, 10 ms + 15 x 1 ms per request: ~40 requests a 1 s window; the crash lands in the third or fourth window
+    crashing = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", "--crash-after", "110", name="crashing",
+                         model=str(stand_in_dir))
+    w = Workload(schema_version=WORKLOAD_SCHEMA_VERSION, name="crash", concurrency=[1], input_tokens=32,
+                 output_tokens=16, window_s=1.0, runs_per_arm=6, arm_order="sequential")
+    with pytest.raises(RunFailed) as err:
+        run_plan([crashing], w, out_dir=tmp_path / "art", drivers="aiperf", startup_timeout_s=60, order="sequential")
+    partial = err.value.partial
+    assert str(err.value).startswith("engine ")  # the engine's failure, not "driver aiperf exited"
+    measured = [m.run_index for m in partial.runs if m.ok]
+    # the windows measured before the crash are kept, in order; any window AIPerf ran against the dead engine is
+    # recorded too, as what it was: failed requests, no measurement
+    assert 1 <= len(measured) < 6 and measured == list(range(len(measured)))
+    assert all(m.failures > 0 and m.requests_completed == 0 for m in partial.runs[len(measured) + 1:])
+    assert partial.blocks and partial.blocks[0]["windows_finished"] >= len(partial.runs)
 
 
 @pytest.mark.slow
@@ -65,36 +97,79 @@ def test_one_concurrency_visit_reads_each_trial(tmp_path, ts_recipe, stand_in_di
                                                request_counts={2: 12}))
     assert [(m.run_index, m.concurrency, m.requests_completed) for m in runs] == [(3, 2, 12), (4, 2, 12)]
     assert runs[0].raw_export_path != runs[1].raw_export_path
+    assert all(m.output_tok_s > 0 and m.notes[-1] == f"window r0{m.run_index}_c2 of a 2-window AIPerf block"
+               for m in runs)
 
 
-def test_point_watch_reports_each_written_point_once_and_survives_a_bad_callback(tmp_path):
+def _phase_done_line(name: str, start_ns: int, end_ns: int, completed: int) -> str:
+    return (f"2026-12-03 04:02:43.444 - records_manager - INFO - Received CREDIT_PHASE_COMPLETE message, Phase "
+            f"complete: PhaseRecordsStats(phase=CreditPhase.PROFILING, phase_index=1, profiling_index=0, "
+            f"phase_name='{name}', phase_kind='profiling', start_ns={start_ns}, sent_end_ns={end_ns - 5}, "
+            f"requests_end_ns={end_ns}, total_expected_requests=None, final_requests_completed={completed}, "
+            f"final_requests_cancelled=0, final_request_errors=0, timeout_triggered=True, was_cancelled=False, "
+            f"records_end_ns=None, success_records={completed}, error_records=0)\n")
+
+
+def _record(name: str, ttft: float, osl: int = 4) -> str:
+    import json
+
+    return json.dumps({"metadata": {"benchmark_phase": "profiling", "phase_name": name},
+                       "metrics": {"time_to_first_token": {"value": ttft}, "inter_token_latency": {"value": 1.0},
+                                   "request_latency": {"value": ttft + 3.0}, "output_sequence_length": {"value": osl},
+                                   "usage_completion_tokens": {"value": osl}}}) + "\n"
+
+
+def test_phase_watch_reads_each_window_once_in_order_when_its_records_are_on_disk(tmp_path):
     from infercrane.serving.drivers import RunSpec
-    from infercrane.serving.drivers.aiperf import SUMMARY_FILE, PointWatch, RunGrid
+    from infercrane.serving.drivers.aiperf import LOG_FILE, RECORDS_FILE, PhaseWatch, RunGrid, parse_phase_done
 
     spec = RunSpec(base_url="http://127.0.0.1:1", served_model="m", tokenizer="t", endpoint="completions",
                    streaming=True, ignore_eos=True, input_tokens=8, output_tokens=4, concurrency=1, request_count=1,
                    warmup_requests=0, seed=0, token_count_source="server", request_timeout_s=10.0,
                    artifact_dir=tmp_path / "visit00", timeout_s=60.0, arm="a", recipe_sha256="0" * 64, run_index=3)
-    grid = RunGrid(spec=spec, run_indices=(3, 4), concurrencies=(1, 8))
-    calls: list[tuple[int, int]] = []
-    watch = PointWatch(grid, lambda r, c: calls.append((r, c)))
+    grid = RunGrid(spec=spec, run_indices=(3, 4), concurrencies=(1, 8), window_s=2.0)
+    assert [w.name for w in grid.windows()] == ["r03_c1", "r03_c8", "r04_c1", "r04_c8"]
+    got: list[tuple[int, int, int]] = []
+    watch = PhaseWatch(grid, driver_version="0.12.0", on_window=lambda m: got.append(
+        (m.run_index, m.concurrency, m.requests_completed)))
+    log, recs = spec.artifact_dir / LOG_FILE, spec.artifact_dir / RECORDS_FILE
+    log.parent.mkdir(parents=True)
     watch.scan()
-    assert calls == []
-    first = tmp_path / "visit00/profile_runs/trial_0001/concurrency_8"
-    first.mkdir(parents=True)
-    (first / SUMMARY_FILE).write_text("{}")
+    assert got == []
+    line = _phase_done_line("r03_c1", 1_000_000_000, 3_000_000_000, 2)
+    assert parse_phase_done(line)["requests_end_ns"] == 3_000_000_000
+    log.write_text(line)
+    recs.write_text(_record("r03_c1", 10.0))
+    watch.scan()
+    assert got == []  # its end is logged, one of its two records is not on disk yet
+    with open(recs, "a") as f:
+        f.write(_record("r03_c1", 20.0) + _record("r03_c8", 5.0)[:30])  # and half a line of the next window
     watch.scan()
     watch.scan()
-    assert calls == [(3, 8)]  # trial 1 is run index 3; once only
-    second = tmp_path / "visit00/profile_runs/trial_0002/concurrency_1"
-    second.mkdir(parents=True)
-    (second / SUMMARY_FILE).write_text("{}")
-    watch.scan()
-    assert calls == [(3, 8), (4, 1)]
+    assert got == [(3, 1, 2)]  # once only
+    m = watch.delivered[0]
+    assert m.duration_s == 2.0 and m.output_tok_s == 8 / 2.0 and m.request_s == 1.0
+    assert m.ttft_p50_ms == 15.0 and m.ttft_p95_ms == 19.5  # linear interpolation, as AIPerf computes it
+    # the process dies with window r03_c8 half read and its end never logged: what finished is kept, nothing else
+    watch.finish(ended_normally=False)
+    assert got == [(3, 1, 2)] and len(watch.delivered) == 1
 
-    def broken(r, c):
-        raise RuntimeError("console gone")
 
-    bad = PointWatch(grid, broken)
-    bad.scan()  # raises nothing; the callback is dropped
-    assert bad.on_point is None and len(bad.seen) == 2
+def test_phase_watch_callback_errors_stop_the_block(tmp_path):
+    from infercrane.serving.drivers import RunSpec
+    from infercrane.serving.drivers.aiperf import LOG_FILE, RECORDS_FILE, PhaseWatch, RunGrid
+
+    spec = RunSpec(base_url="http://127.0.0.1:1", served_model="m", tokenizer="t", endpoint="completions",
+                   streaming=True, ignore_eos=True, input_tokens=8, output_tokens=4, concurrency=1, request_count=1,
+                   warmup_requests=0, seed=0, token_count_source="server", request_timeout_s=10.0,
+                   artifact_dir=tmp_path / "v", timeout_s=60.0, arm="a", recipe_sha256="0" * 64, run_index=0)
+    grid = RunGrid(spec=spec, run_indices=(0,), concurrencies=(1,), window_s=1.0)
+    (spec.artifact_dir / LOG_FILE).parent.mkdir(parents=True)
+    (spec.artifact_dir / LOG_FILE).write_text(_phase_done_line("r00_c1", 0, 1_000_000_000, 1))
+    (spec.artifact_dir / RECORDS_FILE).write_text(_record("r00_c1", 1.0))
+
+    def disk_full(m):
+        raise OSError("no space left to write the receipt")
+
+    with pytest.raises(OSError, match="no space"):
+        PhaseWatch(grid, driver_version="x", on_window=disk_full).scan()

@@ -201,7 +201,7 @@ class GridScriptDriver(ScriptDriver, AiperfDriver):
 
     name = "aiperf"
 
-    def grid_command(self, grid: RunGrid) -> list[str]:
+    def grid_command(self, grid: RunGrid, config_path) -> list[str]:
         return [sys.executable, "-c", self.code, "--url", grid.spec.base_url]
 
 

@@ -108,13 +108,16 @@ class Driver:
         return self.read_back(cmd, lambda: self.parse(spec, driver_version=version, driver_cpu_s=cpu_s,
                                                       started_at=started_at))
 
-    def invoke(self, spec: RunSpec, cmd: list[str], *, timeout_s: float) -> tuple[str, str, float]:
-        """Run one driver command into ``spec.artifact_dir`` (``run_logged``): (driver version, start time, CPU s)."""
+    def invoke(self, spec: RunSpec, cmd: list[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
+               on_tick: Callable[[], None] | None = None) -> tuple[str, str, float]:
+        """Run one driver command into ``spec.artifact_dir`` (``run_logged``): (driver version, start time, CPU s).
+        ``env`` is added to the spec's; ``on_tick`` is called about every second while it runs."""
         version = self.version()
         spec.artifact_dir.mkdir(parents=True, exist_ok=True)
         started_at = utc_now()
-        cpu_s = run_logged(cmd, log_path=spec.artifact_dir / "driver.log", env={**os.environ, **spec.env},
-                           timeout_s=timeout_s, what=f"driver {self.name}")
+        cpu_s = run_logged(cmd, log_path=spec.artifact_dir / "driver.log",
+                           env={**os.environ, **spec.env, **(env or {})}, timeout_s=timeout_s,
+                           what=f"driver {self.name}", on_tick=on_tick)
         return version, started_at, cpu_s
 
     def read_back(self, cmd: list[str], read: Callable[[], T]) -> T:
@@ -151,7 +154,7 @@ def _engine_failure(cmd: list[str], what: str, cause: RunFailed, engine: Any = N
 
 
 def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeout_s: float, what: str,
-               engine: Any = None) -> float:
+               engine: Any = None, on_tick: Callable[[], None] | None = None, tick_s: float = 1.0) -> float:
     """Run ``cmd`` under the process guard, output to ``log_path``; return its tree's CPU seconds.
 
     The guard (``serving/guard.py``) leads a process group of its own and carries the parent-death signal, so the
@@ -159,7 +162,9 @@ def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeou
     RunFailed with the log tail, or, when the engine the command drives has died (``engine``, by default the live
     engine whose base URL is one of ``cmd``'s arguments), the engine's failure; any exit path ends the group.
     The CPU figure is the growth of this process's reaped-children rusage over the call, i.e. the guard, the driver
-    and the descendants they waited for (the engine is not reaped meanwhile).
+    and the descendants they waited for (the engine is not reaped meanwhile). ``on_tick`` is called in this thread
+    every ``tick_s`` while the command runs (reading what the driver has written so far); an exception from it ends
+    the command and propagates.
     """
     cpu0 = _children_cpu_s()
     linux = sys.platform.startswith("linux")
@@ -171,7 +176,7 @@ def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeou
                                 start_new_session=True, preexec_fn=_set_parent_death_signal if linux else None)
     try:
         try:
-            rc = proc.wait(timeout=timeout_s)
+            rc = _wait_ticking(proc, timeout_s, on_tick, tick_s)
         except subprocess.TimeoutExpired:
             failed = RunFailed(f"{what} did not finish within {timeout_s:g} s; log {log_path}:\n"
                                f"{log_tail(log_path, 30)}",
@@ -186,6 +191,24 @@ def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeou
                            hint="read the driver log; the command line is its first line")
         raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed
     return round(_children_cpu_s() - cpu0, 3)
+
+
+def _wait_ticking(proc: subprocess.Popen, timeout_s: float, on_tick: Callable[[], None] | None,
+                  tick_s: float) -> int:
+    """``proc.wait(timeout_s)``, calling ``on_tick`` every ``tick_s`` meanwhile (TimeoutExpired past the limit)."""
+    if on_tick is None:
+        return proc.wait(timeout=timeout_s)
+    import time
+
+    end = time.monotonic() + timeout_s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        try:
+            return proc.wait(timeout=min(tick_s, left))
+        except subprocess.TimeoutExpired:
+            on_tick()
 
 
 def get_driver(name: str) -> Driver:

@@ -26,11 +26,11 @@ Exports read back:
 from __future__ import annotations
 
 import json
+import re
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from infercrane.errors import RunFailed
 from infercrane.serving.drivers import Driver, RunSpec
@@ -93,67 +93,118 @@ class AiperfDriver(Driver):
         return parse_aiperf_export(spec, spec.artifact_dir, driver_version=driver_version,
                                    driver_cpu_s=driver_cpu_s, started_at=started_at)
 
-    def grid_command(self, grid: RunGrid) -> list[str]:
-        """One ``aiperf profile`` for a whole arm visit: every concurrency (a sweep) x every run (trials)."""
+    def block_config(self, grid: RunGrid) -> dict[str, Any]:
+        """The AIPerf YAML config of one block: the flags of ``command`` in AIPerf's config form (its own converter
+        writes the same shape), a warm-up phase, then one profiling phase per window (``grid.windows()``)."""
         spec = grid.spec
-        cmd = self.command(spec)
-        cmd[cmd.index("--concurrency") + 1] = ",".join(str(c) for c in grid.concurrencies)
-        if grid.window_s is not None:  # the same window at every point, whatever the arm's speed
-            i = cmd.index("--request-count")
-            cmd[i:i + 2] = ["--benchmark-duration", f"{grid.window_s:g}",
-                            "--benchmark-grace-period", f"{spec.request_timeout_s:g}"]
+        endpoint: dict[str, Any] = {"urls": [spec.base_url], "type": spec.endpoint, "timeout": spec.request_timeout_s,
+                                    "streaming": spec.streaming,
+                                    "useServerTokenCount": spec.token_count_source == "server"}
+        if spec.ignore_eos:
+            endpoint["extra"] = {"ignore_eos": True, "min_tokens": spec.output_tokens}
+        seed = spec.seed + grid.run_indices[0]
+        if spec.prompts_file is not None:
+            dataset = {"name": "main", "type": "file", "path": str(spec.prompts_file), "format": "single_turn",
+                       "sampling": "sequential", "randomSeed": seed, "osl": {"mean": float(spec.output_tokens)}}
+        else:
+            dataset = {"name": "main", "type": "synthetic", "entries": grid.prompt_entries, "randomSeed": seed,
+                       "prompts": {"isl": {"mean": float(spec.input_tokens), "stddev": 0.0},
+                                   "osl": {"mean": float(spec.output_tokens), "stddev": 0.0}}}
+        first = grid.windows()[0]
+        warm: dict[str, Any] = {"name": WARMUP_PHASE, "kind": "warmup", "type": "concurrency",
+                                "concurrency": first.concurrency}
         if grid.warmup_s is not None:
-            if "--warmup-request-count" in cmd:
-                i = cmd.index("--warmup-request-count")
-                del cmd[i:i + 2]
-            cmd += ["--warmup-duration", f"{grid.warmup_s:g}"]
-        cmd[cmd.index("--random-seed") + 1] = str(spec.seed + grid.run_indices[0])
-        if len(grid.run_indices) > 1:  # AIPerf refuses its multi-run flags for one trial
-            cmd += ["--num-profile-runs", str(len(grid.run_indices)), "--vary-seed-per-trial",
-                    "--no-profile-run-disable-warmup-after-first", "--profile-run-cooldown-seconds", "0"]
-        return cmd
+            warm["duration"] = grid.warmup_s
+        else:
+            warm["requests"] = max(1, grid.warmup_requests)
+        phases = [warm] if (grid.warmup_s or grid.warmup_requests) else []
+        for w in grid.windows():
+            phase: dict[str, Any] = {"name": w.name, "kind": "profiling", "type": "concurrency",
+                                     "concurrency": w.concurrency}
+            if grid.window_s is not None:
+                phase |= {"duration": grid.window_s, "gracePeriod": spec.request_timeout_s}
+            else:
+                phase["requests"] = grid.request_counts.get(w.concurrency, spec.request_count)
+            phases.append(phase)
+        return {"benchmark": {
+            "models": {"items": [{"name": spec.served_model}]},
+            "endpoint": endpoint,
+            "datasets": [dataset],
+            "phases": phases,
+            "artifacts": {"dir": str(spec.artifact_dir), "records": ["jsonl"]},
+            "tokenizer": {"name": spec.tokenizer},
+            "gpuTelemetry": {"enabled": False},
+            "serverMetrics": {"enabled": False},
+            "runtime": {"ui": "none"},
+        }, "randomSeed": seed}
 
-    def run_grid(self, grid: RunGrid, *, on_point: Callable[[int, int], None] | None = None) -> list[RunMetrics]:
-        """Run one visit as one AIPerf invocation and read each (run, concurrency) point back as its own run.
+    def grid_command(self, grid: RunGrid, config_path: Path) -> list[str]:
+        """``aiperf profile --config FILE`` for one block."""
+        return [sys.executable, "-m", "aiperf", "profile", "--config", str(config_path)]
 
-        AIPerf 0.12 runs the trials one after the other, each sweeping the concurrencies in order, each with its
-        own warm-up and its own prompts (``--vary-seed-per-trial``: no prompt repeats inside the visit, so the
-        prefix cache, reset before the visit, never serves one); it writes
-        ``profile_runs/trial_<k>/concurrency_<c>/``. ``on_point(run_index, concurrency)`` is called while the
-        invocation runs, once per point whose summary AIPerf has written (progress only: every point is read back
-        after the invocation ends)."""
-        from dataclasses import replace
+    def run_grid(self, grid: RunGrid, *, on_window: Callable[[RunMetrics], None] | None = None,
+                 on_progress: Callable[[str], None] | None = None) -> list[RunMetrics]:
+        """Run one block (``RunGrid``) as one AIPerf process and read each window back as soon as its phase ends.
 
+        AIPerf runs the warm-up, then the windows back to back in one process (its start-up paid once); it streams
+        every request's record to ``profile_export.jsonl`` as it is processed and logs each phase's end with the
+        phase's window (``start_ns`` .. ``requests_end_ns``). ``PhaseWatch`` reads a window from those as soon as
+        its records are all on disk and hands it to ``on_window`` (the runner records it and writes its receipt), so
+        a failure later in the block loses nothing already measured: the error propagates after every finished
+        window has been delivered. When the process ends normally each window is checked against AIPerf's own
+        per-phase summary (``phases/<name>/profile_export_aiperf.json``); a difference is a note. Returns the
+        windows in order."""
         self.require_available()
         spec = grid.spec
-        cmd = self.grid_command(grid)
-        with PointWatch(grid, on_point):
-            version, started_at, cpu_s = self.invoke(spec, cmd, timeout_s=spec.timeout_s * len(grid.run_indices)
-                                                     * len(grid.concurrencies))
+        spec.artifact_dir.mkdir(parents=True, exist_ok=True)
+        config_path = spec.artifact_dir / BLOCK_CONFIG_FILE
+        import yaml
 
-        def read() -> list[RunMetrics]:
-            out = []
-            for k, run_index in enumerate(grid.run_indices, start=1):
-                for c in grid.concurrencies:
-                    point = replace(spec, concurrency=c, run_index=run_index,
-                                    request_count=grid.request_counts.get(c, spec.request_count),
-                                    artifact_dir=_point_dir(spec.artifact_dir, k, c, grid))
-                    m = parse_aiperf_export(point, point.artifact_dir, driver_version=version,
-                                            started_at=started_at, driver_cpu_s=None, window_s=grid.window_s)
-                    out.append(m.model_copy(update={
-                        "started_at": _point_started_at(point.artifact_dir) or started_at,
-                        "notes": [*m.notes, f"one of {len(grid.run_indices)} x {len(grid.concurrencies)} points of "
-                                            f"one AIPerf invocation ({cpu_s:.1f} CPU s in all)"]}))
-            return out
+        config_path.write_text(yaml.safe_dump(self.block_config(grid), sort_keys=False))
+        cmd = self.grid_command(grid, config_path)
+        watch = PhaseWatch(grid, driver_version=self.version(), on_window=on_window, on_progress=on_progress)
+        timeout = grid.timeout_s()
+        try:
+            self.invoke(spec, cmd, timeout_s=timeout, env=STREAM_RECORDS_ENV, on_tick=watch.scan)
+        except BaseException:
+            watch.finish(ended_normally=False)
+            raise
+        watch.finish(ended_normally=True)
+        if len(watch.delivered) < len(watch.windows):
+            def short() -> None:
+                missing = watch.windows[len(watch.delivered)]
+                raise RunFailed(f"AIPerf ended without finishing window {missing.name} (run {missing.run_index} at "
+                                f"c={missing.concurrency}): {len(watch.delivered)} of {len(watch.windows)} windows of "
+                                f"the block were read; driver log:\n{log_tail(spec.artifact_dir / 'driver.log', 30)}",
+                                hint="read the driver log and AIPerf's log (logs/aiperf.log in the block's folder)")
+            self.read_back(cmd, short)
+        return watch.delivered
 
-        return self.read_back(cmd, read)
+
+WARMUP_PHASE = "warmup"
+BLOCK_CONFIG_FILE = "aiperf-config.yaml"
+LOG_FILE = Path("logs") / "aiperf.log"
+# AIPerf buffers its per-request records (100 by default) before writing them; one at a time, every finished request
+# is on disk when its phase's end is logged, so a block that fails keeps every window it finished.
+STREAM_RECORDS_ENV = {"AIPERF_RECORD_EXPORT_BATCH_SIZE": "1"}
+
+
+@dataclass(frozen=True)
+class Window:
+    """One measurement window of a block: AIPerf phase ``name`` = run ``run_index`` at ``concurrency``."""
+
+    name: str
+    run_index: int
+    concurrency: int
 
 
 @dataclass(frozen=True)
 class RunGrid:
-    """One arm visit for one AIPerf invocation: ``spec`` with every run index and concurrency of the visit.
-    ``window_s``/``warmup_s``: seconds of load / warm-up per point instead of request counts; ``request_counts``:
-    the count each concurrency was asked for (when the window is a count, it must be the same at every point)."""
+    """One block: ``spec`` with every run index and concurrency the block measures, each (run, concurrency) one window
+    (AIPerf profiling phase), runs in order, each sweeping the concurrencies in order. ``window_s``: seconds of load
+    per window (else ``request_counts`` per concurrency); ``warmup_s`` / ``warmup_requests``: one warm-up before the
+    first window, excluded; ``prompt_entries``: synthetic prompts AIPerf makes for the block, in order (a prompt
+    repeats only after that many requests)."""
 
     spec: RunSpec
     run_indices: tuple[int, ...]
@@ -161,74 +212,265 @@ class RunGrid:
     request_counts: dict[int, int] = field(default_factory=dict)
     window_s: float | None = None
     warmup_s: float | None = None
+    warmup_requests: int = 0
+    prompt_entries: int = 1000
+
+    def windows(self) -> list[Window]:
+        return [Window(f"r{r:02d}_c{c}", r, c) for r in self.run_indices for c in self.concurrencies]
+
+    def timeout_s(self) -> float:
+        """The block's time limit: the spec's per-run limit per window."""
+        return self.spec.timeout_s * max(1, len(self.windows()))
 
 
-class PointWatch:
-    """While a visit's AIPerf invocation runs, call ``on_point(run_index, concurrency)`` once per point whose
-    summary file has appeared, polling every ``interval_s`` in a daemon thread; nothing at all without
-    ``on_point``. A callback that raises is not called again (progress must never fail a measurement)."""
-
-    def __init__(self, grid: RunGrid, on_point: Callable[[int, int], None] | None, interval_s: float = 2.0):
-        self.grid, self.on_point, self.interval_s = grid, on_point, interval_s
-        self.seen: set[tuple[int, int]] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def points(self) -> list[tuple[int, int, Path]]:
-        return [(run_index, c, _point_dir(self.grid.spec.artifact_dir, k, c, self.grid) / SUMMARY_FILE)
-                for k, run_index in enumerate(self.grid.run_indices, start=1) for c in self.grid.concurrencies]
-
-    def scan(self) -> None:
-        for run_index, c, summary in self.points():
-            if (run_index, c) not in self.seen and summary.is_file():
-                self.seen.add((run_index, c))
-                if self.on_point is not None:
-                    try:
-                        self.on_point(run_index, c)
-                    except Exception:
-                        self.on_point = None
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.scan()
-
-    def __enter__(self) -> "PointWatch":
-        if self.on_point is not None and len(self.grid.run_indices) * len(self.grid.concurrencies) > 1:
-            self._thread = threading.Thread(target=self._loop, name="aiperf-point-watch", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+_WARMUP_DONE = re.compile(rf"Phase {WARMUP_PHASE} \(warmup\) complete .*elapsed=([0-9.]+)s")
+_PHASE_DONE = re.compile(r"Phase complete: PhaseRecordsStats\((?P<body>.*)\)\s*$")
+_FIELD = re.compile(r"(\w+)=('(?:[^']*)'|[^,()]+)")
 
 
-def _point_dir(base: Path, trial: int, concurrency: int, grid: RunGrid) -> Path:
-    """Where AIPerf 0.12 writes one point: ``profile_runs/trial_<k>/concurrency_<c>/`` with several trials and
-    concurrencies, ``profile_runs/run_<k>/`` with several trials of one concurrency, ``concurrency_<c>/`` with one
-    trial of several, the artifact folder itself with one of each."""
-    several = len(grid.concurrencies) > 1
-    if len(grid.run_indices) > 1:
-        runs = base / "profile_runs"
-        return runs / f"trial_{trial:04d}" / f"concurrency_{concurrency}" if several else runs / f"run_{trial:04d}"
-    return base / f"concurrency_{concurrency}" if several else base
-
-
-def _point_started_at(point_dir: Path) -> str | None:
-    """When a point's profiling phase began (its phase manifest, or its run config's file time)."""
-    from datetime import datetime, timezone
-
-    try:
-        manifest = json.loads((point_dir / MANIFEST_FILE).read_text())
-        start = next(p["start_ns"] for p in manifest["phases"] if p.get("phase_kind") == "profiling")
-        return datetime.fromtimestamp(int(start) / 1e9, timezone.utc).isoformat()
-    except (OSError, ValueError, KeyError, StopIteration, TypeError):
-        pass
-    try:
-        return datetime.fromtimestamp((point_dir / SUMMARY_FILE).stat().st_mtime, timezone.utc).isoformat()
-    except OSError:
+def parse_phase_done(line: str) -> dict[str, Any] | None:
+    """The fields of AIPerf 0.12's records-manager line that ends a phase (``Phase complete: PhaseRecordsStats(...)``):
+    phase_name, start_ns, requests_end_ns, final_requests_completed, final_request_errors, ...; None for another
+    line."""
+    m = _PHASE_DONE.search(line)
+    if m is None:
         return None
+    out: dict[str, Any] = {}
+    for key, raw in _FIELD.findall(m.group("body")):
+        raw = raw.strip()
+        if raw.startswith("'"):
+            out[key] = raw.strip("'")
+        elif raw in ("None", "True", "False"):
+            out[key] = {"None": None, "True": True, "False": False}[raw]
+        else:
+            try:
+                out[key] = int(raw)
+            except ValueError:
+                out[key] = raw
+    return out if "phase_name" in out else None
+
+
+class PhaseWatch:
+    """Reads a block's windows as AIPerf finishes them (``scan``, called about every second while AIPerf runs;
+    ``finish`` once it has ended). A window is read when AIPerf has logged its phase's end and its records are all in
+    ``profile_export.jsonl`` (or the process has ended); windows are delivered in block order, each to ``on_window``
+    exactly once. A callback that raises stops the block (the error propagates): the runner's receipt writing is
+    part of not losing a window."""
+
+    def __init__(self, grid: RunGrid, *, driver_version: str, on_window: Callable[[RunMetrics], None] | None = None,
+                 on_progress: Callable[[str], None] | None = None):
+        self.grid, self.version = grid, driver_version
+        self.on_window, self.on_progress = on_window, on_progress
+        self.windows = grid.windows()
+        self.delivered: list[RunMetrics] = []
+        self.done: dict[str, dict[str, Any]] = {}  # phase name -> its end line's fields
+        self._log_pos = 0
+        self._log_rest = ""
+        self._rec_pos = 0
+        self._rec_rest = ""
+        self.records: dict[str, list[dict[str, Any]]] = {}
+
+    @property
+    def base(self) -> Path:
+        return self.grid.spec.artifact_dir
+
+    def _read_new(self, path: Path, pos_attr: str, rest_attr: str) -> list[str]:
+        try:
+            with open(path, "rb") as f:
+                f.seek(getattr(self, pos_attr))
+                data = f.read()
+        except OSError:
+            return []
+        setattr(self, pos_attr, getattr(self, pos_attr) + len(data))
+        text = getattr(self, rest_attr) + data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        setattr(self, rest_attr, lines.pop())  # an unfinished last line waits for the next read
+        return lines
+
+    def _ingest(self) -> None:
+        for line in self._read_new(self.base / LOG_FILE, "_log_pos", "_log_rest"):
+            fields = parse_phase_done(line)
+            if fields is not None and fields["phase_name"] != WARMUP_PHASE:
+                self.done[fields["phase_name"]] = fields
+        for line in self._read_new(self.base / RECORDS_FILE, "_rec_pos", "_rec_rest"):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            meta = rec.get("metadata") or {}
+            if meta.get("benchmark_phase") == "profiling" and meta.get("phase_name"):
+                self.records.setdefault(meta["phase_name"], []).append(rec)
+
+    def _ready(self, w: Window, ended: bool) -> bool:
+        fields = self.done.get(w.name)
+        if fields is None:
+            return False
+        want = int(fields.get("final_requests_completed") or 0)
+        return ended or len(self.records.get(w.name, [])) >= want
+
+    def scan(self, ended: bool = False) -> None:
+        self._ingest()
+        while len(self.delivered) < len(self.windows):
+            w = self.windows[len(self.delivered)]
+            if not self._ready(w, ended):
+                return
+            m = self.read_window(w)
+            self.delivered.append(m)
+            if self.on_progress is not None:
+                self.on_progress(f"run {w.run_index} c={w.concurrency}: window {len(self.delivered)}/"
+                                 f"{len(self.windows)} of this block read")
+            if self.on_window is not None:
+                self.on_window(m)
+
+    def read_window(self, w: Window) -> RunMetrics:
+        from dataclasses import replace
+        from datetime import datetime, timezone
+
+        fields = self.done[w.name]
+        start, end = int(fields["start_ns"]), int(fields.get("requests_end_ns") or fields.get("sent_end_ns"))
+        spec = replace(self.grid.spec, concurrency=w.concurrency, run_index=w.run_index,
+                       request_count=self.grid.request_counts.get(w.concurrency, self.grid.spec.request_count))
+        notes = []
+        if fields.get("was_cancelled"):
+            notes.append("AIPerf reports the window as cancelled")
+        got, want = len(self.records.get(w.name, [])), int(fields.get("final_requests_completed") or 0)
+        if got < want:
+            notes.append(f"{got} of the {want} requests AIPerf counted in this window have a record on disk (its "
+                         "process ended before writing the rest)")
+        m = metrics_from_records(spec, self.records.get(w.name, []), window_s=(end - start) / 1e9,
+                                 driver_version=self.version, by_time=self.grid.window_s is not None,
+                                 raw_export_path=str(self.base / "phases" / w.name / SUMMARY_FILE))
+        started = datetime.fromtimestamp(start / 1e9, timezone.utc).isoformat()
+        return m.model_copy(update={"started_at": started, "notes": [*m.notes, *notes,
+                                    f"window {w.name} of a {len(self.windows)}-window AIPerf block"]})
+
+    def finish(self, *, ended_normally: bool) -> None:
+        """Read every window AIPerf finished; when it ended normally, check each against its per-phase summary."""
+        self.scan(ended=True)
+        if not ended_normally:
+            return
+        for w, m in zip(self.windows, self.delivered):
+            summary = self.base / "phases" / w.name / SUMMARY_FILE
+            for note in check_against_summary(m, summary):
+                m.notes.append(note)
+
+
+def block_accounting(grid: RunGrid, *, arm: str, started: float, ended: float) -> dict[str, Any]:
+    """Where one block's wall time went, from AIPerf's log (each phase's ``start_ns`` .. ``requests_end_ns``) and the
+    process's start and end (epoch seconds): ``startup_s`` (process start to the warm-up: AIPerf's services,
+    tokenizer and dataset), ``warmup_s`` (AIPerf's own elapsed time of the warm-up phase), ``windows_s`` (the finished windows, added up), ``gaps_s`` / ``max_gap_s``
+    (between one window's last response and the next window's start), ``tail_s`` (the last phase's end to the process's
+    end: AIPerf's exports and shut-down)."""
+    windows, warmup_s = [], 0.0
+    try:
+        for line in (grid.spec.artifact_dir / LOG_FILE).read_text(errors="replace").splitlines():
+            fields = parse_phase_done(line)
+            end = fields and (fields.get("requests_end_ns") or fields.get("sent_end_ns"))
+            if fields is not None and fields.get("start_ns") and end and fields["phase_name"] != WARMUP_PHASE:
+                windows.append((int(fields["start_ns"]) / 1e9, int(end) / 1e9))
+            elif (m := _WARMUP_DONE.search(line)) is not None:
+                warmup_s = float(m.group(1))
+    except OSError:
+        pass
+    gaps = [b[0] - a[1] for a, b in zip(windows, windows[1:])]
+    out: dict[str, Any] = {"arm": arm, "artifacts": str(grid.spec.artifact_dir),
+                           "windows_planned": len(grid.windows()), "windows_finished": len(windows),
+                           "wall_s": round(ended - started, 3)}
+    if windows:
+        out |= {"startup_s": round(windows[0][0] - started - warmup_s, 3), "warmup_s": round(warmup_s, 3),
+                "windows_s": round(sum(b - a for a, b in windows), 3),
+                "gaps_s": round(sum(gaps), 3), "max_gap_s": round(max(gaps), 3) if gaps else 0.0,
+                "tail_s": round(ended - windows[-1][1], 3)}
+    return out
+
+
+def metrics_from_records(spec: RunSpec, records: list[dict[str, Any]], *, window_s: float, driver_version: str,
+                         by_time: bool, raw_export_path: str) -> RunMetrics:
+    """One window's RunMetrics from its AIPerf records: what AIPerf's summary computes from the same records (rates
+    over the phase's window ``start_ns`` .. ``requests_end_ns``; percentiles interpolated linearly, numpy's default),
+    checked equal to AIPerf's per-phase summary in ``check_against_summary``."""
+    import numpy as np
+
+    notes: list[str] = []
+    failed = [r for r in records if r.get("error")]
+    completed = [r for r in records if not r.get("error")]
+    out_tokens = _output_tokens(spec, completed, notes)
+    mismatches = sum(1 for n in out_tokens if n != spec.output_tokens) if spec.ignore_eos else None
+    if not by_time and len(records) != spec.request_count:
+        notes.append(f"{len(records)} profiling records for {spec.request_count} requested")
+    if by_time and len(records) < MIN_WINDOW_REQUESTS:
+        notes.append(f"only {len(records)} requests in the {window_s:.3g} s window: its p95 rests on too few requests "
+                     "to mean much")
+    errors: dict[str, int] = {}
+    for r in failed:
+        err = r.get("error") or {}
+        key = f"error {err.get('code')} {err.get('type')}: {str(err.get('message'))[:160]}"
+        errors[key] = errors.get(key, 0) + 1
+    notes += [f"{n} x {k}" for k, n in errors.items()]
+
+    def pct(tag: str) -> dict[str, float | None]:
+        vals = [float(v["value"]) for r in completed
+                if isinstance(v := (r.get("metrics") or {}).get(tag), dict) and v.get("value") is not None]
+        if not vals:
+            return {"p50": None, "p95": None, "p99": None}
+        q = np.percentile(np.asarray(vals, dtype=np.float64), [50, 95, 99])
+        return {"p50": float(q[0]), "p95": float(q[1]), "p99": float(q[2])}
+
+    latencies: dict[str, float | None] = {}
+    for prefix, tag in METRIC_TAGS.items():
+        values = pct(tag)
+        for p in ("p50", "p95", "p99"):
+            value = values[p]
+            if prefix in ("ttft", "tpot") and not spec.streaming:
+                value = None
+            latencies[f"{prefix}_{p}_ms"] = value
+    osl = sum(int(((r.get("metrics") or {}).get("output_sequence_length") or {}).get("value") or 0) for r in completed)
+    return RunMetrics(
+        arm=spec.arm, recipe_sha256=spec.recipe_sha256, run_index=spec.run_index, concurrency=spec.concurrency,
+        driver="aiperf", driver_version=driver_version, token_count_source=spec.token_count_source,
+        streaming=spec.streaming, expected_output_tokens=spec.output_tokens, raw_export_path=raw_export_path,
+        requests_sent=len(records), requests_completed=len(completed), failures=len(failed),
+        output_length_mismatches=mismatches, output_tokens_total=sum(out_tokens), duration_s=window_s,
+        output_tok_s=osl / window_s if completed and window_s > 0 else 0.0,
+        request_s=len(completed) / window_s if completed and window_s > 0 else 0.0,
+        notes=notes, **latencies)
+
+
+def _output_tokens(spec: RunSpec, completed: list[dict[str, Any]], notes: list[str]) -> list[int]:
+    count_key = "usage_completion_tokens" if spec.token_count_source == "server" else "output_sequence_length"
+    out = []
+    for rec in completed:
+        metrics = rec.get("metrics") or {}
+        entry = metrics.get(count_key) or metrics.get("output_sequence_length") or {}
+        if entry.get("value") is None:
+            notes.append(f"a completed request has no {count_key}; counted as 0 output tokens")
+        out.append(int(entry.get("value") or 0))
+    return out
+
+
+SUMMARY_CHECKED = {"output_tok_s": ("output_token_throughput", "avg"), "request_s": ("request_throughput", "avg"),
+                   **{f"{p}_{q}_ms": (tag, q) for p, tag in METRIC_TAGS.items() for q in ("p50", "p95", "p99")}}
+
+
+def check_against_summary(m: RunMetrics, summary_path: Path, rel: float = 1e-6) -> list[str]:
+    """Notes for every figure of ``m`` that differs from AIPerf's per-phase summary by more than ``rel`` (none when
+    they agree); one note when the summary is missing or unreadable."""
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"AIPerf's per-phase summary {summary_path.name} could not be read ({type(exc).__name__}): the "
+                "window's figures are InferCrane's reading of AIPerf's records only"]
+    out = []
+    for field_name, (tag, stat) in SUMMARY_CHECKED.items():
+        mine, theirs = getattr(m, field_name), _stat(summary, tag, stat)
+        if mine is None or theirs is None:
+            continue
+        if abs(mine - theirs) > rel * max(abs(theirs), 1e-12):
+            out.append(f"{field_name}: InferCrane read {mine:.6g} from AIPerf's records, AIPerf's summary says "
+                       f"{theirs:.6g}")
+    return out
 
 
 def _stat(summary: dict, tag: str, stat: str) -> float | None:
