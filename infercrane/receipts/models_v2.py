@@ -418,6 +418,17 @@ class TimeAccounting(Strict):
                                               "engine's own start-up is in its engine record)")
     measured_s: NonNegativeFloat = Field(description="every ok run's measurement window, added up")
     measured_share: NonNegativeFloat = Field(description="measured_s / wall_s")
+    engine_startups_s: NonNegativeFloat | None = Field(default=None, description="the start-ups of the engines the "
+                                                                                "plan launched, added up")
+    engine_up_s: PositiveFloat | None = Field(default=None, description="wall_s less engine_startups_s: the time "
+                                                                        "engines were up")
+    measured_share_of_engine_up: NonNegativeFloat | None = Field(default=None, description="measured_s / engine_up_s")
+    blocks: PositiveInt | None = Field(default=None, description="AIPerf blocks (one process each) the plan ran")
+    blocks_startup_s: NonNegativeFloat | None = Field(default=None, description="AIPerf's start-ups, added up")
+    blocks_warmup_s: NonNegativeFloat | None = Field(default=None, description="the blocks' warm-ups, added up")
+    blocks_gaps_s: NonNegativeFloat | None = Field(default=None, description="gaps between windows, added up")
+    blocks_max_gap_s: NonNegativeFloat | None = Field(default=None, description="the longest gap between windows")
+    blocks_tail_s: NonNegativeFloat | None = Field(default=None, description="AIPerf's exports and shut-downs")
 
 
 class PairedComparisonV2(Strict):
@@ -697,6 +708,9 @@ class OptimizationPocReceiptV2(Strict):
     policy: dict[str, Any] = Field(default_factory=dict)
     plan_wall_s: PositiveFloat | None = Field(default=None, description="the serving plan's wall time as measured "
                                                                        "(raw evidence of time_accounting)")
+    plan_blocks: list[dict[str, Any]] = Field(default_factory=list, description="per AIPerf block: its wall time, "
+                                              "start-up, warm-up, windows, gaps and tail as measured (raw evidence of "
+                                              "time_accounting)")
     policy_sha256: str | None = Field(default=None, description="sha256 of the policy's canonical JSON (its workload "
                                                                 "notes aside)")
     merged_from: list[MergedInput] = Field(default_factory=list, description="the receipts receipt merge joined")

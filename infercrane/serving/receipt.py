@@ -109,12 +109,32 @@ def _present(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def time_accounting(result: PlanResult) -> dict[str, Any] | None:
-    """How much of the plan's wall time the measurement windows were (None for a plan whose wall time is unknown)."""
+def time_accounting(result: PlanResult, engines: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How much of the plan's wall time the measurement windows were (None for a plan whose wall time is unknown).
+
+    ``measured_share``: every ok window over the plan's wall time. ``engine_up_s``: the wall time less the start-ups of
+    the engines this plan launched (their records' ``startup_s``; engines start one after the other), i.e. the time
+    engines were up and could have been measured; ``measured_share_of_engine_up`` is what the windows took of it.
+    With AIPerf blocks (``plan_blocks``), where the rest went: AIPerf's start-ups, warm-ups, the gaps between windows
+    and its tails (exports, shut-down), each added up over the blocks."""
     if not result.wall_s:
         return None
     measured = sum(m.duration_s for m in result.runs if m.ok and m.requests_completed)
-    return {"wall_s": result.wall_s, "measured_s": measured, "measured_share": measured / result.wall_s}
+    out: dict[str, Any] = {"wall_s": result.wall_s, "measured_s": measured,
+                           "measured_share": measured / result.wall_s}
+    if not result.blocks:  # a plan of one driver invocation per point, or a receipt from before blocks
+        return out
+    starts = sum(e.get("startup_s") or 0.0 for e in engines if e.get("launched_by_infercrane", True))
+    up = result.wall_s - starts
+    if up > 0:
+        out |= {"engine_startups_s": round(starts, 3), "engine_up_s": round(up, 3),
+                "measured_share_of_engine_up": measured / up}
+    if result.blocks:
+        for key in ("startup_s", "warmup_s", "gaps_s", "tail_s"):
+            out[f"blocks_{key}"] = round(sum(b.get(key) or 0.0 for b in result.blocks), 3)
+        out["blocks_max_gap_s"] = max((b.get("max_gap_s") or 0.0) for b in result.blocks)
+        out["blocks"] = len(result.blocks)
+    return out
 
 
 DRIFT_METRIC = "output_tok_s"
@@ -207,8 +227,9 @@ def _findings(result: PlanResult, stand_in: bool) -> list[dict[str, Any]]:
 
 
 def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, provenance: dict[str, Any],
-                   incomplete_reason: str | None = None) -> dict[str, Any]:
-    """``kind``: ``ab`` (two arms, paired_aiperf) or ``bench`` (one arm: bench, public_workload_reproduction)."""
+                   incomplete_reason: str | None = None, engines: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``kind``: ``ab`` (two arms, paired_aiperf) or ``bench`` (one arm: bench, public_workload_reproduction).
+    ``engines``: the engine records as a receipt holds them (re-deciding a receipt), instead of ``result.engines``."""
     arms = list(result.recipes)
     w = result.workload
     primary = result.drivers[0]
@@ -226,8 +247,9 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         "incomplete_reason": None if complete else (incomplete_reason or "the plan stopped part-way"),
         **_present(plan_wall_s=result.wall_s if complete else None),
         "drivers": {d: _driver_version(result, d) for d in result.drivers},
-        "engines": [engine_record(e) for e in result.engines],
+        "engines": engines if engines is not None else [engine_record(e) for e in result.engines],
         "runs": [run_record(m) for m in result.runs],
+        **({"plan_blocks": [dict(b) for b in result.blocks]} if result.blocks else {}),
         "policy": policy.model_dump(mode="json") | {"workload_notes": result.notes},
         "policy_sha256": policy_sha256(policy),
         "provenance": provenance,
@@ -281,7 +303,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             "measurements": measurements, "comparisons": comparisons, "statistics": stats,
             "decision": text, "decision_code": code, "reason": reason,
             "drift": [d for arm in (a, b) for d in arm_drift(result, arm, primary)],
-            **_present(time_accounting=time_accounting(result)),
+            **_present(time_accounting=time_accounting(result, doc["engines"])),
         }
     else:
         arm = arms[0]
@@ -293,7 +315,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
             "measurements": measurements, "driver_agreement": agreement,
             "drift": [d for drv in result.drivers for d in arm_drift(result, arm, drv)],
-            **_present(time_accounting=time_accounting(result)),
+            **_present(time_accounting=time_accounting(result, doc["engines"])),
         }
         if len(w.concurrency) == 1:
             doc["public_workload_reproduction"] = _public_reproduction(result, arm, provenance, agreement)
@@ -470,6 +492,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
         runs.append(metrics)
     result = PlanResult(workload=workload, recipes=recipes, drivers=drivers, order=order,
                         plan=plan_runs(list(recipes), workload, order), runs=runs, wall_s=doc.get("plan_wall_s"),
+                        blocks=[dict(b) for b in doc.get("plan_blocks") or []],
                         notes=list(doc.get("policy", {}).get("workload_notes", [])), complete=True)
     return result, kind
 
@@ -503,7 +526,7 @@ def rederive(doc: dict[str, Any]) -> dict[str, Any]:
     result, kind = plan_result_from_receipt(doc)
     prov = dict(doc["provenance"])
     prov["model"] = prov.get("model") or provenance_model_from_block(doc["model"])
-    again = build_document(result, kind=kind, policy=receipt_policy(doc), provenance=prov)
+    again = build_document(result, kind=kind, policy=receipt_policy(doc), provenance=prov, engines=doc["engines"])
     block = doc.get("kernel_in_serving")
     if block is not None:
         from infercrane.decide.prediction import derive_prediction
