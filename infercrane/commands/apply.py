@@ -63,7 +63,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     from ..kernels import registry
     from ..kernels.config import ScreenConfig
     from ..models.catalog import load_model_config
-    from ..poc.serving import ABPlan, run_ab
+    from ..serving.ab import ABPlan, run_ab
     from ..receipts.io import read_json
     from ..receipts.render import console
     from ..serving.recipes import check_recipe, load_recipe

@@ -175,7 +175,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
     from ..serving.receipt import model_provenance
     from ..serving.recipes import check_recipe, load_recipe
     from ..serving.workload import load_workload, resolve_tokenizer
-    from .serving import ABPlan
+    from ..serving.ab import ABPlan
 
     s = cfg.serving
     with about(f"{path}: serving.policy"):
@@ -378,13 +378,28 @@ def _decision_line(section: str, doc: dict[str, Any]) -> str:
 
 def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
     """Run every section not reused, in order; returns the written PoC receipt (module docstring)."""
-    from ..commands.kernel import run_prepared_screen
-    from ..errors import InfercraneError
-    from .serving import run_ab
+    from ..serving.ab import EnginePool, run_ab
 
     t0 = time.monotonic()
     docs: dict[str, dict[str, Any]] = {}
     from ..serving.progress import progress_of
+
+    # engines are started once per sitting: a launch two sections share stays up between them (serving.ab)
+    to_run = [plan.serving[s] for s in SECTIONS if s != "kernel" and s not in plan.reusable]
+    pool = EnginePool([p.recipes for p in to_run]) if to_run and all(
+        p.options.get("coresident") for p in to_run) else None
+    try:
+        return _run_sections(plan, con=con, say=say, pool=pool, t0=t0, docs=docs, run_ab=run_ab,
+                             progress_of=progress_of)
+    finally:
+        if pool is not None:
+            pool.stop_all()
+
+
+def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, docs: dict[str, dict[str, Any]],
+                  run_ab: Any, progress_of: Any) -> Any:
+    from ..commands.kernel import run_prepared_screen
+    from ..errors import InfercraneError
 
     for section in SECTIONS:
         start = time.monotonic()
@@ -403,7 +418,7 @@ def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
                                                                             "sha256": plan.kernel_sha256,
                                                                             "config": plan.config.name}})
             else:
-                receipt = run_ab(plan.serving[section], run_id=plan.run_id, con=con, say=say)
+                receipt = run_ab(plan.serving[section], run_id=plan.run_id, con=con, say=say, pool=pool)
         except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
             why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else \
                 f"interrupted ({type(exc).__name__})"

@@ -551,6 +551,8 @@ class EngineWarmup(Strict):
     rounds: PositiveInt = Field(description="rounds of c concurrent requests at each concurrency c")
     requests: NonNegativeInt
     seconds: NonNegativeFloat
+    workload: str | None = Field(default=None, description="the workload it was warmed for (an engine shared by "
+                                                           "A/Bs is warmed again for each new workload)")
 
 
 class JitDuringServing(Strict):

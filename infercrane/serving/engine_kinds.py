@@ -57,6 +57,27 @@ class EngineKind:
     underscores_ok: bool  # the engine's parser accepts --max_model_len for --max-model-len
     needs_model_config: bool  # a local model dir must hold config.json
     short_aliases: tuple[tuple[str, str], ...] = ()  # rewritten by the engine before parsing; not in --help
+    # (flag, value) pairs that say what the engine does without them: two launches differing only in these are the
+    # same launch (``without_defaults``; an engine pool shares one engine between them)
+    default_args: tuple[tuple[str, str], ...] = ()
+
+    def without_defaults(self, args: list[str]) -> list[str]:
+        """``args`` with every ``--flag value`` / ``--flag=value`` pair of ``default_args`` left out (underscores read
+        as dashes where the engine accepts them); anything else as given."""
+        defaults = set(self.default_args)
+        out, i = [], 0
+        while i < len(args):
+            head, eq, tail = args[i].partition("=")
+            flag = head.replace("_", "-") if self.underscores_ok and head.startswith("--") else head
+            if eq and (flag, tail) in defaults:
+                i += 1
+                continue
+            if not eq and i + 1 < len(args) and (flag, args[i + 1]) in defaults:
+                i += 2
+                continue
+            out.append(args[i])
+            i += 1
+        return out
 
     def available(self) -> tuple[bool, str]:
         raise NotImplementedError
@@ -135,7 +156,9 @@ ENGINE_KINDS: dict[str, EngineKind] = {
     "vllm": _VllmKind("vllm", "vllm serve", "install vllm==0.22.1 in the Python that runs InferCrane on the GPU machine "
                       "(pip install vllm==0.22.1), or put an installed vLLM on PYTHONPATH",
                       underscores_ok=True, needs_model_config=True,
-                      short_aliases=(("-O", "--optimization-level"),)),  # vllm/utils/argparse_utils.py
+                      short_aliases=(("-O", "--optimization-level"),),  # vllm/utils/argparse_utils.py
+                      # vllm/config/vllm.py (0.22.1): VllmConfig.performance_mode defaults to "balanced"
+                      default_args=(("--performance-mode", "balanced"),)),
     "testserver": _TestServerKind("testserver", "infercrane.serving.testserver", "pip install 'infercrane[serve]'",
                                   underscores_ok=False, needs_model_config=False),
 }

@@ -76,7 +76,7 @@ def test_resume_reuses_every_finished_section(functional_run, monkeypatch, capsy
 def test_a_failure_part_way_keeps_the_finished_sections(functional_run, tmp_path, monkeypatch, capsys):
     import shutil
 
-    import infercrane.poc.serving as poc_serving
+    import infercrane.serving.ab as poc_serving
 
     config, out = functional_run
     run = tmp_path / "run"

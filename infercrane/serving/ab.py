@@ -1,0 +1,165 @@
+"""The serving lab's A/B runner: one plan (``run_plan``) run once and written as a ``serve ab`` receipt, and the
+engines that A/Bs of one sitting share.
+
+``run_ab`` is what ``infercrane poc`` (each serving section) and ``infercrane kernel apply`` (each mode) call: the
+receipt is written after every window (``complete: false`` until the plan has finished) and once more at the end, so a
+stop part-way keeps every run measured so far. Its recorded configuration is the one ``serve decide`` and ``receipt
+validate`` rebuild the plan from, plus the caller's options (a PoC section's name and hash, ``options.poc_section``,
+by which a resumed PoC knows the receipt is still the one its config asks for).
+
+``EnginePool``: engines started once per sitting and kept up across A/Bs. Two recipes whose launches are the same
+(``launch_key``: engine, model, arguments with the engine's stated defaults left out, environment, kernels) share one
+engine; a pool engine is stopped once no later A/B of the sitting needs it (``release``), and every start's wall time
+is in its engine record.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class ABPlan:
+    """A checked A/B section, ready to run."""
+
+    section: str
+    recipes: list[Any]
+    workload: Any
+    drivers: list[str]
+    policy: Any
+    startup_timeout_s: float
+    out: Path
+    section_sha256: str
+    options: dict[str, Any]
+    # applied to the finished receipt's document before it is written (kernel apply: its kernel_in_serving block)
+    decorate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
+           pool: EnginePool | None = None) -> Any:
+    """Run the A/B and write its receipt to ``plan.out``; returns the written receipt. ``say`` prints one progress
+    line per finished run. On a failure or an interrupt the receipt keeps every run so far (``complete: false``) and
+    the error propagates. With a ``pool`` the arms' engines come from it (started there if not up yet, kept up after
+    the A/B); without one, ``run_plan`` starts and stops them."""
+    from ..env.capture import provenance
+    from ..errors import InfercraneError
+    from ..receipts.validate import write_receipt
+    from ..serving.progress import progress_reason
+    from ..serving.receipt import build_document, model_provenance, plan_config
+    from ..serving.workload import PlanResult, plan_runs, run_plan
+
+    recs, workload = plan.recipes, plan.workload
+    model_prov = model_provenance(recs[0])
+    config = plan_config("ab", recs, workload, plan.options)
+    runs = plan_runs([r.name for r in recs], workload)
+    total = len(runs) * len(plan.drivers)
+
+    def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
+        prov = provenance(config=config, run_id=run_id, model=model_prov)
+        doc = build_document(result, kind="ab", policy=plan.policy, provenance=prov, incomplete_reason=incomplete)
+        if plan.decorate is not None and incomplete is None and result.complete:
+            doc = plan.decorate(doc)
+        return write_receipt(doc, plan.out)
+
+    partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(plan.drivers),
+                         order=workload.arm_order, plan=runs)
+    started = time.monotonic()
+
+    def on_run(m: Any) -> None:
+        done = len(partial.runs)
+        say(f"{plan.section}: {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): {m.output_tok_s:.1f} tok/s, "
+            f"TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 {m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed "
+            f"[{done}/{total}, {time.monotonic() - started:.0f} s]")
+        receipt_now(partial, progress_reason(done, total))
+
+    try:
+        result = run_plan(recs, workload, out_dir=plan.out.parent / f"{plan.out.stem}-artifacts",
+                          drivers=list(plan.drivers), startup_timeout_s=plan.startup_timeout_s, on_run=on_run,
+                          on_progress=lambda line: say(f"{plan.section}: {line} [{time.monotonic() - started:.0f} s]"),
+                          into=partial, coresident=bool(plan.options.get("coresident")),
+                          engines=pool.engines_for(recs, out_dir=plan.out.parent / f"{plan.out.stem}-artifacts",
+                                                   startup_timeout_s=plan.startup_timeout_s, into=partial, say=say)
+                          if pool is not None else None)
+    except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
+        got = getattr(exc, "partial", None) or partial
+        why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
+        if got.engines or got.runs:
+            receipt_now(got, f"stopped part-way: {why}")
+        raise
+    return receipt_now(result)
+
+
+class EnginePool:
+    """Engines shared by the A/Bs of one sitting (module docstring). ``memory_share``: each engine's
+    ``--gpu-memory-utilization`` (vLLM engines), set by the most engines up at once; ``plan``: the recipe lists of
+    the A/Bs to come, in order, so that an engine no later A/B needs is stopped before new ones start."""
+
+    def __init__(self, plan: list[list[Any]], *, memory_share: float | None = None) -> None:
+        from .workload import engine_memory_share
+
+        self.plan = [[launch_key(r) for r in recs] for recs in plan]
+        self.memory_share = memory_share or engine_memory_share(max((len(set(k)) for k in self.plan), default=1))
+        self.live: dict[str, Any] = {}  # launch key -> engine
+        self.served: dict[str, list[str]] = {}  # launch key -> the recipes it served, in order
+
+    def engines_for(self, recipes: list[Any], *, out_dir: Path, startup_timeout_s: float, into: Any,
+                    say: Callable[[str], None]) -> dict[str, Any]:
+        """arm -> engine for one A/B: engines no A/B from this one on needs are stopped first, then those missing are
+        started one after the other (vLLM sizes its KV cache from the memory it sees taken at start-up)."""
+        from .engine import Engine
+
+        keys = [launch_key(r) for r in recipes]
+        while self.plan and self.plan[0] != keys:
+            self.plan.pop(0)  # an A/B that was reused or skipped
+        later = {k for step in self.plan for k in step}
+        for key in [k for k in self.live if k not in later]:
+            say(f"engine {self.live[key].label}: stopped (no later A/B of this sitting uses it)")
+            self.live.pop(key).stop()
+        out: dict[str, Any] = {}
+        for recipe, key in zip(recipes, keys):
+            engine = self.live.get(key)
+            if engine is None:
+                others = [self.live[k].label for k in self.live]
+                engine = Engine(recipe, log_dir=out_dir / "engines", label=f"pool-{recipe.name}",
+                                startup_timeout_s=startup_timeout_s,
+                                gpu_memory_utilization=self.memory_share if recipe.engine == "vllm" else None,
+                                coresident_with=others)
+                self.live[key] = engine
+                engine.start()
+                say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s"
+                    + (f" beside {', '.join(others)}" if others else ""))
+            else:
+                say(f"engine {engine.label}: already up, serves {recipe.name} too (the same launch: "
+                    f"{shlex_args(recipe)})")
+            self.served.setdefault(key, []).append(recipe.name)
+            out[recipe.name] = engine
+        if self.plan:
+            self.plan.pop(0)
+        return out
+
+    def stop_all(self) -> None:
+        for engine in self.live.values():
+            engine.stop()
+        self.live.clear()
+
+
+def launch_key(recipe: Any) -> str:
+    """What makes two recipes one engine launch: the engine, the resolved model, the arguments with the engine
+    kind's stated defaults left out (``engine_kinds.EngineKind.default_args``), the environment and the kernels;
+    not the recipe's name or description."""
+    import json
+
+    from .engine_kinds import get_engine_kind
+
+    r = recipe if recipe.sha256 else recipe.resolved()
+    args = get_engine_kind(r.engine).without_defaults(list(r.engine_args))
+    return json.dumps({"engine": r.engine, "model": r.resolved_model(), "args": args, "env": dict(sorted(r.env.items())),
+                       "kernels": dict(sorted((r.kernels or {}).items()))}, sort_keys=True)
+
+
+def shlex_args(recipe: Any) -> str:
+    import shlex
+
+    return shlex.join(recipe.engine_args) or "no arguments"
