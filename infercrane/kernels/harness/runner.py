@@ -176,16 +176,25 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         own = [t for i, t in enumerate(trial.samples_us) if i not in set(trial.rejected)] or trial.samples_us
         # graph mode with placements: the second timer replayed the trial's last graph; held against its median
         reference = trial.second_timer_reference_us or statistics.median(own)
-        # cold mode: CUPTI's span plus what the event pair itself adds (measured on the empty kernel), so that
-        # both timers measure the event-bracketed time
+        # cold mode: CUPTI's marker span plus what the event pair itself adds (measured on the empty kernel), so
+        # that both timers measure the event-bracketed time
         held = second + (second_offset_us or 0.0)
         disagreement = reference / held - 1.0
+    # cold samples are single calls bracketed by events: a difference below their resolution is no disagreement
+    # (for the marker-span second timer; a receipt whose cold cells were held against the call's last activity keeps
+    # the limit it was decided under)
+    from infercrane.kernels.harness.timing import COLD_RESOLUTION_US
+
+    limit = TIMER_AGREEMENT_MAX
+    if second and mode == "cold" and "marker kernel" in (method or ""):
+        limit = max(TIMER_AGREEMENT_MAX, COLD_RESOLUTION_US / held)
     if second is None:
         why = "; ".join(sorted({b.second_timer_error for b in blocks if b.second_timer_error})) or "not run"
         flags.append(f"no_second_timer: {why}")
-    elif abs(disagreement) > TIMER_AGREEMENT_MAX:
+    elif abs(disagreement) > limit:
         flags.append(f"timer_disagreement: trial {seconds[-1].trial} median {held * (1 + disagreement):.4g} us vs "
-                     f"second timer {held:.4g} us ({disagreement:+.1%}, limit ±{TIMER_AGREEMENT_MAX:.0%}; "
+                     f"second timer {held:.4g} us ({disagreement:+.1%}, limit ±"
+                     f"{f'{limit:.0%}' if limit == TIMER_AGREEMENT_MAX else f'{limit:.1%}'}; "
                      f"{method.split(':')[0]})")
     byte_floor_us = bytes_moved / (copy_gbps * 1e3) if bytes_moved and copy_gbps and not l2_resident else None
     # The empty-kernel floor is a device floor in graph and cold mode; in launch mode it is the host cost of

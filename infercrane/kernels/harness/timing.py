@@ -35,7 +35,11 @@ TARGET_SAMPLE_US = 1000.0  # launch/graph: enough back-to-back calls that one sa
 MAX_CALLS_PER_SAMPLE = 200
 THROTTLE_FRACTION = 0.9
 L2_FLUSH_MULTIPLE = 2  # cold mode writes a buffer of this many times the L2 size before each sample
-COLD_SPIN_CYCLES = 200_000  # ~100 us at 2 GHz: GPU busy while the CPU enqueues the timed call (see time_cold)
+# ~1 ms at 2 GHz: the GPU stays busy while the CPU enqueues the timed call (see time_cold). 200 000 cycles (~100 us)
+# were too short on the H200 for torch.compile's and eager PyTorch's host side once CUPTI had been attached to the
+# process (events 27 us against 3.8 us with the longer spin; benchmarks/cold_probe.py,
+# docs/benchmarks/2026-12-03-h200-cold-timers/), and both timers must start from the same queued state.
+COLD_SPIN_CYCLES = 2_000_000
 # Graph mode: calls per graph are sized from a graph-mode estimate (``estimate_graph``), so that a sample lasts about
 # TARGET_SAMPLE_US of device time and the replay's fixed cost stays under GRAPH_FIXED_COST_MAX_FRACTION of a sample.
 GRAPH_PROBE_CALLS = 16
@@ -47,19 +51,25 @@ GRAPH_FIXED_COST_SIZING_FRACTION = 0.005  # sized to half the limit: the interce
 # The second, independent timer of a cell (``second_timer``): milliseconds of repetition it may spend.
 SECOND_TIMER_REP_MS = 20
 SECOND_TIMER_SAMPLES = 5
-COLD_SECOND_SPIN_CYCLES = 2_000_000  # ~1 ms: under CUPTI the host enqueues more slowly; the call must still be queued
+COLD_SECOND_SPIN_CYCLES = COLD_SPIN_CYCLES  # the same queued start as the events (under CUPTI the host is slower)
+# A cold sample is one call bracketed by two CUDA events, whose resolution is about 0.5 us (CUDA Runtime API,
+# cudaEventElapsedTime): a cold cell's two timers are held to agree within that much or TIMER_AGREEMENT_MAX,
+# whichever is larger; a timer that moves a ~4 us cell by more than 0.5 us still disagrees.
+COLD_RESOLUTION_US = 0.5
 SECOND_TIMER_METHODS = {
     "launch": "host wall clock (time.perf_counter) around the same back-to-back burst, closed by a device "
               "synchronize; median over bursts",
     "graph": "host wall clock (time.perf_counter) around back-to-back replays of the trial's last timed graph (the "
              "same graph on the same buffers, in-place inputs restored between replays), opened and closed by a "
              "device synchronize; held against that graph's own median",
-    "cold": "CUPTI activity timestamps (torch.profiler): from the end of the spin kernel to the end of the call's "
-            "last GPU activity, after the same L2 flush and a longer spin (the quantity the events measure: the "
-            "call's device time from a queued start); median over samples; run after every trial of the worker, "
-            "because once CUPTI is attached it slows every later launch and graph replay of the process; held "
-            "against the events plus what the event pair itself adds (the calibration's cold_second_offset_us: "
-            "the empty kernel's cold floor by events minus its CUPTI span)",
+    "cold": "CUPTI activity timestamps (torch.profiler): from the end of the spin kernel to the start of a marker "
+            "kernel queued right after the call (the stream moves on once the call is done, writes included: the "
+            "point the end event marks), after the same L2 flush and the same spin as the events (the call's device "
+            "time from a queued start); median over samples; run after every trial of the worker, because once "
+            "CUPTI is attached it slows every later launch and graph replay of the process; held against the events "
+            "less what the event pair itself adds beyond the marker (the calibration's cold_second_offset_us: the "
+            "empty kernel's cold floor by events minus its marker span), within 5 % or the events' 0.5 us "
+            "resolution, whichever is larger",
 }
 # InferCrane's own clock around each sample job (``parent_bound``): a block whose samples the worker claims took
 # far less than what that clock saw, beyond the handshake cost measured on the empty kernel, is a timer fault.
@@ -357,6 +367,7 @@ def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, fl
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    marker = torch.empty(1, device=flush.device)
     spans = []
     for _ in range(SECOND_TIMER_SAMPLES):
         if restore is not None:
@@ -366,13 +377,14 @@ def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, fl
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             torch.cuda._sleep(COLD_SECOND_SPIN_CYCLES)
             call()
+            marker.zero_()  # the stream reaches it once the call is done
             _sync()
         gpu = sorted(((e.start_ns(), e.start_ns() + e.duration_ns()) for e in prof.profiler.kineto_results.events()
                       if e.device_type() == DeviceType.CUDA), key=lambda t: t[0])
         if len(gpu) < 2:
-            raise RuntimeError(f"CUPTI recorded {len(gpu)} GPU activities; expected the spin and the call")
-        spin_end, call_part = gpu[0][1], gpu[1:]  # the first activity is the spin
-        spans.append((max(e for _, e in call_part) - spin_end) / 1e3)
+            raise RuntimeError(f"CUPTI recorded {len(gpu)} GPU activities; expected the spin, the call and a marker")
+        spin_end, marker_start = gpu[0][1], gpu[-1][0]  # the first activity is the spin, the last the marker
+        spans.append((marker_start - spin_end) / 1e3)
     return statistics.median(spans)
 
 
