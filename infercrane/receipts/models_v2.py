@@ -553,6 +553,11 @@ class EngineWarmup(Strict):
     seconds: NonNegativeFloat
     workload: str | None = Field(default=None, description="the workload it was warmed for (an engine shared by "
                                                            "A/Bs is warmed again for each new workload)")
+    failures: NonNegativeInt | None = Field(default=None, description="warm-up requests the engine refused (5xx) "
+                                                                      "while it stayed alive, each sent again")
+    retries: NonNegativeInt | None = Field(default=None, description="warm-up requests sent again")
+    max_in_flight: PositiveInt | None = Field(default=None, description="the cap on warm-up requests in flight, "
+                                                                        "where it applied")
 
 
 class JitDuringServing(Strict):

@@ -31,8 +31,15 @@ KeyboardInterrupt. Engines still running at interpreter exit are killed by an ``
 SIGTERM handler (installed on the first start, from the main thread, chaining any previous handler)
 kills them and then exits with status 143, so a SIGTERM'd InferCrane leaves no engine behind.
 
-An engine that dies while a driver runs is reported as the engine's failure (``failure_if_dead``; the drivers'
-``run_logged`` asks the engine its command line names), with its exit code or signal and its log tail.
+An engine that dies or hangs while a driver runs is reported as the engine's failure (``failure_if_dead``; the
+drivers' ``run_logged`` asks the engine its command line names), with its exit code or signal, or the probe it did not
+answer, and its log tail. ``probe()`` tells the engine's state at a glance: ``dead`` (its process has exited), ``hung``
+(its process runs but ``GET /health`` does not answer within ``PROBE_TIMEOUT_S``), ``unhealthy`` (``GET /health``
+answers other than 200) or ``serving``; one request, so it is cheap enough for every failure report.
+
+An answer that does not come whole (the connection refused or reset, a stream cut short: ``CutShort``, raised from
+``http.client.IncompleteRead``) is the engine's failure (``post``, ``ask``), naming what was asked and what state
+the engine is in after it, never a traceback.
 
 ``ExternalEngine`` is a server InferCrane did not start (``serve ... --url``): the same interface, no lifecycle; it
 is probed (``GET /v1/models``, one completion, ``GET /version``, whether ``POST /reset_prefix_cache`` is offered) and
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import http.client
 import json
 import logging
 import os
@@ -169,7 +177,24 @@ def _set_parent_death_signal() -> None:  # runs in the child between fork and ex
         pass
 
 
+PROBE_TIMEOUT_S = 5.0  # how long the liveness probe waits for GET /health before it calls the engine hung
+
+
+class CutShort(ConnectionError):
+    """The server began an answer and the connection ended before its end (``http.client.IncompleteRead``)."""
+
+
+def _exc_text(exc: BaseException) -> str:
+    """``TimeoutError: timed out``; an exception whose text already names its type (``IncompleteRead(0 bytes
+    read)``) as is."""
+    text = str(exc)
+    name = type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
 def _http(method: str, url: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of one request; OSError when there is no whole answer: refused, reset, timed out, or
+    ``CutShort`` (the answer began and was cut off), or ConnectionError for an answer that is not HTTP."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"} if data else {})
@@ -177,7 +202,16 @@ def _http(method: str, url: str, body: dict | None = None, timeout_s: float = 5.
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read() if exc.fp else b""
+        try:
+            return exc.code, exc.read() if exc.fp else b""
+        except http.client.IncompleteRead as cut:
+            raise CutShort(f"the {exc.code} answer was cut short ({_exc_text(cut)})") from None
+    except http.client.IncompleteRead as exc:
+        raise CutShort(f"the answer was cut short ({_exc_text(exc)})") from None
+    except http.client.HTTPException as exc:
+        if isinstance(exc, OSError):  # RemoteDisconnected: closed before any answer
+            raise
+        raise ConnectionError(f"not an HTTP answer ({_exc_text(exc)})") from None
 
 
 def _listed_models(payload: bytes) -> list[str] | None:
@@ -401,14 +435,35 @@ class _Served:
 
     def post(self, path: str, body: dict, *, timeout_s: float, what: str) -> bytes:
         """POST ``body`` to ``path`` and return the answer; the engine's failure (``failure``: RunFailed naming it,
-        ``what`` was asked) when it does not answer, or answers other than 200."""
-        try:
-            status, payload = self.request("POST", path, body, timeout_s=timeout_s)
-        except OSError as exc:  # refused, reset, timed out
-            raise self.failure(f"did not answer {what}: {type(exc).__name__}: {exc}") from None
+        ``what`` was asked) when it does not answer, cuts its answer short, or answers other than 200."""
+        status, payload = self.ask(path, body, timeout_s=timeout_s, what=what)
         if status != 200:
-            raise self.failure(f"answered {status} to {what}: {payload[:300]!r}")
+            raise self.refused(status, payload, what)
         return payload
+
+    def ask(self, path: str, body: dict, *, timeout_s: float, what: str) -> tuple[int, bytes]:
+        """POST ``body`` to ``path``: (status, body) of a whole answer, whatever its status. No whole answer is the
+        engine's failure (``failed_answer``): it did not answer (refused, reset, timed out) or cut its answer short,
+        with the engine's state after it."""
+        try:
+            return self.request("POST", path, body, timeout_s=timeout_s)
+        except CutShort as exc:
+            raise self.failed_answer(f"cut its answer to {what} short: {exc}") from None
+        except OSError as exc:  # refused, reset, timed out, not HTTP
+            raise self.failed_answer(f"did not answer {what}: {_exc_text(exc)}") from None
+
+    def refused(self, status: int, payload: bytes, what: str, *, tries: int = 1) -> RunFailed:
+        """The engine's failure for a whole answer other than 200 (the last of ``tries`` alike), with its words."""
+        each = f" on each of {tries} tries" if tries > 1 else ""
+        return self.failure(f"answered {status} to {what}{each}: {payload[:300]!r}")
+
+    def failed_answer(self, what: str) -> RunFailed:
+        """The engine's failure for an answer that did not come whole; engines add their state after it."""
+        return self.failure(what)
+
+    def failure_if_dead(self, what: str, *, grace_s: float = 2.0, probe: bool = True) -> RunFailed | None:
+        """A RunFailed when the server is down (dead, or hung when ``probe``); None while it serves."""
+        return None
 
     def failure(self, what: str) -> RunFailed:
         raise NotImplementedError
@@ -562,14 +617,44 @@ class Engine(_Served):
                   self.record.pid)
         return self
 
-    def failure(self, what: str) -> RunFailed:
+    def failure(self, what: str, *, hint: str | None = None) -> RunFailed:
         """A RunFailed naming this engine, its command and its log tail (and, for a recipe with kernels, what their
         records say, also recorded on ``record.kernels``)."""
         if self.recipe.kernels:
             what += self._kernel_errors()
         return RunFailed(f"engine {self.label!r} ({self.recipe.engine}) {what}\n"
                          f"command: {shlex.join(self.command)}\nlog {self.log_path}, last lines:\n{self.log_tail()}",
-                         hint="read the engine log; fix the recipe or raise startup_timeout_s if it was still loading")
+                         hint=hint or "read the engine log; fix the recipe or raise startup_timeout_s if it was still "
+                                      "loading")
+
+    def failed_answer(self, what: str) -> RunFailed:
+        """The engine's failure for an answer that did not come whole, with its state after it (``probe``): dead
+        (how it ended), hung, unhealthy, or still serving."""
+        state, detail = self.probe(grace_s=2.0)
+        words = {"dead": f"the engine has died: {detail}", "hung": f"the engine stopped answering (hung): {detail}",
+                 "unhealthy": f"the engine is unhealthy: {detail}", "serving": f"the engine is alive: {detail}"}
+        return self.failure(f"{what}; {words[state]}", hint="read the engine log: the engine, not InferCrane, ended "
+                                                            "the answer")
+
+    def probe(self, *, grace_s: float = 0.0, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str, str]:
+        """The engine's state, and in words: ``dead`` (its process has exited; a dying one is given up to ``grace_s``
+        to be gone), ``hung`` (its process runs, but ``GET /health`` does not answer within ``timeout_s``, or its
+        connection fails), ``unhealthy`` (``GET /health`` answers other than 200) or ``serving``. One request."""
+        if self.proc is None:
+            return "dead", "it was never launched"
+        if self._exited(grace_s):
+            return "dead", f"it {exit_text(self.proc.returncode)}"
+        try:
+            status, _ = _http("GET", f"{self.base_url}/health", timeout_s=timeout_s)
+        except TimeoutError:
+            return "hung", f"its process runs, but GET /health did not answer within {timeout_s:g} s"
+        except OSError as exc:
+            if isinstance(getattr(exc, "reason", None), TimeoutError):  # urllib wraps a connect timeout
+                return "hung", f"its process runs, but GET /health did not answer within {timeout_s:g} s"
+            return "hung", f"its process runs, but GET /health failed ({_exc_text(getattr(exc, 'reason', exc))})"
+        if status != 200:
+            return "unhealthy", f"its process runs, but GET /health answered {status}"
+        return "serving", "its process runs and GET /health answered 200"
 
     def _kernel_errors(self) -> str:
         from infercrane.serving.kernels import read_proofs
@@ -581,21 +666,33 @@ class Engine(_Served):
         errors = [e for d in docs for e in d["errors"]]
         return f"; its kernel records say: {'; '.join(errors[:3])}" if errors else ""
 
-    def failure_if_dead(self, what: str, *, grace_s: float = 2.0) -> RunFailed | None:
+    def failure_if_dead(self, what: str, *, grace_s: float = 2.0, probe: bool = True) -> RunFailed | None:
         """When the engine has died (waiting up to ``grace_s`` for a dying one to be gone), a RunFailed saying so —
-        ``died <what>: exited with code 17`` or ``was killed by SIGKILL`` — with its log tail; None while it runs.
+        ``died <what>: it exited with code 17`` or ``was killed by SIGKILL`` — with its log tail; with ``probe``, also
+        when its process runs but does not answer (``probe()``: ``stopped answering (hung) <what>: its process runs,
+        but GET /health did not answer within 5 s``) or answers unhealthy; None while it serves.
 
-        For a caller whose driver just failed: the engine's death, not the driver's exit, is the cause to report."""
+        For a caller whose driver just failed: the engine's death or hang, not the driver's exit, is the cause to
+        report. ``probe=False``: the process's death only, no request."""
         if self.proc is None:
             return None
-        deadline = time.monotonic() + grace_s
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.alive():
+        if probe:
+            state, detail = self.probe(grace_s=grace_s)
+        elif self._exited(grace_s):
+            state, detail = "dead", f"it {exit_text(self.proc.returncode)}"
+        else:
             return None
-        return RunFailed(f"engine {self.label!r} ({self.recipe.engine}) died {what}: it {exit_text(self.proc.returncode)}"
-                         f"\ncommand: {shlex.join(self.command)}\nlog {self.log_path}, last lines:\n{self.log_tail()}",
-                         hint="read the engine log: the engine stopped the run, not the driver")
+        if state == "dead":
+            return self.failure(f"died {what}: {detail}",
+                                hint="read the engine log: the engine stopped the run, not the driver")
+        if state == "hung":
+            return self.failure(f"stopped answering (hung) {what}: {detail}",
+                                hint="read the engine log: its process runs but does not answer (a deadlock, a stuck "
+                                     "device, a request it cannot finish); the engine stopped the run, not the driver")
+        if state == "unhealthy":
+            return self.failure(f"is unhealthy {what}: {detail}",
+                                hint="read the engine log: the engine stopped the run, not the driver")
+        return None
 
     def _wait_ready(self, t0: float) -> None:
         deadline = t0 + self.startup_timeout_s
@@ -629,15 +726,17 @@ class Engine(_Served):
 
     def _check_identity(self) -> None:
         """What answered is this engine: its process runs, its group holds the port, it lists the served model."""
+        died = "right after answering the readiness check"
         if not self.alive():
-            raise self.failure(f"{exit_text(self.proc.returncode)} right after answering the readiness check: another "
-                               f"process may be serving port {self.port}")
+            raise self._died(died)
         inodes = listening_inodes(self.port)
         if inodes is None:
             self.record.port_owner = "not checked (no /proc/net/tcp here)"
         else:
             holders = socket_holders(inodes, group_pids(self.pgid)) if inodes else []
             if not holders:
+                if self._exited(grace_s=2.0):  # it closed its socket dying: no other server answered for it
+                    raise self._died(died)
                 others = port_holders(self.port)
                 raise self.failure(
                     f"answered on port {self.port}, but no process of its group (pgid {self.pgid}) holds that port's "
@@ -655,6 +754,21 @@ class Engine(_Served):
         if self.served_model not in models:
             raise self.failure(f"lists the models {models} on GET /v1/models, not {self.served_model!r}, the model "
                                "requests will name")
+
+    def _exited(self, grace_s: float) -> bool:
+        """Whether the engine's process has exited, giving a dying one up to ``grace_s`` to be gone."""
+        deadline = time.monotonic() + grace_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.alive()
+
+    def _died(self, what: str) -> RunFailed:
+        """The engine's death ``what`` (its process has exited): how it ended and its log tail; who holds its port now,
+        if anyone does (an answer from another server would then be possible, not proven)."""
+        others = port_holders(self.port)
+        now = f" (port {self.port} is now held by {'; '.join(others)})" if others else ""
+        return self.failure(f"died {what}: it {exit_text(self.proc.returncode)}{now}",
+                            hint="read the engine log: the engine exited on its own")
 
     def _read_version(self) -> str | None:
         try:
@@ -674,8 +788,8 @@ class Engine(_Served):
         try:
             status, payload = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=30.0)
         except OSError as exc:
-            raise self.failure_if_dead("before POST /reset_prefix_cache", grace_s=0.5) or \
-                self.failure(f"did not answer POST /reset_prefix_cache: {exc}") from None
+            raise self.failure_if_dead("at POST /reset_prefix_cache", grace_s=0.5) or \
+                self.failure(f"did not answer POST /reset_prefix_cache: {_exc_text(exc)}") from None
         if status != 200:
             raise self.failure(f"answered POST /reset_prefix_cache with {status}: {payload[:200]!r} "
                                "(vLLM serves it only with VLLM_SERVER_DEV_MODE=1)")
@@ -846,11 +960,21 @@ class ExternalEngine(_Served):
         return RunFailed(f"server {self.label!r} at {self.base_url} (not launched by InferCrane) {what}",
                          hint="check the server and its own log (InferCrane did not start it and holds no log of it)")
 
-    def failure_if_dead(self, what: str, *, grace_s: float = 2.0) -> RunFailed | None:
-        """A RunFailed when the server no longer answers ``GET /v1/models``; None while it does."""
+    def failure_if_dead(self, what: str, *, grace_s: float = 2.0, probe: bool = True) -> RunFailed | None:
+        """A RunFailed when the server no longer answers ``GET /v1/models``; None while it does. It is always probed
+        (``probe`` is the launched engine's option); whether it died or hangs cannot be told from here."""
         if not self.connected or self.alive():
             return None
         return self.failure(f"stopped answering {what}")
+
+    def failed_answer(self, what: str) -> RunFailed:
+        """The server's failure for an answer that did not come whole, with whether it still answers after it."""
+        try:
+            status, _ = _http("GET", f"{self.base_url}/v1/models", timeout_s=PROBE_TIMEOUT_S)
+            after = f"it still answers GET /v1/models ({status})"
+        except OSError as exc:
+            after = f"it no longer answers GET /v1/models within {PROBE_TIMEOUT_S:g} s ({_exc_text(exc)})"
+        return self.failure(f"{what}; {after}")
 
     def stop(self, **_: object) -> None:
         """Nothing to stop: the server is not InferCrane's. Records when InferCrane last stopped using it."""

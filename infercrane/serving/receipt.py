@@ -98,6 +98,28 @@ def measurement(result: PlanResult, arm: str, c: int, driver: str) -> dict[str, 
     return out
 
 
+def unmeasured(result: PlanResult, arms: list[str], driver: str) -> str | None:
+    """Why no concurrency holds a valid run (``RunMetrics.ok``: no failed request, every output the length asked) of
+    every arm and ``driver``, naming each arm and concurrency without one and what its runs were; None when one does."""
+    w = result.workload
+    if any(all(_ok_runs(result, arm, c, driver) for arm in arms) for c in w.concurrency):
+        return None
+    parts = []
+    for c in w.concurrency:
+        for arm in arms:
+            runs = [m for m in result.runs if m.arm == arm and m.concurrency == c and m.driver == driver]
+            if _ok_runs(result, arm, c, driver):
+                continue
+            if not runs:
+                parts.append(f"{arm} at c={c}: no run")
+                continue
+            sent = sum(m.requests_sent for m in runs)
+            off = sum(m.output_length_mismatches or 0 for m in runs)
+            parts.append(f"{arm} at c={c}: none of its {len(runs)} runs is valid ({sum(m.failures for m in runs)} of "
+                         f"{sent} requests failed, {off} outputs were not the {w.output_tokens} tokens asked)")
+    return f"no concurrency has a valid {driver} run of every arm, so there is nothing to compare: " + "; ".join(parts)
+
+
 def serving_arm(result: PlanResult, arm: str, c: int, driver: str) -> ServingArm:
     runs = _ok_runs(result, arm, c, driver)
     return ServingArm(recipe=arm, phrase=ARM_PHRASES.get(arm, f"recipe {arm}"),
@@ -265,6 +287,12 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         **_present(window_s=w.window_s, warmup_s=w.warmup_s),
         **({"prompts": w.prompts} if w.prompts == "shared" else {}),
     }
+    why = unmeasured(result, arms, primary)
+    if why is not None:
+        from ..errors import RunFailed
+
+        raise RunFailed(why, hint="outputs other than the length asked with ignore_eos mean the engine does not honour "
+                                  "ignore_eos / min_tokens; failed requests are in the driver logs")
     if kind == "ab":
         a, b = arms
         measurements = [m for c in w.concurrency for arm in (a, b) if (m := measurement(result, arm, c, primary))]

@@ -5,7 +5,7 @@
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE and
 non-streaming), ``GET /v1/models``, ``GET /health``, ``GET /version``, ``POST /reset_prefix_cache``
 (HTTP 404 with ``--no-prefix-cache-reset``, as vLLM without ``VLLM_SERVER_DEV_MODE=1``),
-and ``GET /stats`` (counters for tests: requests seen, HTTP 500s sent, short outputs, cache resets, and
+and ``GET /stats`` (counters for tests: requests seen, HTTP 500s sent, short outputs, answers cut, cache resets, and
 ``prompts``: sha256 hex of each prompt text -> how many requests sent it; chat: the messages' text parts joined
 with newlines).
 
@@ -35,7 +35,9 @@ The short-output fault (``--short-output-rate``) returns ``max(1, n // 2)`` toke
 Faults, all deterministic: ``--fail-rate F`` answers HTTP 500 to a fraction F of generation requests,
 chosen by a seeded generator over the arrival order (``--seed``), so the number of failures among
 the first N requests is fixed; ``--crash-after N`` exits the process (code 17) once N generation
-requests have finished; ``--log-jit-after N`` prints, once N have finished, the line vLLM's JIT monitor logs
+requests have finished; ``--cut-after N`` cuts the answer to every generation request after the N-th short, half-way
+through its tokens (streaming; a one-token stream before its end) or its body (not streaming): the server closes the
+connection and lives on, as a worker that dropped a request; ``--log-jit-after N`` prints, once N have finished, the line vLLM's JIT monitor logs
 when Triton compiles a kernel while serving (``serving/jit.py`` reads it); ``--hang-after N`` leaves every request after the N-th generation request
 (and /health) unanswered (N = 0: from the start); ``--startup-delay-s`` sleeps before listening, as an engine loading weights.
 """
@@ -72,6 +74,7 @@ class ServerConfig:
     diverge_after: int | None = None
     crash_after: int | None = None
     hang_after: int | None = None
+    cut_after: int | None = None
     log_jit_after: int | None = None
     startup_delay_s: float = 0.0
     seed: int = 0
@@ -88,6 +91,7 @@ class _State:
     finished_requests: int = 0
     failures_sent: int = 0
     short_outputs_sent: int = 0
+    answers_cut: int = 0
     prefix_cache_resets: int = 0
     hanging: bool = False
     prompts: dict[str, int] = field(default_factory=dict)
@@ -184,6 +188,7 @@ def build_app(cfg: ServerConfig):
             "finished_requests": state.finished_requests,
             "failures_sent": state.failures_sent,
             "short_outputs_sent": state.short_outputs_sent,
+            "answers_cut": state.answers_cut,
             "prefix_cache_resets": state.prefix_cache_resets,
             "prompts": state.prompts,
         })
@@ -247,6 +252,14 @@ def build_app(cfg: ServerConfig):
         def token_time(i: int) -> float:
             return arrival + (cfg.ttft_ms + i * cfg.itl_ms) / 1000.0
 
+        cut = cfg.cut_after is not None and state.generation_requests > cfg.cut_after
+
+        def cut_short(sent: str) -> None:
+            state.answers_cut += 1
+            print(f"testserver: cutting the answer to request {state.generation_requests} short after {sent} "
+                  "(--cut-after)", flush=True)
+            request.transport.close()  # the bytes written so far go out, then the connection ends
+
         if not body.get("stream"):
             await sleep_until(token_time(n - 1))
             text = "".join(words)
@@ -258,6 +271,14 @@ def build_app(cfg: ServerConfig):
                 if body.get("return_token_ids"):
                     choice["token_ids"] = ids
                 payload = {**common, "object": "text_completion", "choices": [choice], "usage": usage}
+            if cut:
+                data = json.dumps(payload).encode()
+                whole = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+                whole.content_length = len(data)
+                await whole.prepare(request)
+                await whole.write(data[:len(data) // 2])
+                cut_short(f"{len(data) // 2} of {len(data)} bytes")
+                return whole
             return await send_whole(request, web.json_response(payload))
 
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -272,6 +293,9 @@ def build_app(cfg: ServerConfig):
             await send({**common, "object": obj,
                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
         for i, word in enumerate(words):
+            if cut and i == max(1, n // 2):
+                cut_short(f"{i} of {n} tokens")
+                return resp
             await sleep_until(token_time(i))
             last = i == n - 1
             if chat:
@@ -279,6 +303,9 @@ def build_app(cfg: ServerConfig):
             else:
                 choice = {"index": 0, "text": word, "logprobs": None, "finish_reason": finish_reason if last else None}
             await send({**common, "object": obj, "choices": [choice]})
+        if cut:  # a one-token stream: cut after its token, before its end
+            cut_short(f"{n} of {n} tokens, before [DONE]")
+            return resp
         if include_usage:
             await send({**common, "object": obj, "choices": [], "usage": usage})
         await resp.write(b"data: [DONE]\n\n")
@@ -320,7 +347,8 @@ async def serve(cfg: ServerConfig) -> None:
     await site.start()
     print(f"testserver: serving model {cfg.model!r} on http://{cfg.host}:{cfg.port} "
           f"(ttft_ms={cfg.ttft_ms:g} itl_ms={cfg.itl_ms:g} fail_rate={cfg.fail_rate:g} "
-          f"short_output_rate={cfg.short_output_rate:g} crash_after={cfg.crash_after} hang_after={cfg.hang_after})",
+          f"short_output_rate={cfg.short_output_rate:g} crash_after={cfg.crash_after} hang_after={cfg.hang_after}"
+          + (f" cut_after={cfg.cut_after}" if cfg.cut_after is not None else "") + ")",
           flush=True)
     try:
         await stop.wait()
@@ -359,6 +387,8 @@ def parser() -> argparse.ArgumentParser:
                    help="output tokens from the K-th on differ from the default ones")
     p.add_argument("--crash-after", type=int, default=None, help="exit after N generation requests")
     p.add_argument("--hang-after", type=int, default=None, help="stop answering after N generation requests")
+    p.add_argument("--cut-after", type=int, default=None,
+                   help="cut every answer after the N-th generation request short half-way (the server lives on)")
     p.add_argument("--log-jit-after", type=int, default=None,
                    help="after N generation requests, log a JIT-compile line as vLLM's JIT monitor does")
     p.add_argument("--startup-delay-s", type=_non_negative, default=0.0, help="sleep before listening")

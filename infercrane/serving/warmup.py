@@ -7,17 +7,34 @@ the warm-up the driver gives each point. So before an engine's first measured po
 workload's concurrencies in ascending order, ``ROUNDS`` rounds of ``c`` concurrent requests shaped like the
 workload's (endpoint, streaming, prompt length, output length, ``ignore_eos``; no sampling parameters, so the server
 applies the same defaults it applies to the driver's requests). Nothing of it is measured; what it did is recorded
-on the engine (``EngineRecord.warmup``). A request the engine refuses or does not answer fails the arm there, with the
-engine's answer (``engine.post``).
+on the engine (``EngineRecord.warmup``).
+
+Failures. A request the engine refuses (an answer other than 200 or 5xx) or does not answer whole (refused, reset,
+timed out, its stream cut short) fails the arm there, with the engine's answer and its state after it: dead (how it
+ended), hung or alive (``engine.ask``). A 5xx answer while the engine's process lives is sent again, up to
+``RETRIES`` times after a growing pause (``RETRY_PAUSE_S``, doubled each time): warm-up is not measured, so a passing
+failure costs only its time. The record counts them when there were any: ``failures`` (5xx answers) and ``retries``
+(requests sent again). An engine that answers 5xx to every try of one request, or that has died, fails the arm with
+its words; the requests not yet sent are dropped.
+
+Threads. One thread per request in flight, at most ``MAX_IN_FLIGHT``: a concurrency above it is warmed with that
+many in flight (the record's ``max_in_flight``; vLLM batches at most ``max_num_seqs`` requests, 1024 at most by
+default, so no larger batch shape is left cold). The workload's own ceiling is ``workload.MAX_CONCURRENCY``, and
+``workload.check_concurrency_fits`` checks, before the first request, that this process may open the sockets and
+threads it needs.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 ROUNDS = 2
+RETRIES = 3  # times a request answered with a 5xx is sent again while the engine lives
+RETRY_PAUSE_S = 0.5  # before the first retry; doubled before each next one
+MAX_IN_FLIGHT = 1024  # warm-up requests (threads) in flight at once, whatever the concurrency
 _log = logging.getLogger("infercrane.serving.engine")  # the engine lines the serve commands print as they come
 FILLER = "warm"  # one token per word for common BPE tokenizers: the prompt is about input_tokens long
 
@@ -34,21 +51,85 @@ def warmup_body(workload: Any, served_model: str, index: int) -> tuple[str, dict
     return "/v1/completions", body | {"prompt": prompt}
 
 
+class _Tally:
+    """5xx answers and retries, counted across the warm-up's threads."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    def failed(self) -> None:
+        with self._lock:
+            self.failures += 1
+
+    def retried(self) -> None:
+        with self._lock:
+            self.retries += 1
+
+
+def send(engine: Any, path: str, body: dict[str, Any], *, timeout_s: float, what: str, tally: _Tally) -> None:
+    """One warm-up request, sent again after a 5xx while the engine lives (module docstring); the engine's failure
+    (RunFailed) when it refuses it, does not answer it whole, answers 5xx to every try, or has died."""
+    pause = RETRY_PAUSE_S
+    for attempt in range(RETRIES + 1):
+        status, payload = engine.ask(path, body, timeout_s=timeout_s, what=what)
+        if status == 200:
+            return
+        if status < 500:
+            raise engine.refused(status, payload, what)
+        tally.failed()
+        if attempt == RETRIES:
+            raise engine.refused(status, payload, what, tries=RETRIES + 1)
+        time.sleep(pause)
+        pause *= 2
+        dead = engine.failure_if_dead(f"after answering {status} ({payload[:200]!r}) to {what}", grace_s=0.0,
+                                      probe=False)
+        if dead is not None:
+            raise dead
+        tally.retried()
+
+
 def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
     """Warm ``engine`` for ``workload`` (module docstring); returns the record ``EngineRecord.warmup`` holds."""
-    t0 = time.monotonic()
+    from infercrane.serving.workload import check_concurrency_fits
+
     concurrencies = sorted(set(workload.concurrency))
+    check_concurrency_fits(concurrencies)
+    t0 = time.monotonic()
+    tally = _Tally()
+    in_flight = min(max(concurrencies), MAX_IN_FLIGHT)
     sent = 0
-    for c in concurrencies:
-        for _ in range(ROUNDS):
-            requests = [warmup_body(workload, engine.served_model, sent + i) for i in range(c)]
-            sent += c
+    pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="infercrane-warmup")
+    try:
+        for c in concurrencies:
             what = f"a warm-up request at concurrency {c}"
-            with ThreadPoolExecutor(max_workers=c) as pool:  # a failed request raises here (the engine's failure)
-                list(pool.map(lambda req: engine.post(req[0], req[1], timeout_s=workload.request_timeout_s, what=what),
-                              requests))
-    record = {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
-              "seconds": round(time.monotonic() - t0, 3)}
-    _log.info("engine %s warmed up: %d requests at c = %s in %.1f s (not measured)",
-              getattr(engine, "label", "?"), sent, ", ".join(map(str, concurrencies)), record["seconds"])
+            for _ in range(ROUNDS):
+                futures = [pool.submit(send, engine, *warmup_body(workload, engine.served_model, sent + i),
+                                       timeout_s=workload.request_timeout_s, what=what, tally=tally)
+                           for i in range(c)]
+                sent += c
+                _wait_all(futures)
+    except BaseException:  # a failure, Ctrl-C: the requests not yet sent are dropped, those in flight end on their own
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    record: dict[str, Any] = {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
+                              "seconds": round(time.monotonic() - t0, 3)}
+    if tally.failures:
+        record |= {"failures": tally.failures, "retries": tally.retries}
+    if in_flight < max(concurrencies):
+        record["max_in_flight"] = in_flight
+    _log.info("engine %s warmed up: %d requests at c = %s in %.1f s (not measured)%s",
+              getattr(engine, "label", "?"), sent, ", ".join(map(str, concurrencies)), record["seconds"],
+              f"; sent again after {tally.failures} answers of 5xx" if tally.failures else "")
     return record
+
+
+def _wait_all(futures: list[Future]) -> None:
+    """Wait for every request of a round; raise the first failure as soon as there is one (of those failed by then,
+    the earliest submitted)."""
+    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+    failed = [f for f in futures if f in done and f.exception() is not None]
+    if failed:
+        raise failed[0].exception()

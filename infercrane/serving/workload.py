@@ -430,6 +430,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         return artifacts / driver if len(drivers) > 1 else artifacts
 
     if preflight:
+        check_concurrency_fits(workload.concurrency)  # every request in flight is a socket (and a warm-up thread)
         for arm, recipe in arms.items():
             if arm not in external:
                 check_recipe(recipe)
@@ -529,8 +530,11 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             raise engine.failure(f"died before run {runs[0].run_index} at concurrency {runs[0].concurrency}")
         if gates is not None:
             gates.before_visit(arm, engine, shared)
-        if engine.record.warmup is None:  # its first visit: load it at every concurrency first (serving.warmup)
-            engine.record.warmup = warm_engine(engine, workload)
+        warmed = engine.record.warmup or {}
+        if warmed.get("workload", workload.name) != workload.name or not warmed:
+            # its first visit for this workload (an engine shared by A/Bs meets a new one): load it at every
+            # concurrency first (serving.warmup)
+            engine.record.warmup = warm_engine(engine, workload) | {"workload": workload.name}
         if grid and workload.prompts == "shared":  # a prompt file per point: one one-window block per point
             for p in runs:
                 if not engine.alive():

@@ -265,11 +265,20 @@ def test_a_finished_plan_accounts_for_its_wall_time(tmp_path, ts_recipe, probe):
     b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
     result = run_plan([a, b], workload(), out_dir=tmp_path, drivers="probe", tokenizer="unused")
     assert result.wall_s and result.wall_s > 0
-    t = time_accounting(result)
+    t = time_accounting(result, [])
     assert t["wall_s"] == result.wall_s
     assert t["measured_s"] == pytest.approx(0.1 * len(result.runs))  # the probe reports 0.1 s windows
     # the probe's windows are nominal, not timed: their share can exceed 1 on a fast machine; only the arithmetic counts
     assert t["measured_share"] == pytest.approx(t["measured_s"] / t["wall_s"])
+    assert "engine_up_s" not in t  # a plan of one driver invocation per point has no AIPerf blocks to account for
+    # with blocks: engine-up time is the wall time less the start-ups of the engines the plan launched
+    result.blocks.append({"arm": "a", "startup_s": 2.0, "warmup_s": 1.0, "gaps_s": 0.01, "tail_s": 1.5,
+                          "max_gap_s": 0.01})
+    engines = [{"startup_s": 0.25, "launched_by_infercrane": True}, {"startup_s": 9.0, "launched_by_infercrane": False}]
+    t = time_accounting(result, engines)
+    assert t["engine_up_s"] == pytest.approx(result.wall_s - 0.25, abs=1e-3)
+    assert t["measured_share_of_engine_up"] == pytest.approx(t["measured_s"] / t["engine_up_s"], rel=1e-3)
+    assert (t["blocks"], t["blocks_startup_s"], t["blocks_tail_s"]) == (1, 2.0, 1.5)
 
 
 def test_each_engine_is_warmed_once_before_its_first_measured_run(tmp_path, ts_recipe, probe):
