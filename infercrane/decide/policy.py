@@ -1,8 +1,13 @@
 """Decision policies: the thresholds a decision applies, as data.
 
-Defaults live only in ``infercrane/decide/policies/{kernel,serving}.yaml``. A user file names the same
+Defaults live in ``infercrane/decide/policies/{kernel,serving}.yaml``. A user file names the same
 ``schema_version`` and replaces any of the top-level keys; the merged mapping is validated by the models below
 (``extra="forbid"``), so an unknown key or a bad value fails before any measurement, naming the field.
+
+Keys added to the serving policy after receipts were decided under it (``SERVING_LATER_FIELDS``) carry a model default
+too: the value that means what those receipts did, so a policy mapping embedded in an older receipt still loads, and
+its hash (``policy_sha256``) leaves such a key out while it holds that value, so the older receipt keeps the hash it
+recorded.
 """
 from __future__ import annotations
 
@@ -22,6 +27,15 @@ KERNEL_POLICY_SCHEMA = "infercrane.kernel-policy/v1"
 SERVING_POLICY_SCHEMA = "infercrane.serving-policy/v1"
 
 PolicyKind = Literal["kernel", "serving"]
+
+# Serving-policy keys added after receipts were decided under the policy, with the value a mapping without the key
+# loads with (what those receipts did: per_statistic_seed off is the one bootstrap seed for every statistic).
+SERVING_LATER_FIELDS: dict[str, object] = {
+    "min_pairs": 10,
+    "family_control": "holm",
+    "prior_window_cv": 0.02,
+    "per_statistic_seed": False,
+}
 
 
 class KernelPolicy(BaseModel):
@@ -74,6 +88,18 @@ class ServingPolicy(BaseModel):
     min_runs_per_arm: int = Field(ge=2, description="fewer runs per arm than this give 'inconclusive'")
     driver_agreement_percent: float = Field(
         gt=0, description="two drivers on one engine agree when their medians differ by at most this")
+    per_statistic_seed: bool = Field(
+        default=SERVING_LATER_FIELDS["per_statistic_seed"],
+        description="seed each bootstrap interval from bootstrap_seed and the statistic's (metric, concurrency) by "
+                    "SHA-256; off: every interval uses bootstrap_seed itself (receipts decided before the key)")
+    min_pairs: int = Field(default=SERVING_LATER_FIELDS["min_pairs"], ge=2,
+                           description="paired window design: fewer window pairs of a family metric (pooled over "
+                                       "concurrencies) than this give 'inconclusive'")
+    family_control: Literal["holm"] = Field(
+        default=SERVING_LATER_FIELDS["family_control"],
+        description="paired window design: how the family's p-values (primary + guards) are adjusted")
+    prior_window_cv: float = Field(default=SERVING_LATER_FIELDS["prior_window_cv"], gt=0, lt=1,
+                                   description="per-window coefficient of variation a plan assumes before measuring")
 
     @field_validator("primary_metric")
     @classmethod
@@ -107,8 +133,14 @@ class ServingPolicy(BaseModel):
 
     @property
     def alpha(self) -> float:
-        """Two-sided rank-test level that BETTER/WORSE must reach: ``1 - confidence``."""
+        """Two-sided rank-test level that BETTER/WORSE must reach: ``1 - confidence``; in the paired window design
+        the family-wise level of the decision."""
         return 1.0 - self.confidence
+
+    @property
+    def family_size(self) -> int:
+        """Tests in the paired decision's family: the primary metric and each guard metric."""
+        return 1 + len(self.guard_metrics)
 
 
 _MODELS: dict[str, tuple[type[BaseModel], str]] = {
@@ -155,4 +187,14 @@ def policy_sha256(policy: KernelPolicy | ServingPolicy) -> str:
     """SHA-256 of the policy's canonical JSON, for a receipt to pin the exact thresholds it was decided with."""
     from infercrane.receipts.io import config_hash
 
-    return config_hash(policy.model_dump(mode="json"))
+    return config_hash(hashed_fields(policy))
+
+
+def hashed_fields(policy: KernelPolicy | ServingPolicy) -> dict[str, object]:
+    """What ``policy_sha256`` hashes: the policy's JSON fields, less any ``SERVING_LATER_FIELDS`` key that holds the
+    value a mapping without it loads with (so a receipt decided before the key existed keeps its hash)."""
+    fields = policy.model_dump(mode="json")
+    if isinstance(policy, ServingPolicy):
+        fields = {k: v for k, v in fields.items()
+                  if not (k in SERVING_LATER_FIELDS and v == SERVING_LATER_FIELDS[k])}
+    return fields

@@ -243,10 +243,11 @@ def ab_section_sha(section: str, recipes: list[dict[str, Any]], workload: Any, d
                    startup_timeout_s: float, coresident: bool) -> str:
     """An A/B section's identity: what a resumed PoC must find unchanged to reuse its receipt (recipes in canonical
     form, the workload's identity, drivers, policy, start-up limit, engine layout)."""
+    from ..decide.policy import hashed_fields
     from ..receipts.io import config_hash
 
     return config_hash({"section": section, "recipes": recipes, "workload": workload.identity(), "drivers": drivers,
-                        "policy": policy.model_dump(mode="json"), "startup_timeout_s": startup_timeout_s,
+                        "policy": hashed_fields(policy), "startup_timeout_s": startup_timeout_s,
                         "coresident": coresident})
 
 

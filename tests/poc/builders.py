@@ -38,7 +38,7 @@ def _public_run(arm: str, run: int, c: int, tok_s: float, ttft: float) -> Any:
                       started_at="2026-12-01T00:00:00+00:00")
 
 
-def synthetic_public_ab(hardware: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+def synthetic_public_ab(hardware: dict[str, Any], model: dict[str, Any], policy: Any = None) -> dict[str, Any]:
     """A serve-ab receipt of balanced vs throughput on public-1000 from synthetic runs (test data)."""
     from infercrane.decide.policy import load_policy
     from infercrane.env.capture import provenance
@@ -55,7 +55,7 @@ def synthetic_public_ab(hardware: dict[str, Any], model: dict[str, Any]) -> dict
     result.complete = True
     prov = provenance(config=plan_config("ab", recs, w, {"order": None}), command_line=["test"], run_id="public-1",
                       hardware_info=hardware, model=model)
-    doc = build_document(result, kind="ab", policy=load_policy("serving"), provenance=prov)
+    doc = build_document(result, kind="ab", policy=policy or load_policy("serving"), provenance=prov)
     return rehash(doc)
 
 

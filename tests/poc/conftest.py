@@ -14,7 +14,11 @@ def h200_docs() -> dict[str, dict[str, Any]]:
     """The committed H200 kernel and paired receipts, and a synthetic public A/B on the same GPU."""
     kernel = json.loads(H200_KERNEL.read_text())
     paired = json.loads(H200_PAIRED.read_text())
-    public = synthetic_public_ab(paired["provenance"]["hardware"], paired["provenance"]["model"])
+    from infercrane.serving.receipt import receipt_policy
+
+    # decided under the paired receipt's own policy: a PoC's serving sections share one policy
+    public = synthetic_public_ab(paired["provenance"]["hardware"], paired["provenance"]["model"],
+                                 receipt_policy(paired))
     return {"kernel": kernel, "paired": paired, "public": public}
 
 

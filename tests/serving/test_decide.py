@@ -20,7 +20,12 @@ BENCH = DOCS / "seed-paired-compiled-two-drivers.json"
 
 def test_redeciding_with_the_same_policy_reproduces_the_paired_block(tmp_path: Path) -> None:
     out = tmp_path / "again.json"
-    assert main(["serve", "decide", str(AB), "--out", str(out)]) == 0
+    # the receipt's own bootstrap (2000 resamples, one seed for every statistic): the packaged policy draws more
+    # resamples and a seed per statistic since
+    same = tmp_path / "same.yaml"
+    same.write_text("schema_version: infercrane.serving-policy/v1\nbootstrap_resamples: 2000\n"
+                    "per_statistic_seed: false\n")
+    assert main(["serve", "decide", str(AB), "--out", str(out), "--policy", str(same)]) == 0
     old, new = load_receipt(AB).document, load_receipt(out).document
     labels = ("interval_method", "test_method", "verdict_rule")  # recorded since; the old receipt predates them
     for s in new["paired_aiperf"]["statistics"]:
