@@ -37,7 +37,8 @@ from infercrane.serving.drivers import Driver, RunSpec
 from infercrane.serving.engine import log_tail
 from infercrane.serving.metrics import RunMetrics
 
-PINNED_VERSION = "0.12.0"
+PINNED_VERSION = "0.12.0"  # the seed's; the version a plan uses is whichever is installed, recorded with every run
+SUPPORTED_VERSIONS = ("0.12.0", "0.13.0")  # exports, config (phases) and log lines read the same in both
 SUMMARY_FILE = "profile_export_aiperf.json"
 RECORDS_FILE = "profile_export.jsonl"
 MANIFEST_FILE = "phase_manifest.json"
@@ -57,8 +58,9 @@ class AiperfDriver(Driver):
         if importlib.util.find_spec("aiperf") is None:
             return False, f"aiperf is not importable by {sys.executable} (pip install aiperf=={PINNED_VERSION})"
         version = self.version()
-        if version != PINNED_VERSION:
-            return True, f"aiperf {version} (InferCrane reads the export format of {PINNED_VERSION})"
+        if version not in SUPPORTED_VERSIONS:
+            return True, (f"aiperf {version} (InferCrane reads the exports of {', '.join(SUPPORTED_VERSIONS)}; "
+                          "another version may differ)")
         return True, f"aiperf {version}"
 
     def command(self, spec: RunSpec) -> list[str]:
