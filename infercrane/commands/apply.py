@@ -102,6 +102,11 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
         workload = load_workload(config.workload)
     if config.runs is not None:
         workload = workload.with_overrides(runs_per_arm=config.runs)
+    from ..serving.ab import design_of
+
+    design, cannot = design_of(workload, policy)
+    if cannot is not None:
+        raise InputError(f"--workload {workload.name}: {cannot}", hint=design)
     pairs = {}
     for mode in config.modes:
         base = load_recipe(MODES[mode].recipe)

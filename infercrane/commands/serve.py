@@ -166,11 +166,20 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         engines = _connect_servers(recs, config.url)
     art = out.parent / f"{out.stem}-artifacts"
     plan = plan_runs([r.name for r in recs], workload, "sequential" if kind == "bench" else None)
+    design = None
+    if kind == "ab":  # what this design can decide, before any engine starts; one that cannot decide is refused
+        from ..serving.ab import design_of
+
+        design, cannot = design_of(workload, policy)
+        if cannot is not None:
+            raise InputError(f"--workload {workload.name}: {cannot}", hint=design)
     total = len(plan) * len(config.drivers)
     con.print(f"[bold]serve {kind}[/bold] {plain(' vs '.join(r.name for r in recs))} on {plain(recs[0].model)}; "
               f"workload {plain(workload.name)} c={workload.concurrency} {workload.runs_per_arm} runs/arm, order "
               f"{'sequential' if kind == 'bench' else workload.arm_order}; drivers {list(config.drivers)} → "
               f"{plain(out)}")
+    if design is not None:
+        con.print(f"  {plain(design)}")
     for note in [*notes, *workload.notes()]:
         con.print(f"  note: {plain(note)}")
     for eng in (engines or {}).values():
@@ -326,14 +335,36 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
                       f"{m['ttft_p95_ms']:.2f}", f"{m['tpot_p95_ms']:.3f}", f"{m['latency_p95_ms']:.1f}",
                       str(m["runs"]), str(m["failures"]))
         con.print(t)
-        s = Table(title="B / A with CI and rank test", title_justify="left")  # cells below: numbers and our names
+        fam = pa.get("family")
+        if fam:
+            f = Table(title=Text(f"the decision's family: {fam['family']} ({fam['m_tests']} tests, Holm at "
+                                 f"{fam['alpha']:g}; intervals at {fam['interval_level'] * 100:.4g} %)"),
+                      title_justify="left")
+            for c in ("metric", "role", "pairs", "B/A", "interval", "p", "Holm p", "verdict"):
+                f.add_column(c)
+            for t in fam["tests"]:
+                ratio = "-" if t["ratio_b_over_a"] is None else f"{t['ratio_b_over_a']:.4f}"
+                ci = "-" if t["ci_low"] is None else f"[{t['ci_low']:.4f}, {t['ci_high']:.4f}]"
+                f.add_row(plain(t["metric"]), t["role"], str(t["n_pairs"]), ratio, plain(ci),
+                          "-" if t["p_value"] is None else f"{t['p_value']:.3g}",
+                          "-" if t["p_holm"] is None else f"{t['p_holm']:.3g}", plain(t["verdict"]))
+            con.print(f)
+        title = ("B / A per concurrency over window pairs (described, not in the decision's family)" if fam
+                 else "B / A with CI and rank test")
+        s = Table(title=title, title_justify="left")  # cells below: numbers and our names
         for c in ("c", "metric", "B/A", "CI", "p", "verdict"):
             s.add_column(c)
         for x in pa["statistics"]:
+            p_cell = f"{x['p_value']:.3g}" if fam else f"{x['p_value']:.3g} (min {x['min_achievable_p']:.2g})"
             s.add_row(str(x["concurrency"]), plain(x["metric"]), f"{x['ratio_b_over_a']:.4f}",
-                      plain(f"[{x['ci_low']:.4f}, {x['ci_high']:.4f}]"), f"{x['p_value']:.3g} (min {x['min_achievable_p']:.2g})",
-                      plain(x["verdict"]))
+                      plain(f"[{x['ci_low']:.4f}, {x['ci_high']:.4f}]"), p_cell, plain(x["verdict"] or "-"))
         con.print(s)
+        d = pa.get("design")
+        if d:
+            measured = "" if d["measured_window_cv"] is None else \
+                f", the windows showed {d['measured_window_cv'] * 100:.2g} %"
+            con.print(Text(f"design: {d['n_pairs']} window pairs; at the assumed {d['window_cv'] * 100:g} % window CV"
+                           f"{measured} it detects {d['detectable_change_percent']:.2g} % with 80 % power"))
         con.print(Text.assemble(("decision: ", "bold"), (pa["decision"], "bold green")))
     bench = doc.get("bench")
     if bench:

@@ -233,6 +233,11 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
         options = {"poc_section": {"name": section, "sha256": sha, "config": cfg.name},
                    "drivers": list(s.drivers), "stand_in": s.stand_in, "startup_timeout_s": s.startup_timeout_s,
                    "order": None, "coresident": s.coresident}
+        from ..serving.ab import design_of
+
+        _, cannot = design_of(workload, policy)
+        if cannot is not None:  # a section that can only end INCONCLUSIVE is refused before anything runs
+            raise InputError(f"{path}: {section}.workload {workload.name!r}: {cannot}")
         plans[section] = ABPlan(section=section, recipes=recs, workload=workload, drivers=list(s.drivers),
                                 policy=policy, startup_timeout_s=s.startup_timeout_s,
                                 out=sections_dir / f"{section}.json", section_sha256=sha, options=options)

@@ -457,12 +457,68 @@ class MetricStatistic(Strict):
     p_value: float = Field(ge=0, le=1)
     min_achievable_p: float = Field(ge=0, le=1)
     equivalence_margin: float = Field(ge=0, lt=1)
-    verdict: Literal["BETTER", "WORSE", "EQUIVALENT", "INCONCLUSIVE"]
+    verdict: Literal["BETTER", "WORSE", "EQUIVALENT", "INCONCLUSIVE"] | None = Field(
+        description="None for a descriptive statistic of a paired design (not in the decision's family)")
     # How the interval, the test and the verdict were made (absent from receipts written before they were recorded).
     interval_method: str | None = None
-    test_method: Literal["Mann-Whitney U, two-sided, exact-permutation",
-                         "Mann-Whitney U, two-sided, asymptotic"] | None = None
+    test_method: str | None = None
     verdict_rule: str | None = None
+    bootstrap_seed: int | None = Field(default=None, description="the seed this statistic's bootstrap drew")
+    n_pairs: PositiveInt | None = Field(default=None, description="window pairs (a paired design: a_values[i] and "
+                                                                  "b_values[i] are one pair)")
+    in_decision_family: bool | None = Field(default=None, description="False: described, not tested by the decision")
+
+
+class FamilyTest(Strict):
+    """One test of a paired decision's family: a metric's B/A pooled over every window pair of the workload."""
+
+    metric: NonEmptyStr
+    role: Literal["primary", "guard"]
+    higher_is_better: bool
+    estimand: NonEmptyStr
+    n_pairs: PositiveInt
+    concurrencies: list[PositiveInt] = Field(min_length=1)
+    ratio_b_over_a: PositiveFloat | None
+    ci_low: PositiveFloat | None
+    ci_high: PositiveFloat | None
+    interval_level: float | None = Field(gt=0, lt=1)
+    change_percent: float | None
+    p_value: float | None = Field(ge=0, le=1)
+    p_holm: float | None = Field(ge=0, le=1)
+    verdict: Literal["BETTER", "WORSE", "EQUIVALENT", "INCONCLUSIVE"]
+    interval_method: str | None
+    test_method: str | None
+    note: str | None = None
+
+
+class DecisionFamily(Strict):
+    """The tests one paired decision reads together, and how their error rate is held."""
+
+    family: NonEmptyStr
+    control: NonEmptyStr
+    m_tests: PositiveInt
+    alpha: float = Field(gt=0, lt=1)
+    interval_level: float = Field(gt=0, lt=1)
+    verdict_rule: NonEmptyStr
+    tests: list[FamilyTest] = Field(min_length=1)
+
+
+class DesignPower(Strict):
+    """What the design could show before it ran, at an assumed window CV (``stats.paired.design_for``)."""
+
+    n_pairs: PositiveInt
+    window_cv: PositiveFloat = Field(description="the assumed per-window coefficient of variation (the policy's "
+                                                 "prior_window_cv)")
+    measured_window_cv: float | None = Field(description="sd of the primary metric's log ratios / sqrt(2): what the "
+                                                         "windows showed")
+    m_tests: PositiveInt
+    detectable_change_percent: float = Field(description="smallest B/A change detected with 80 % power at window_cv")
+    power_at_3_percent: float
+    equivalence_probability: float
+    pairs_for_equivalence: PositiveInt | None
+    min_achievable_p: float | None
+    min_p_note: NonEmptyStr
+    method: NonEmptyStr
 
 
 class RunRecord(Strict):
@@ -630,6 +686,8 @@ class PairedServingV2(Strict):
     reason: NonEmptyStr
     drift: list[ArmDrift] = Field(default_factory=list)
     time_accounting: TimeAccounting | None = None
+    family: DecisionFamily | None = Field(default=None, description="a paired design: the tests the decision read")
+    design: DesignPower | None = Field(default=None, description="a paired design: what it could show")
 
 
 class PublicArmV2(Strict):
@@ -715,6 +773,9 @@ class OptimizationPocReceiptV2(Strict):
     policy: dict[str, Any] = Field(default_factory=dict)
     plan_wall_s: PositiveFloat | None = Field(default=None, description="the serving plan's wall time as measured "
                                                                        "(raw evidence of time_accounting)")
+    analysis: Literal["runs", "pairs"] | None = Field(default=None, description="how the A/B was analysed: "
+                                                      "'pairs' (window pairs, one family per decision); absent: each "
+                                                      "arm's runs apart")
     plan_blocks: list[dict[str, Any]] = Field(default_factory=list, description="per AIPerf block: its wall time, "
                                               "start-up, warm-up, windows, gaps and tail as measured (raw evidence of "
                                               "time_accounting)")

@@ -223,7 +223,9 @@ def _statistic_labels(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     """A statistic that names its interval method and verdict rule names the ones the receipt's own policy gives."""
     from ..decide.serving import interval_method, verdict_rule
 
-    stated = [(i, s) for i, s in enumerate(r.paired_aiperf.statistics) if s.interval_method or s.verdict_rule]
+    # a paired design's statistics (n_pairs) are re-derived whole with the receipt's rules (serving/receipt.py)
+    stated = [(i, s) for i, s in enumerate(r.paired_aiperf.statistics)
+              if (s.interval_method or s.verdict_rule) and s.n_pairs is None]
     if not stated:
         return []
     needed = ("bootstrap_resamples", "bootstrap_seed", "equivalence_margin", "confidence")
@@ -276,7 +278,15 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
             p = f"paired_aiperf.statistics[{i}]"
             out += check_derived(f"{p}.a_median", s.a_median, "median(a_values)", lambda *v: _median(list(v)), *s.a_values)
             out += check_derived(f"{p}.b_median", s.b_median, "median(b_values)", lambda *v: _median(list(v)), *s.b_values)
-            out += check_derived(f"{p}.ratio_b_over_a", s.ratio_b_over_a, "b_median / a_median", _ratio, s.b_median, s.a_median)
+            if s.n_pairs is not None:  # paired: the geometric mean of the pairs' B/A, not a ratio of medians
+                if len(s.a_values) != s.n_pairs or len(s.b_values) != s.n_pairs:
+                    out.append((p, f"{s.n_pairs} pairs but {len(s.a_values)} A and {len(s.b_values)} B values"))
+                else:
+                    out += check_derived(f"{p}.ratio_b_over_a", s.ratio_b_over_a, "exp(mean log(b_i / a_i))",
+                                         lambda *v: _geomean_ratio(v), *s.a_values, *s.b_values)
+            else:
+                out += check_derived(f"{p}.ratio_b_over_a", s.ratio_b_over_a, "b_median / a_median", _ratio,
+                                     s.b_median, s.a_median)
             if not s.ci_low <= s.ratio_b_over_a <= s.ci_high:
                 out.append((f"{p}.ratio_b_over_a", f"{s.ratio_b_over_a!r} lies outside [{s.ci_low!r}, {s.ci_high!r}]"))
     if r.bench is not None:
@@ -392,6 +402,14 @@ def _model_id(doc: dict[str, Any]) -> tuple[str, str | None]:
     m = doc.get("model_shape_source") or doc.get("model") or {}
     rev = m.get("revision")
     return (m.get("id"), None if rev in (None, "unknown") else rev)
+
+
+def _geomean_ratio(values: tuple[float, ...]) -> float:
+    """exp(mean log(b_i / a_i)) of ``a_1..a_n, b_1..b_n``."""
+    import math
+
+    n = len(values) // 2
+    return math.exp(sum(math.log(b / a) for a, b in zip(values[:n], values[n:])) / n)
 
 
 STATISTIC_LABELS = ("interval_method", "test_method", "verdict_rule")

@@ -163,3 +163,34 @@ def shlex_args(recipe: Any) -> str:
     import shlex
 
     return shlex.join(recipe.engine_args) or "no arguments"
+
+
+def design_of(workload: Any, policy: Any, order: str | None = None) -> tuple[str, str | None]:
+    """What a two-arm A/B of ``workload`` can decide under ``policy``, before anything runs: (the plan's first line,
+    the reason it can only end INCONCLUSIVE and what would fix it, or None). Window pairs: one per run and
+    concurrency (``receipt.window_pairs``); the figures come from ``stats.paired.design_for`` at the policy's prior
+    window CV."""
+    from ..stats.paired import design_for
+
+    order = order or workload.arm_order
+    if order == "sequential":
+        return ("design: sequential (all of A, then all of B): no window pairs, each arm's runs compared apart; drift "
+                "between the arms reads as a difference"), None
+    c = len(workload.concurrency)
+    n = workload.runs_per_arm * c
+    head = (f"design: {n} window pairs ({workload.runs_per_arm} runs x {c} concurrenc{'ies' if c > 1 else 'y'}, "
+            f"{'A | B B | A blocks' if order == 'sandwich' else 'A B A B ...'}), one family of "
+            f"{policy.family_size} tests (primary and guards pooled over the sweep, Holm at {policy.alpha:g})")
+    if n < policy.min_pairs:
+        runs = -(-policy.min_pairs // c)
+        return head, (f"{n} window pairs, fewer than the policy's min_pairs = {policy.min_pairs}: this design can only "
+                      f"end INCONCLUSIVE; give at least {runs} runs per arm (--runs {runs}), more concurrencies, or a "
+                      "policy with a lower min_pairs")
+    d = design_for(n, cv=policy.prior_window_cv, m_tests=policy.family_size, alpha=policy.alpha,
+                   margin=policy.equivalence_margin)
+    equiv = ("reachable" if d.equivalence_reachable else
+             f"out of reach (needs about {d.pairs_for_equivalence} pairs)" if d.pairs_for_equivalence else
+             "out of reach")
+    return (f"{head}: at a {policy.prior_window_cv * 100:g} % window CV it detects a change of "
+            f"{d.detectable_change * 100:.2g} % with {d.power_target * 100:g} % power; EQUIVALENT within "
+            f"±{policy.equivalence_margin * 100:g} % is {equiv}; {d.min_p_note}"), None

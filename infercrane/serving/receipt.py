@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..decide.derived import latency_p95_reduction_percent, throughput_speedup, ttft_p95_reduction_percent
+from ..decide.metrics import serving_metric
 from ..decide.policy import ServingPolicy, policy_sha256
 from ..decide.serving import ServingArm, ServingDecision, compare_metric, decide_serving, interval_method, verdict_rule
 from ..receipts.models_v2 import POC_V2
@@ -196,6 +197,75 @@ def _combine(decisions: dict[int, ServingDecision], a: str, b: str, workload: st
         f"c={c}: {d.decision}" for c, d in decisions.items()), per_c
 
 
+def window_pairs(result: PlanResult, a: str, b: str, driver: str) -> dict[str, list[tuple[int, float, float]]]:
+    """metric -> the window pairs ``(concurrency, A's value, B's value)``: A's run r at c with B's run r at c, both ok.
+    In the sandwich (A1 | B B | A2, ABBA by blocks) run r of A1 pairs with the first half of B's block and A2's with
+    the second, so linear drift cancels over the pairs."""
+    out: dict[str, list[tuple[int, float, float]]] = {m: [] for m in STAT_METRICS}
+    for c in result.workload.concurrency:
+        runs_a = {m.run_index: m for m in _ok_runs(result, a, c, driver)}
+        runs_b = {m.run_index: m for m in _ok_runs(result, b, c, driver)}
+        for r in sorted(set(runs_a) & set(runs_b)):
+            for metric in STAT_METRICS:
+                va, vb = getattr(runs_a[r], metric), getattr(runs_b[r], metric)
+                if va and vb:
+                    out[metric].append((c, float(va), float(vb)))
+    return out
+
+
+def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: ServingPolicy) -> tuple:
+    """A paired design's statistics (per concurrency, descriptive), its decision family, its design's power and the
+    (code, text, reason) of its decision (``decide_serving_paired``)."""
+    import math
+
+    from ..decide.serving import decide_serving_paired
+    from ..stats.paired import design_for
+
+    pairs = window_pairs(result, a, b, driver)
+    pa, pb = ARM_PHRASES.get(a, f"recipe {a}"), ARM_PHRASES.get(b, f"recipe {b}")
+    d = decide_serving_paired(pairs, policy, phrases=(pa, pb), workload="this workload")
+    stats = []
+    for r in d.per_concurrency:
+        if r.ratio is None:
+            continue
+        triples = [t for t in pairs[r.metric] if t[0] == r.concurrency]
+        stats.append({
+            "concurrency": r.concurrency, "metric": r.metric, "higher_is_better": serving_metric(r.metric).higher_is_better,
+            "a_values": [t[1] for t in triples], "b_values": [t[2] for t in triples],
+            "a_median": _median([t[1] for t in triples]), "b_median": _median([t[2] for t in triples]),
+            "ratio_b_over_a": r.ratio.ratio, "ci_low": r.ratio.ci_lo, "ci_high": r.ratio.ci_hi,
+            "confidence": r.ratio.confidence, "p_value": r.ratio.p_value, "min_achievable_p": 0.0,
+            "equivalence_margin": policy.equivalence_margin, "verdict": None, "interval_method": r.ratio.method,
+            "test_method": r.ratio.test_method, "verdict_rule": r.role, "n_pairs": r.n_pairs,
+            "in_decision_family": False})
+    tests = []
+    for m in (d.primary, *d.guards):
+        rr = m.ratio
+        tests.append({"metric": m.metric, "role": m.role, "higher_is_better": m.higher_is_better,
+                      "estimand": m.estimand, "n_pairs": max(m.n_pairs, 1), "concurrencies": m.concurrencies or
+                      list(result.workload.concurrency), "ratio_b_over_a": rr.ratio if rr else None,
+                      "ci_low": rr.ci_lo if rr else None, "ci_high": rr.ci_hi if rr else None,
+                      "interval_level": rr.confidence if rr else None, "change_percent": m.change_percent,
+                      "p_value": rr.p_value if rr else None, "p_holm": m.p_holm, "verdict": m.verdict.value,
+                      "interval_method": rr.method if rr else None, "test_method": rr.test_method if rr else None,
+                      "note": m.note})
+    family = {"family": d.family, "control": d.family_control, "m_tests": d.m_tests, "alpha": d.alpha,
+              "interval_level": d.interval_level, "verdict_rule": d.verdict_rule, "tests": tests}
+    n = d.primary.n_pairs
+    design = None
+    if n >= 2:
+        dz = design_for(n, cv=policy.prior_window_cv, m_tests=policy.family_size, alpha=policy.alpha,
+                        margin=policy.equivalence_margin)
+        sd = d.primary.ratio.sd_log if d.primary.ratio else None
+        design = {"n_pairs": n, "window_cv": policy.prior_window_cv,
+                  "measured_window_cv": sd / math.sqrt(2) if sd is not None else None, "m_tests": dz.m_tests,
+                  "detectable_change_percent": dz.detectable_change * 100, "power_at_3_percent": dz.power_at_effect,
+                  "equivalence_probability": dz.equivalence_probability,
+                  "pairs_for_equivalence": dz.pairs_for_equivalence, "min_achievable_p": dz.min_achievable_p,
+                  "min_p_note": dz.min_p_note, "method": dz.method}
+    return stats, family, design, (d.decision, d.decision_text, d.reason)
+
+
 def model_provenance(recipe: Any) -> dict[str, Any]:
     """Provenance's model block for a recipe's model: the real id and revision, the config fields the serving numbers
     depend on, and whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer)."""
@@ -298,6 +368,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         measurements = [m for c in w.concurrency for arm in (a, b) if (m := measurement(result, arm, c, primary))]
         by = {(m["recipe"], m["concurrency"]): m for m in measurements}
         comparisons, stats, decisions = [], [], {}
+        paired = _paired_analysis(result, a, b, primary, policy) if result.analysis == "pairs" else None
         for c in w.concurrency:
             ma, mb = by.get((a, c)), by.get((b, c))
             if not (ma and mb):
@@ -308,9 +379,11 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
                 "ttft_p95_reduction_percent": ttft_p95_reduction_percent(ma["ttft_p95_ms"], mb["ttft_p95_ms"]),
                 "latency_p95_reduction_percent": latency_p95_reduction_percent(ma["latency_p95_ms"], mb["latency_p95_ms"]),
             })
+            if paired is not None:
+                continue
             arm_a, arm_b = serving_arm(result, a, c, primary), serving_arm(result, b, c, primary)
             for metric in STAT_METRICS:
-                mc = compare_metric(metric, arm_a, arm_b, policy)
+                mc = compare_metric(metric, arm_a, arm_b, policy, concurrency=c)
                 if mc.ci_lo is None or mc.p_value is None:
                     continue
                 stats.append({
@@ -322,9 +395,14 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
                     "verdict": mc.verdict.value, "interval_method": interval_method(policy),
                     "test_method": f"Mann-Whitney U, two-sided, {mc.rank_test_method}",
                     "verdict_rule": verdict_rule(policy),
+                    **({"bootstrap_seed": mc.bootstrap_seed} if policy.per_statistic_seed else {}),
                 })
-            decisions[c] = decide_serving(arm_a, arm_b, policy, workload=f"this workload at concurrency {c}")
-        code, text, reason = _combine(decisions, a, b, "this workload")
+            decisions[c] = decide_serving(arm_a, arm_b, policy, workload=f"this workload at concurrency {c}",
+                                          concurrency=c)
+        if paired is not None:
+            stats, family, design, (code, text, reason) = paired
+        else:
+            code, text, reason = _combine(decisions, a, b, "this workload")
         doc["paired_aiperf"] = {
             "gpu": provenance["hardware"]["gpu"], "app_id": provenance["run_id"], "primary_driver": primary,
             "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
@@ -332,7 +410,10 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             "decision": text, "decision_code": code, "reason": reason,
             "drift": [d for arm in (a, b) for d in arm_drift(result, arm, primary)],
             **_present(time_accounting=time_accounting(result, doc["engines"])),
+            **({"family": family, "design": design} if paired is not None else {}),
         }
+        if result.analysis == "pairs":
+            doc["analysis"] = "pairs"
     else:
         arm = arms[0]
         measurements = [m | {"driver": d} for c in w.concurrency for d in result.drivers
@@ -521,6 +602,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
     result = PlanResult(workload=workload, recipes=recipes, drivers=drivers, order=order,
                         plan=plan_runs(list(recipes), workload, order), runs=runs, wall_s=doc.get("plan_wall_s"),
                         blocks=[dict(b) for b in doc.get("plan_blocks") or []],
+                        analysis=doc.get("analysis") or "runs",
                         notes=list(doc.get("policy", {}).get("workload_notes", [])), complete=True)
     return result, kind
 

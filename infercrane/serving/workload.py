@@ -294,6 +294,10 @@ class PlanResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     complete: bool = False
     wall_s: float | None = Field(default=None, description="wall time of the whole plan, once it has finished")
+    analysis: Literal["runs", "pairs"] = Field(
+        default="runs", description="how an A/B is analysed: 'pairs' (the window pair is the replicate, one family per "
+                                    "decision: decide.serving.decide_serving_paired), or 'runs' (each arm's runs "
+                                    "apart, per concurrency: receipts recorded before window pairs)")
     blocks: list[dict[str, Any]] = Field(default_factory=list,
                                          description="per AIPerf block: where its wall time went (drivers.aiperf."
                                                      "block_accounting)")
@@ -444,7 +448,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         notes.append(_write_shared_prompts(workload, plan, tokenizers[plan[0].arm], out / "prompts", prompt_files))
     if on_start is not None:
         on_start()
-    result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan, notes=notes)
+    result = PlanResult(workload=workload, recipes=arms, drivers=drivers, order=order, plan=plan, notes=notes,
+                        analysis="pairs" if len(arms) == 2 and order != "sequential" else "runs")
     if into is not None:  # the caller's object, filled field by field, so it sees every run as it lands
         for name in PlanResult.model_fields:
             setattr(into, name, getattr(result, name))

@@ -50,4 +50,10 @@ def test_shipped_test_server_recipes_differ_and_name_a_catalog_model():
     for r in (a, b):
         check_recipe(r)
     quick = load_workload("quick")
-    assert quick.runs_per_arm == 3 and quick.request_count is not None and quick.warmup_requests is not None
+    # a design that decides on the test server's arms: at least the packaged policy's min_pairs window pairs, time
+    # windows (each arm visit one AIPerf block)
+    from infercrane.decide.policy import load_policy
+    from infercrane.serving.ab import design_of
+
+    assert quick.window_s is not None and quick.runs_per_arm * len(quick.concurrency) >= load_policy("serving").min_pairs
+    assert design_of(quick, load_policy("serving"))[1] is None
