@@ -114,15 +114,13 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from ..decide.policy import load_policy
-    from ..env.capture import new_run_id, provenance, run_id_from_env
-    from ..errors import InfercraneError, InputError, about
+    from ..env.capture import new_run_id, run_id_from_env
+    from ..errors import InputError, about
     from ..models.catalog import load_model_config
     from ..receipts.render import console
-    from ..receipts.validate import write_receipt
-    from ..serving.progress import progress_reason
-    from ..serving.receipt import build_document, model_provenance, plan_config
+    from ..serving.receipt import model_provenance
     from ..serving.recipes import load_recipe
-    from ..serving.workload import PlanResult, load_workload, plan_runs, run_plan
+    from ..serving.workload import load_workload, plan_runs
 
     con = console()
     # every input before any engine starts
@@ -164,7 +162,6 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     engines: dict[str, Any] | None = None
     if config.url is not None:
         engines = _connect_servers(recs, config.url)
-    art = out.parent / f"{out.stem}-artifacts"
     plan = plan_runs([r.name for r in recs], workload, "sequential" if kind == "bench" else None)
     design = None
     if kind == "ab":  # what this design can decide, before any engine starts; one that cannot decide is refused
@@ -188,32 +185,28 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
                   f"{plain(', '.join(rec.served_models))}, version {plain(rec.version or 'unknown')}; prefix-cache "
                   f"reset {'offered: reset before every run' if rec.prefix_cache_reset_offered else 'not offered: runs share the server cache'}")
 
-    def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
-        for eng in reversed(list((engines or {}).values())):  # --url servers are engines of the plan too, once each
-            if not any(rec is eng.record for rec in result.engines):
-                result.engines.insert(0, eng.record)
-        prov = provenance(config=plan_config(kind, recs, workload, config.model_dump(mode="json")), run_id=run_id,
-                          model=model_prov)
-        doc = build_document(result, kind=kind, policy=policy, provenance=prov, incomplete_reason=incomplete)
-        written = write_receipt(doc, out)
-        sign_written(written.path, config.sign_key)
-        return written
+    from ..serving.ab import ABPlan, run_ab
 
-    partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(config.drivers),
-                         order="sequential" if kind == "bench" else workload.arm_order, plan=plan)
+    ab = ABPlan(section=f"serve {kind}", recipes=recs, workload=workload, drivers=list(config.drivers), policy=policy,
+                startup_timeout_s=config.startup_timeout_s, out=out, section_sha256="",
+                options=config.model_dump(mode="json"), kind=kind, order="sequential" if kind == "bench" else None,
+                sign_key=config.sign_key, model_provenance=model_prov)
     # The bar appears once preflight has passed, so a recipe or driver error is printed on its own.
     bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), console=con)
     task = bar.add_task(_next_label(plan, 0, len(config.drivers)), total=total)
     started = time.monotonic()
 
-    def on_run(m: Any) -> None:
-        done = len(partial.runs)
+    def on_run(m: Any, done: int, total: int) -> None:
         bar.update(task, completed=done, description=_next_label(plan, done, len(config.drivers)))
         bar.console.print(f"  {plain(m.arm)} run {m.run_index} c={m.concurrency} ({m.driver}): "
                           f"{m.output_tok_s:.1f} tok/s, TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 "
                           f"{m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed ({time.monotonic() - started:.0f} s)")
-        receipt_now(partial, progress_reason(done, total))
+
+    def say(line: str) -> None:
+        bar.stop()
+        con.print(f"[bold red]{plain(line)}[/bold red]" if line.startswith(("stopped", "analysis failed"))
+                  else plain(line))
 
     engine_lines = _EngineLines(con)
     engine_log = logging.getLogger("infercrane.serving.engine")
@@ -221,32 +214,13 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     level = engine_log.level
     engine_log.setLevel(logging.INFO)
     try:
-        result = run_plan(recs, workload, out_dir=art, drivers=list(config.drivers),
-                          order="sequential" if kind == "bench" else None,
-                          startup_timeout_s=config.startup_timeout_s, on_run=on_run, into=partial,
-                          on_start=bar.start, engines=engines,
-                          on_progress=lambda line: bar.console.print(
-                              f"  {line} ({time.monotonic() - started:.0f} s)", markup=False, highlight=False))
-    except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
-        bar.stop()
-        got = getattr(exc, "partial", None) or partial
-        why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
-        if got.engines or got.runs:  # something ran: keep it; a preflight failure has nothing to keep
-            r = receipt_now(got, f"stopped part-way: {why}")
-            con.print(f"[bold red]stopped part-way[/bold red]: {plain(why)}; partial receipt (complete: false): "
-                      f"{plain(r.path)}")
-        raise
+        receipt = run_ab(ab, run_id=run_id, con=con, say=say, engines=engines, on_run=on_run, on_start=bar.start,
+                         on_progress=lambda line: bar.console.print(
+                             f"  {line} ({time.monotonic() - started:.0f} s)", markup=False, highlight=False))
     finally:
         bar.stop()
         engine_log.removeHandler(engine_lines)
         engine_log.setLevel(level)
-    try:
-        receipt = receipt_now(result)
-    except Exception as exc:  # every run is measured and on disk: keep them in a receipt marked incomplete
-        r = receipt_now(result, f"the final analysis failed: {type(exc).__name__}: {exc}")
-        con.print(f"[bold red]analysis failed[/bold red]: {plain(exc)}; the runs are in {plain(r.path)} "
-                  "(complete: false)")
-        raise
     _print_summary(con, receipt.document)
     con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
     return 0

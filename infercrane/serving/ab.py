@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 @dataclass(frozen=True)
 class ABPlan:
-    """A checked A/B section, ready to run."""
+    """A checked A/B (or, ``kind="bench"``, one recipe's benchmark), ready to run. ``options``: what the receipt
+    records as the command's options (``plan_config``); ``order``: the arm order if not the workload's."""
 
     section: str
     recipes: list[Any]
@@ -35,14 +36,26 @@ class ABPlan:
     options: dict[str, Any]
     # applied to the finished receipt's document before it is written (kernel apply: its kernel_in_serving block)
     decorate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    kind: str = "ab"
+    order: str | None = None
+    sign_key: Path | None = None
+    model_provenance: dict[str, Any] | None = None
 
 
 def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
-           pool: EnginePool | None = None) -> Any:
-    """Run the A/B and write its receipt to ``plan.out``; returns the written receipt. ``say`` prints one progress
-    line per finished run. On a failure or an interrupt the receipt keeps every run so far (``complete: false``) and
-    the error propagates. With a ``pool`` the arms' engines come from it (started there if not up yet, kept up after
-    the A/B); without one, ``run_plan`` starts and stops them."""
+           pool: EnginePool | None = None, engines: dict[str, Any] | None = None,
+           on_run: Callable[[Any, int, int], None] | None = None, on_start: Callable[[], None] | None = None,
+           on_progress: Callable[[str], None] | None = None) -> Any:
+    """Run the plan and write its receipt to ``plan.out``; returns the written receipt: the one A/B runner that
+    ``serve ab``, ``serve bench``, ``poc`` and ``kernel apply`` call.
+
+    The receipt is written (and signed, with ``plan.sign_key``) after every window and at the end. ``say`` prints one
+    progress line per window unless ``on_run(metrics, done, total)`` is given, which then does; ``on_progress`` gets
+    the plan's other progress lines (default: ``say``). On a failure or an interrupt the receipt keeps every window so
+    far (``complete: false``) and the error propagates; when the final analysis itself fails, every window is kept
+    in a receipt marked incomplete with that reason. Engines: from ``engines`` (servers given with ``--url``, never
+    started or stopped here), from ``pool`` (started there if not up yet, kept up after the A/B), or started and
+    stopped by ``run_plan``."""
     from ..env.capture import provenance
     from ..errors import InfercraneError
     from ..receipts.validate import write_receipt
@@ -51,44 +64,66 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     from ..serving.workload import PlanResult, plan_runs, run_plan
 
     recs, workload = plan.recipes, plan.workload
-    model_prov = model_provenance(recs[0])
-    config = plan_config("ab", recs, workload, plan.options)
-    runs = plan_runs([r.name for r in recs], workload)
+    model_prov = plan.model_provenance or model_provenance(recs[0])
+    config = plan_config(plan.kind, recs, workload, plan.options)
+    order = plan.order or workload.arm_order
+    runs = plan_runs([r.name for r in recs], workload, order)
     total = len(runs) * len(plan.drivers)
+    external = dict(engines or {})
 
     def receipt_now(result: PlanResult, incomplete: str | None = None) -> Any:
+        for eng in reversed(list(external.values())):  # --url servers are engines of the plan too, once each
+            if not any(rec is eng.record for rec in result.engines):
+                result.engines.insert(0, eng.record)
         prov = provenance(config=config, run_id=run_id, model=model_prov)
-        doc = build_document(result, kind="ab", policy=plan.policy, provenance=prov, incomplete_reason=incomplete)
+        doc = build_document(result, kind=plan.kind, policy=plan.policy, provenance=prov,
+                             incomplete_reason=incomplete)
         if plan.decorate is not None and incomplete is None and result.complete:
             doc = plan.decorate(doc)
-        return write_receipt(doc, plan.out)
+        written = write_receipt(doc, plan.out)
+        if plan.sign_key is not None:
+            from ..commands.options import sign_written
+
+            sign_written(written.path, plan.sign_key)
+        return written
 
     partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(plan.drivers),
-                         order=workload.arm_order, plan=runs)
+                         order=order, plan=runs)
     started = time.monotonic()
+    progress = on_progress or (lambda line: say(f"{plan.section}: {line} [{time.monotonic() - started:.0f} s]"))
 
-    def on_run(m: Any) -> None:
+    def one_run(m: Any) -> None:
         done = len(partial.runs)
-        say(f"{plan.section}: {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): {m.output_tok_s:.1f} tok/s, "
-            f"TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 {m.tpot_p95_ms or 0:.2f} ms, {m.failures} failed "
-            f"[{done}/{total}, {time.monotonic() - started:.0f} s]")
+        if on_run is not None:
+            on_run(m, done, total)
+        else:
+            say(f"{plan.section}: {m.arm} run {m.run_index} c={m.concurrency} ({m.driver}): {m.output_tok_s:.1f} "
+                f"tok/s, TTFT p95 {m.ttft_p95_ms or 0:.1f} ms, TPOT p95 {m.tpot_p95_ms or 0:.2f} ms, {m.failures} "
+                f"failed [{done}/{total}, {time.monotonic() - started:.0f} s]")
         receipt_now(partial, progress_reason(done, total))
 
+    art = plan.out.parent / f"{plan.out.stem}-artifacts"
     try:
-        result = run_plan(recs, workload, out_dir=plan.out.parent / f"{plan.out.stem}-artifacts",
-                          drivers=list(plan.drivers), startup_timeout_s=plan.startup_timeout_s, on_run=on_run,
-                          on_progress=lambda line: say(f"{plan.section}: {line} [{time.monotonic() - started:.0f} s]"),
-                          into=partial, coresident=bool(plan.options.get("coresident")),
-                          engines=pool.engines_for(recs, out_dir=plan.out.parent / f"{plan.out.stem}-artifacts",
-                                                   startup_timeout_s=plan.startup_timeout_s, into=partial, say=say)
-                          if pool is not None else None)
+        if pool is not None:
+            external = {**pool.engines_for(recs, out_dir=art, startup_timeout_s=plan.startup_timeout_s, into=partial,
+                                           say=say), **external}
+        result = run_plan(recs, workload, out_dir=art, drivers=list(plan.drivers), order=plan.order,
+                          startup_timeout_s=plan.startup_timeout_s, on_run=one_run, on_progress=progress,
+                          into=partial, coresident=bool(plan.options.get("coresident")), on_start=on_start,
+                          engines=external or None)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         got = getattr(exc, "partial", None) or partial
         why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
-        if got.engines or got.runs:
-            receipt_now(got, f"stopped part-way: {why}")
+        if got.engines or got.runs:  # something ran: keep it; a preflight failure has nothing to keep
+            r = receipt_now(got, f"stopped part-way: {why}")
+            say(f"stopped part-way: {why}; partial receipt (complete: false): {r.path}")
         raise
-    return receipt_now(result)
+    try:
+        return receipt_now(result)
+    except Exception as exc:  # every window is measured and on disk: keep them in a receipt marked incomplete
+        r = receipt_now(result, f"the final analysis failed: {type(exc).__name__}: {exc}")
+        say(f"analysis failed: {exc}; the runs are in {r.path} (complete: false)")
+        raise
 
 
 class EnginePool:

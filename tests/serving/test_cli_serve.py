@@ -114,7 +114,7 @@ def test_a_recipe_error_is_printed_before_any_progress(tmp_path: Path, stand_in_
     bad.write_text("schema_version: infercrane.serving-recipe/v1\nname: bad\nengine: testserver\n"
                    f'model: {stand_in_dir}\nengine_args: ["--no-such-flag"]\n')
     good = _recipe(tmp_path / "good.yaml", "good", stand_in_dir, 3)
-    code = main(["serve", "ab", str(bad), str(good), "--runs", "3", "--out", str(tmp_path / "r.json")])
+    code = main(["serve", "ab", str(bad), str(good), "--runs", "4", "--out", str(tmp_path / "r.json")])
     out = capsys.readouterr()
     text = out.out + out.err
     assert code != 0 and "--no-such-flag" in text

@@ -13,6 +13,7 @@ import pytest
 from infercrane.cli import main
 from infercrane.errors import InputError
 from infercrane.receipts.models_v2 import EngineRecord as ReceiptEngineRecord
+from infercrane.serving.workload import load_workload
 from infercrane.serving.engine import ExternalEngine, parse_server_url
 from infercrane.serving.receipt import engine_record
 
@@ -159,6 +160,7 @@ def test_serve_bench_measures_a_running_server(tmp_path, raw_server, stand_in_di
     [eng] = doc["engines"]
     assert eng["launched_by_infercrane"] is False and eng["served_models"] == [str(stand_in_dir)]
     assert eng["version"].startswith("infercrane-testserver") and eng["pid"] is None
-    assert len(doc["runs"]) == 3 and all(r["status"] == "ok" for r in doc["runs"])
+    w = load_workload("quick")  # every run at every concurrency, one recipe
+    assert len(doc["runs"]) == w.runs_per_arm * len(w.concurrency) and all(r["status"] == "ok" for r in doc["runs"])
     assert stats(srv.url)["prefix_cache_resets"] >= 2  # the probe, then before the runs
     assert srv.proc.poll() is None  # still running: InferCrane stops only what it started
