@@ -746,6 +746,8 @@ class Engine(_Served):
         try:
             status, payload = _http("GET", f"{self.base_url}/v1/models", timeout_s=30.0)
         except OSError as exc:
+            if self._exited(grace_s=2.0):  # it died under the question: the death is the news, not the silence
+                raise self._died(died) from None
             raise self.failure(f"did not answer GET /v1/models: {exc}") from None
         models = _listed_models(payload) if status == 200 else None
         if models is None:
