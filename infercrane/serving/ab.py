@@ -82,9 +82,9 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
             doc = plan.decorate(doc)
         written = write_receipt(doc, plan.out)
         if plan.sign_key is not None:
-            from ..commands.options import sign_written
+            from ..receipts.signing import sign
 
-            sign_written(written.path, plan.sign_key)
+            sign(written.path, plan.sign_key)
         return written
 
     partial = PlanResult(workload=workload, recipes={r.name: r for r in recs}, drivers=list(plan.drivers),

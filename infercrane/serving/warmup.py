@@ -20,8 +20,8 @@ its words; the requests not yet sent are dropped.
 Threads. One thread per request in flight, at most ``MAX_IN_FLIGHT``: a concurrency above it is warmed with that
 many in flight (the record's ``max_in_flight``; vLLM batches at most ``max_num_seqs`` requests, 1024 at most by
 default, so no larger batch shape is left cold). The workload's own ceiling is ``workload.MAX_CONCURRENCY``, and
-``workload.check_concurrency_fits`` checks, before the first request, that this process may open the sockets and
-threads it needs.
+``workload.check_concurrency_fits`` checks, in the plan's preflight before any engine starts, that this process may
+open the sockets and threads it needs.
 """
 from __future__ import annotations
 
@@ -92,10 +92,7 @@ def send(engine: Any, path: str, body: dict[str, Any], *, timeout_s: float, what
 
 def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
     """Warm ``engine`` for ``workload`` (module docstring); returns the record ``EngineRecord.warmup`` holds."""
-    from infercrane.serving.workload import check_concurrency_fits
-
     concurrencies = sorted(set(workload.concurrency))
-    check_concurrency_fits(concurrencies)
     t0 = time.monotonic()
     tally = _Tally()
     in_flight = min(max(concurrencies), MAX_IN_FLIGHT)

@@ -516,14 +516,7 @@ def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: st
     notes: list[str] = []
     failed = [r for r in records if r.get("error")]
     completed = [r for r in records if not r.get("error")]
-    count_key = "usage_completion_tokens" if spec.token_count_source == "server" else "output_sequence_length"
-    out_tokens = []
-    for rec in completed:
-        metrics = rec.get("metrics") or {}
-        entry = metrics.get(count_key) or metrics.get("output_sequence_length") or {}
-        if entry.get("value") is None:
-            notes.append(f"a completed request has no {count_key}; counted as 0 output tokens")
-        out_tokens.append(int(entry.get("value") or 0))
+    out_tokens = _output_tokens(spec, completed, notes)
     mismatches = sum(1 for n in out_tokens if n != spec.output_tokens) if spec.ignore_eos else None
 
     summary_completed = _stat(summary, "request_count", "avg")
