@@ -219,6 +219,12 @@ def prepare_screen(config: ScreenConfig, *, out: Path, con: Any) -> PreparedScre
     check_output_file(out, "--out")
     check_sign_key(config.sign_key)
     device, _ = _run_device(config.device)
+    if device != "cpu" and policy.timing_mode not in config.modes:
+        # the decision reads that mode's timings: a screen without them would measure, then decide nothing
+        raise InputError(f"--modes {','.join(config.modes)}: the kernel policy decides on {policy.timing_mode!r} "
+                         "timings, which these modes do not take",
+                         hint=f"add {policy.timing_mode} to --modes, or give --policy a file with timing_mode: one of "
+                              f"{', '.join(config.modes)}")
     _check_memory(spec, device, con)
     return PreparedScreen(config=config, out=Path(out), policy=policy, model=mc, spec=spec, candidate=candidate,
                           decode_step=DecodeStep(ms=step_ms, source=step_source) if step_ms else None, device=device)
