@@ -56,6 +56,15 @@ def test_the_parent_bound_catches_a_timer_that_reads_ten_times_fast():
     assert T.parent_bound(small, overhead_us=2_900) is None
 
 
+def test_the_parent_bound_allows_for_the_jitter_of_a_long_handshake():
+    # a cold job (H200): 20 samples of ~4 us, each behind a ~1 ms spin; the empty kernel's job showed 22.4 ms
+    honest = _block([3.9] * 20, calls=1, elapsed=22_388 + 78 + 2_057)  # 2 ms over: the spins ran slower
+    assert T.parent_bound(honest, overhead_us=22_388) is None
+    slow = _block([3.9] * 20, calls=1, elapsed=22_388 + 78 + 0.6 * 22_388)  # 13 ms no sample accounts for
+    fault = T.parent_bound(slow, overhead_us=22_388)
+    assert fault and fault.startswith("timer_fault: trial 0")
+
+
 def _fake_worker(spec, impl, *, calls, in_place, stale=False):
     """What a worker's ``verify`` job does, on CPU tensors: write the parent's inputs, run ``calls`` calls, hand back."""
     import torch
