@@ -103,6 +103,10 @@ class ABSection(BaseModel):
     request_count: int | None = Field(None, ge=1, description="requests per point (default derived per point)")
     requests_per_slot: int | None = Field(None, ge=1)
     min_requests: int | None = Field(None, ge=1)
+    window_s: float | None = Field(None, gt=0, description="seconds of load per window instead of the workload's "
+                                                           "request counts (AIPerf only)")
+    warmup_s: float | None = Field(None, gt=0, description="seconds of warm-up before a block's first window "
+                                                           "(with window_s)")
 
     @field_validator("recipes")
     @classmethod
@@ -114,7 +118,7 @@ class ABSection(BaseModel):
     def workload_overrides(self) -> dict[str, Any]:
         pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "concurrency": self.concurrency,
                  "request_count": self.request_count, "requests_per_slot": self.requests_per_slot,
-                 "min_requests": self.min_requests}
+                 "min_requests": self.min_requests, "window_s": self.window_s, "warmup_s": self.warmup_s}
         return {k: v for k, v in pairs.items() if v is not None}
 
 
