@@ -424,6 +424,12 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
                                                                             "sha256": plan.kernel_sha256,
                                                                             "config": plan.config.name}})
             else:
+                if pool is not None and not pool.live:  # every engine of the sitting at once, warmed as it comes up
+                    ahead = [plan.serving[s] for s in SECTIONS if s != "kernel" and s not in plan.reusable]
+                    first = plan.serving[section]
+                    pool.start_ahead([(p.recipes, p.workload) for p in ahead],
+                                     out_dir=first.out.parent / f"{first.out.stem}-artifacts",
+                                     startup_timeout_s=first.startup_timeout_s, say=say)
                 receipt = run_ab(plan.serving[section], run_id=plan.run_id, con=con, say=say, pool=pool)
         except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
             why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else \

@@ -174,10 +174,135 @@ class EnginePool:
             self.plan.pop(0)
         return out
 
+    def start_ahead(self, plans: list[tuple[list[Any], Any]], *, out_dir: Path, startup_timeout_s: float,
+                    say: Callable[[str], None]) -> None:
+        """Start every engine the sitting's A/Bs need at the same time, each warmed for the first workload it will
+        serve as soon as it is up, rather than one after the other when each A/B comes. ``plans``: (recipes,
+        workload) per A/B, in order. vLLM sizes its KV cache from the memory it sees taken while it profiles, and
+        engines starting together would count each other's allocations, so each gets a fixed cache
+        (``kv_cache_bytes_for``: what the sitting's largest batch needs, twice over); where that cannot be worked out
+        (no model config) or does not fit the engine's share, nothing is started here and the A/Bs start their
+        engines one after the other as before. An engine that fails to start here is stopped and started again alone
+        when its A/B comes; the failure is said, not hidden."""
+        import threading
+
+        from .engine import Engine
+        from .warmup import warm_engine
+
+        first: dict[str, tuple[Any, Any]] = {}  # launch key -> (recipe, the first workload it serves)
+        for recipes, workload in plans:
+            for r in recipes:
+                first.setdefault(launch_key(r), (r, workload))
+        todo = {k: v for k, v in first.items() if k not in self.live}
+        if len(todo) < 2:
+            return
+        share = engine_memory_share_for(len(first))
+        kv: dict[str, int | None] = {}
+        for key, (recipe, _) in todo.items():
+            if recipe.engine != "vllm":
+                kv[key] = None
+                continue
+            need = kv_cache_bytes_for(recipe, [w for _, w in plans])
+            if need is None or not _fits(need, share):
+                say("engines: started one after the other (" + ("no model config to size a fixed KV cache"
+                    if need is None else f"a fixed KV cache of {need / 2**30:.1f} GiB does not fit a "
+                    f"{share:g} share of this GPU") + ")")
+                return
+            kv[key] = need
+        self.memory_share = share
+        engines: dict[str, Any] = {}
+        for key, (recipe, _) in todo.items():
+            others = [f"pool-{r.name}" for k, (r, _) in first.items() if k != key]
+            engines[key] = Engine(recipe, log_dir=out_dir / "engines", label=f"pool-{recipe.name}",
+                                  startup_timeout_s=startup_timeout_s,
+                                  gpu_memory_utilization=share if recipe.engine == "vllm" else None,
+                                  coresident_with=others, kv_cache_bytes=kv[key])
+        failed: dict[str, BaseException] = {}
+        t0 = time.monotonic()
+
+        def up(key: str) -> None:
+            engine, (recipe, workload) = engines[key], todo[key]
+            try:
+                engine.wait_ready()
+                engine.record.warmup = warm_engine(engine, workload) | {"workload": workload.name}
+            except BaseException as exc:  # noqa: BLE001 - said below, and the engine is started again alone
+                failed[key] = exc
+
+        say(f"engines: starting {len(engines)} at once ({', '.join(e.label for e in engines.values())}), each "
+            f"with {share:g} of GPU memory" + (f" and a fixed KV cache of {max(v for v in kv.values() if v) / 2**30:.1f}"
+                                                f" GiB" if any(kv.values()) else ""))
+        for key, engine in engines.items():  # launched from this thread: an engine dies with the thread that
+            try:                               # started it (the parent-death signal), so only the waits are threads
+                engine.launch()
+            except BaseException as exc:  # noqa: BLE001 - said below
+                failed[key] = exc
+        threads = [threading.Thread(target=up, args=(k,), name=f"infercrane-start-{engines[k].label}", daemon=True)
+                   for k in engines if k not in failed]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for key, engine in engines.items():
+            if key in failed:
+                say(f"engine {engine.label}: did not start beside the others "
+                    f"({str(failed[key]).splitlines()[0] if str(failed[key]) else type(failed[key]).__name__}); "
+                    "it is started again alone when its A/B comes")
+                engine.stop()
+                continue
+            self.live[key] = engine
+            say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s, warmed for "
+                f"{todo[key][1].name}")
+        say(f"engines: {len(self.live)} up {time.monotonic() - t0:.1f} s after the start")
+
     def stop_all(self) -> None:
         for engine in self.live.values():
             engine.stop()
         self.live.clear()
+
+
+KV_HEADROOM = 2.0  # a fixed KV cache holds twice the tokens the sitting's largest batch has in flight
+KV_SHARE_MAX = 0.75  # ... and at most this part of an engine's memory share (weights, activations, graphs: the rest)
+
+
+def engine_memory_share_for(n: int) -> float:
+    from .workload import engine_memory_share
+
+    return engine_memory_share(n)
+
+
+def kv_cache_bytes_for(recipe: Any, workloads: list[Any]) -> int | None:
+    """A fixed KV cache for ``recipe``'s model that holds ``KV_HEADROOM`` times the tokens in flight at the largest
+    batch of ``workloads`` (highest concurrency x (prompt + output tokens)): 2 (K and V) x layers x KV heads x head
+    size x bytes per element, from the model's ``config.json``; None without one."""
+    import json
+
+    path = Path(recipe.resolved_model()) / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+        layers, heads = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads") or
+                                                            cfg["num_attention_heads"])
+        head = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    elem = 4 if str(cfg.get("torch_dtype", "bfloat16")) in ("float32", "float") else 2
+    tokens = max(max(w.concurrency) * (w.input_tokens + w.output_tokens) for w in workloads)
+    return int(KV_HEADROOM * tokens * 2 * layers * heads * head * elem)
+
+
+def _fits(kv_bytes: int, share: float) -> bool:
+    """Whether ``kv_bytes`` is at most ``KV_SHARE_MAX`` of ``share`` of this GPU's memory (NVML's total; True when
+    NVML cannot tell: vLLM then refuses what does not fit, and the engine is started again alone)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            total = int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return True
+    return kv_bytes <= KV_SHARE_MAX * share * total
 
 
 def launch_key(recipe: Any) -> str:

@@ -475,12 +475,14 @@ class Engine(_Served):
     ``gpu_memory_utilization``: the share of GPU memory this engine may take (co-resident engines split one GPU);
     the vLLM kind passes it as ``--gpu-memory-utilization`` (a recipe that sets that flag itself is refused: two
     owners of one number), the test server uses no GPU and only records it. ``coresident_with``: the arms whose engines
-    run beside this one, recorded.
+    run beside this one, recorded. ``kv_cache_bytes``: a fixed KV cache (vLLM ``--kv-cache-memory-bytes``) for engines
+    started at the same time, which would otherwise each count the others' allocations as their own while sizing it.
     """
 
     def __init__(self, recipe: Recipe, *, log_dir: str | Path, label: str | None = None, port: int | None = None,
                  startup_timeout_s: float = 900.0, grace_s: tuple[float, float, float] = (20.0, 10.0, 5.0),
-                 gpu_memory_utilization: float | None = None, coresident_with: Sequence[str] = ()) -> None:
+                 gpu_memory_utilization: float | None = None, coresident_with: Sequence[str] = (),
+                 kv_cache_bytes: int | None = None) -> None:
         self.recipe = recipe.resolved() if recipe.sha256 is None else recipe
         self.kind = get_engine_kind(recipe.engine)
         self.label = label or self.recipe.name
@@ -494,6 +496,7 @@ class Engine(_Served):
                     f"was asked to give its engine {gpu_memory_utilization:g} of GPU memory (engines sharing one GPU)",
                     hint="remove --gpu-memory-utilization from the recipe's engine_args, or run the arms one at a time")
         self.gpu_memory_utilization = gpu_memory_utilization
+        self.kv_cache_bytes = kv_cache_bytes if self.recipe.engine == "vllm" else None
         self._port_given = port is not None
         self.port = port or _free_port()
         self.log_path = Path(log_dir) / f"{self.label}.log"
@@ -519,6 +522,8 @@ class Engine(_Served):
         cmd = self.kind.command(self.recipe, self.port) + self._kernel_args
         if self.gpu_memory_utilization is not None and self.recipe.engine == "vllm":
             cmd += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        if self.kv_cache_bytes is not None:  # engines started at once: no engine sizes its cache from the others'
+            cmd += ["--kv-cache-memory-bytes", str(int(self.kv_cache_bytes))]
         return cmd
 
     @property

@@ -1,0 +1,91 @@
+"""The sitting's engine pool: every engine started at once and warmed as it comes up (``EnginePool.start_ahead``),
+a fixed KV cache sized from the model and the sitting's largest batch, and the fallbacks when that cannot be done."""
+from __future__ import annotations
+
+import json
+
+from infercrane.serving import ab
+from infercrane.serving.ab import EnginePool, kv_cache_bytes_for, launch_key
+from infercrane.serving.engine import Engine
+from infercrane.serving.recipes import load_recipe
+from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload
+
+
+def workload(name: str, **kw) -> Workload:
+    data = dict(schema_version=WORKLOAD_SCHEMA_VERSION, name=name, concurrency=[2, 1], input_tokens=16,
+                output_tokens=5, runs_per_arm=3)
+    return Workload(**(data | kw))
+
+
+def test_the_fixed_kv_cache_holds_twice_the_largest_batch_of_the_sitting(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 28, "num_key_value_heads": 8,
+                                                      "num_attention_heads": 16, "head_dim": 128,
+                                                      "hidden_size": 1024, "torch_dtype": "bfloat16"}))
+    recipe = load_recipe("eager").with_overrides(model=str(tmp_path))
+    small, big = workload("a", concurrency=[1, 8, 32], input_tokens=128, output_tokens=64), \
+        workload("b", concurrency=[100], input_tokens=1000, output_tokens=500)
+    per_token = 2 * 28 * 8 * 128 * 2  # K and V, layers, KV heads, head size, bf16
+    assert kv_cache_bytes_for(recipe, [small, big]) == 2 * 100 * 1500 * per_token
+    assert kv_cache_bytes_for(recipe, [small]) == 2 * 32 * 192 * per_token
+    assert kv_cache_bytes_for(load_recipe("eager").with_overrides(model=str(tmp_path / "none")), [small]) is None
+    eng = Engine(recipe, log_dir=tmp_path, gpu_memory_utilization=0.3, kv_cache_bytes=123)
+    assert eng.command[-4:] == ["--gpu-memory-utilization", "0.3", "--kv-cache-memory-bytes", "123"]
+
+
+def test_every_engine_of_the_sitting_starts_at_once_warmed_and_stays_for_its_ab(tmp_path, ts_recipe):
+    a = ts_recipe("--ttft-ms", "1", "--itl-ms", "1").with_overrides(name="a")
+    b = ts_recipe("--ttft-ms", "1", "--itl-ms", "2").with_overrides(name="b")
+    w1, w2 = workload("w1"), workload("w2", concurrency=[3])
+    pool = EnginePool([[a, b], [b, a]])
+    lines: list[str] = []
+    try:
+        pool.start_ahead([([a, b], w1), ([b, a], w2)], out_dir=tmp_path, startup_timeout_s=60, say=lines.append)
+        assert len(pool.live) == 2 and all(e.alive() for e in pool.live.values())
+        assert any(line.startswith("engines: starting 2 at once") for line in lines), lines
+        for engine in pool.live.values():
+            assert engine.record.warmup and engine.record.warmup["workload"] == "w1"  # the first it serves
+            assert engine.record.ready_after_s is not None  # every start's wall time is recorded
+        ready = {launch_key(r): pool.live[launch_key(r)] for r in (a, b)}
+        got = pool.engines_for([a, b], out_dir=tmp_path, startup_timeout_s=60, into=None, say=lines.append)
+        assert got["a"] is ready[launch_key(a)] and got["b"] is ready[launch_key(b)]  # not started again
+        assert sum("already up" in line for line in lines) == 2
+    finally:
+        pool.stop_all()
+    assert not pool.live
+
+
+def test_an_engine_that_fails_beside_the_others_is_stopped_and_started_alone_later(tmp_path, ts_recipe,
+                                                                                     monkeypatch):
+    a = ts_recipe("--ttft-ms", "1").with_overrides(name="a")
+    b = ts_recipe("--ttft-ms", "1", "--itl-ms", "2").with_overrides(name="b")
+    real_wait = Engine.wait_ready
+
+    def wait_ready(self):
+        if self.recipe.name == "b":
+            raise RuntimeError("out of memory while the others started")
+        return real_wait(self)
+
+    monkeypatch.setattr(Engine, "wait_ready", wait_ready)
+    pool = EnginePool([[a, b]])
+    lines: list[str] = []
+    try:
+        pool.start_ahead([([a, b], workload("w"))], out_dir=tmp_path, startup_timeout_s=60, say=lines.append)
+        assert list(pool.live) == [launch_key(a)]
+        assert any("pool-b: did not start beside the others (out of memory" in line for line in lines), lines
+        monkeypatch.setattr(Engine, "wait_ready", real_wait)
+        got = pool.engines_for([a, b], out_dir=tmp_path, startup_timeout_s=60, into=None, say=lines.append)
+        assert got["b"].alive() and any(line.startswith("engine pool-b: up in") for line in lines)
+    finally:
+        pool.stop_all()
+
+
+def test_no_engine_starts_ahead_when_the_fixed_cache_does_not_fit(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 2,
+                                                      "hidden_size": 8}))
+    eager = load_recipe("eager").with_overrides(model=str(tmp_path))
+    compiled = load_recipe("compiled").with_overrides(model=str(tmp_path))
+    monkeypatch.setattr(ab, "_fits", lambda kv, share: False)
+    pool = EnginePool([[eager, compiled]])
+    lines: list[str] = []
+    pool.start_ahead([([eager, compiled], workload("w"))], out_dir=tmp_path, startup_timeout_s=1, say=lines.append)
+    assert not pool.live and lines and "started one after the other (a fixed KV cache of" in lines[0]
