@@ -356,7 +356,8 @@ def evidence_of(plan: PocPlan, docs: dict[str, dict[str, Any]]) -> dict[str, Any
     return ev
 
 
-def write_poc(plan: PocPlan, docs: dict[str, dict[str, Any]], *, complete: bool, reason: str | None) -> Any:
+def write_poc(plan: PocPlan, docs: dict[str, dict[str, Any]], *, complete: bool, reason: str | None,
+              sitting: dict[str, Any] | None = None) -> Any:
     from ..commands.options import sign_written
     from ..env.capture import hardware, provenance
     from ..receipts.validate import write_receipt
@@ -366,7 +367,8 @@ def write_poc(plan: PocPlan, docs: dict[str, dict[str, Any]], *, complete: bool,
                               "config": plan.config.model_dump(mode="json"), "config_sha256": plan.config_sha256,
                               "sections": {"kernel": plan.kernel_sha256,
                                            **{s: p.section_sha256 for s, p in plan.serving.items()}},
-                              "section_receipts": {s: str(plan.section_path(s)) for s in SECTIONS}},
+                              "section_receipts": {s: str(plan.section_path(s)) for s in SECTIONS},
+                              **({"sitting": sitting} if sitting else {})},
                       hardware_info=hardware(probe_gpu=not plan.config.functional), run_id=plan.run_id,
                       model=plan.model_provenance)
     doc = assemble(evidence_of(plan, docs), provenance=prov, complete=complete, incomplete_reason=reason)
@@ -394,12 +396,34 @@ def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
     to_run = [plan.serving[s] for s in SECTIONS if s != "kernel" and s not in plan.reusable]
     pool = EnginePool([p.recipes for p in to_run]) if to_run and all(
         p.options.get("coresident") for p in to_run) else None
+    began = time.time()
     try:
-        return _run_sections(plan, con=con, say=say, pool=pool, t0=t0, docs=docs, run_ab=run_ab,
-                             progress_of=progress_of)
+        _run_sections(plan, con=con, say=say, pool=pool, t0=t0, docs=docs, run_ab=run_ab, progress_of=progress_of)
     finally:
         if pool is not None:
             pool.stop_all()
+    sitting = sitting_of(docs, pool, start=began, end=time.time())
+    if sitting.get("engine_up_s"):
+        say(f"sitting: {sitting['wall_s']:.0f} s; engines up {sitting['engine_up_s']:.0f} s, "
+            f"{sitting['measured_s']:.0f} s of it measured ({sitting['measured_share_of_engine_up'] * 100:.1f} %)")
+    return write_poc(plan, docs, complete=True, reason=None, sitting=sitting)
+
+
+def sitting_of(docs: dict[str, dict[str, Any]], pool: Any, *, start: float, end: float) -> dict[str, Any]:
+    """The sitting's time accounting (``serving.receipt.sitting_time``) over the sections run in it: the engines the
+    pool started (a sitting without a pool has no engine-up figure: its engines' records are the sections'), every
+    ok window of every serving section, and each section's own wall time."""
+    from ..serving.receipt import sitting_time
+
+    runs = [r for s in SECTIONS if s != "kernel" for r in (docs.get(s) or {}).get("runs") or []]
+    out = sitting_time([e.record for e in pool.started] if pool is not None else [], runs, start=start, end=end)
+    if pool is None:
+        out |= {"engine_up_s": None, "measured_share_of_engine_up": None,
+                "note": "engines started per section (not co-resident): engine-up time is in each section's receipt"}
+    out["sections_wall_s"] = {s: (docs[s].get("paired_aiperf") or {}).get("time_accounting", {}).get("wall_s")
+                              if s != "kernel" else docs[s].get("result", {}).get("wall_s")
+                              for s in SECTIONS if s in docs}
+    return out
 
 
 def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, docs: dict[str, dict[str, Any]],
@@ -446,6 +470,5 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
         say(f"{section}: done in {time.monotonic() - start:.1f} s [{time.monotonic() - t0:.1f} s elapsed]: "
             f"{_decision_line(section, receipt.document)}; receipt {receipt.path}")
         left = [s for s in SECTIONS if s not in docs]
-        if left:
-            write_poc(plan, docs, complete=False, reason=progress_of(f"{', '.join(left)} still to run"))
-    return write_poc(plan, docs, complete=True, reason=None)
+        write_poc(plan, docs, complete=False, reason=progress_of(f"{', '.join(left)} still to run") if left else
+                  "every section has run; the sitting's time accounting is still to come")

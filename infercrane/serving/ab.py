@@ -138,6 +138,7 @@ class EnginePool:
         self.memory_share = memory_share or engine_memory_share(max((len(set(k)) for k in self.plan), default=1))
         self.live: dict[str, Any] = {}  # launch key -> engine
         self.served: dict[str, list[str]] = {}  # launch key -> the recipes it served, in order
+        self.started: list[Any] = []  # every engine started here, in order (the sitting's time accounting)
 
     def engines_for(self, recipes: list[Any], *, out_dir: Path, startup_timeout_s: float, into: Any,
                     say: Callable[[str], None]) -> dict[str, Any]:
@@ -162,6 +163,7 @@ class EnginePool:
                                 gpu_memory_utilization=self.memory_share if recipe.engine == "vllm" else None,
                                 coresident_with=others)
                 self.live[key] = engine
+                self.started.append(engine)
                 engine.start()
                 say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s"
                     + (f" beside {', '.join(others)}" if others else ""))
@@ -218,6 +220,7 @@ class EnginePool:
                                   gpu_memory_utilization=share if recipe.engine == "vllm" else None,
                                   coresident_with=others, kv_cache_bytes=kv[key])
         failed: dict[str, BaseException] = {}
+        self.started.extend(engines.values())
         t0 = time.monotonic()
 
         def up(key: str) -> None:

@@ -160,6 +160,52 @@ def time_accounting(result: PlanResult, engines: list[dict[str, Any]]) -> dict[s
     return out
 
 
+def _epoch(iso: str | None) -> float | None:
+    return datetime.fromisoformat(iso).timestamp() if iso else None
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of ``spans``."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def sitting_time(engines: list[Any], runs: list[dict[str, Any]], *, start: float, end: float) -> dict[str, Any]:
+    """Where a sitting's wall time went (``start``..``end``, epoch seconds): ``engine_up_s`` is the time at least one
+    engine was up and ready (from its start plus ``ready_after_s`` to its ``stopped_at``, or the end), however many;
+    ``engines_starting_s`` the time at least one engine was starting; ``measured_s`` the time inside at least one ok
+    measurement window (a run's ``started_at`` plus ``duration_s``); the shares are of engine-up time and of the
+    wall. ``engines``: engine records (objects with
+    ``started_at``, ``ready_after_s``, ``stopped_at``) of every engine the sitting started; ``runs``: receipt runs."""
+    clip = lambda a, b: (max(a, start), min(b, end))  # noqa: E731
+    up, starting = [], []
+    for e in engines:
+        s0 = _epoch(getattr(e, "started_at", None))
+        if s0 is None:
+            continue
+        stop = _epoch(getattr(e, "stopped_at", None)) or end
+        ready = s0 + e.ready_after_s if getattr(e, "ready_after_s", None) is not None else stop
+        starting.append(clip(s0, min(ready, stop)))
+        if ready < stop:
+            up.append(clip(ready, stop))
+    windows = [clip(_epoch(r["started_at"]), _epoch(r["started_at"]) + r["duration_s"]) for r in runs
+               if r.get("started_at") and r.get("status", "ok") == "ok" and r.get("requests_completed")]
+    wall = end - start
+    engine_up, measured = _union([w for w in up if w[1] > w[0]]), _union([w for w in windows if w[1] > w[0]])
+    return {"wall_s": round(wall, 3), "engine_up_s": round(engine_up, 3),
+            "engines_starting_s": round(_union([w for w in starting if w[1] > w[0]]), 3),
+            "measured_s": round(measured, 3),
+            "measured_share_of_engine_up": measured / engine_up if engine_up > 0 else None,
+            "measured_share_of_wall": measured / wall if wall > 0 else None, "engines": len(up),
+            "method": "unions of intervals on the wall clock: engine up = from ready (started_at + ready_after_s) "
+                      "to stopped_at for any engine; measured = inside any ok window (started_at + duration_s)"}
+
+
 DRIFT_METRIC = "output_tok_s"
 
 

@@ -49,6 +49,11 @@ def test_the_functional_poc_joins_its_sections_in_one_valid_receipt(functional_r
     assert all(c["throughput_speedup"] > 1.3 for c in pa["comparisons"])
     pw = doc["public_workload_reproduction"]
     assert [a["recipe"] for a in pw["arms"]] == ["testserver", "testserver-fast"] and pw["decision"]
+    # the sitting: both test servers started at once for both A/Bs; its time accounting is in the receipt
+    sitting = doc["provenance"]["config"]["sitting"]
+    assert sitting["engines"] == 2 and 0 < sitting["measured_s"] < sitting["engine_up_s"] < sitting["wall_s"]
+    assert 0 < sitting["measured_share_of_engine_up"] < 1 and set(sitting["sections_wall_s"]) == {
+        "kernel", "paired", "public"}
     # each section's receipt lies in the run folder, and the PoC receipt embeds exactly those
     folder = out.with_suffix("")
     for section in ("kernel", "paired", "public"):
