@@ -637,6 +637,8 @@ class EngineRecord(Strict):
     exit_status: str | None = None
     # What identifies the engine and what can change the program it runs (absent from receipts written before).
     launched_by_infercrane: bool = Field(default=True, description="False for a server given with --url")
+    started_by_sitting: bool = Field(default=False, description="started by a PoC sitting's engine pool before the "
+                                                               "plan that uses it: its start-up is not in that plan's wall time")
     served_models: list[str] = Field(default_factory=list, description="the model ids its GET /v1/models listed")
     program_env: dict[str, str] = Field(
         default_factory=dict, description="variables in the engine's environment that change which program or "

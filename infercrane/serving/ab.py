@@ -164,6 +164,7 @@ class EnginePool:
                                 coresident_with=others)
                 self.live[key] = engine
                 self.started.append(engine)
+                engine.record.started_by_sitting = True
                 engine.start()
                 say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s"
                     + (f" beside {', '.join(others)}" if others else ""))
@@ -221,6 +222,8 @@ class EnginePool:
                                   coresident_with=others, kv_cache_bytes=kv[key])
         failed: dict[str, BaseException] = {}
         self.started.extend(engines.values())
+        for engine in engines.values():
+            engine.record.started_by_sitting = True
         t0 = time.monotonic()
 
         def up(key: str) -> None:

@@ -68,7 +68,9 @@ def engine_record(e: Any) -> dict[str, Any]:
             "env": e.env_added, "pid": e.pid,
             "log_path": e.log_path or "(none: the server was not launched by InferCrane)",
             "startup_s": e.ready_after_s, "exit_status": exit_status,
-            "launched_by_infercrane": launched, "served_models": list(getattr(e, "served_models", [])),
+            "launched_by_infercrane": launched, **({"started_by_sitting": True} if getattr(
+                e, "started_by_sitting", False) else {}),
+            "served_models": list(getattr(e, "served_models", [])),
             "program_env": dict(getattr(e, "program_env", {})),
             "gpu_memory_utilization": getattr(e, "gpu_memory_utilization", None),
             "coresident_with": list(getattr(e, "coresident_with", [])),
@@ -136,7 +138,8 @@ def time_accounting(result: PlanResult, engines: list[dict[str, Any]]) -> dict[s
     """How much of the plan's wall time the measurement windows were (None for a plan whose wall time is unknown).
 
     ``measured_share``: every ok window over the plan's wall time. ``engine_up_s``: the wall time less the start-ups of
-    the engines this plan launched (their records' ``startup_s``; engines start one after the other), i.e. the time
+    the engines this plan launched (their records' ``startup_s``; engines start one after the other; not those a PoC
+    sitting's pool started before the plan, ``started_by_sitting``), i.e. the time
     engines were up and could have been measured; ``measured_share_of_engine_up`` is what the windows took of it.
     With AIPerf blocks (``plan_blocks``), where the rest went: AIPerf's start-ups, warm-ups, the gaps between windows
     and its tails (exports, shut-down), each added up over the blocks."""
@@ -147,7 +150,8 @@ def time_accounting(result: PlanResult, engines: list[dict[str, Any]]) -> dict[s
                            "measured_share": measured / result.wall_s}
     if not result.blocks:  # a plan of one driver invocation per point, or a receipt from before blocks
         return out
-    starts = sum(e.get("startup_s") or 0.0 for e in engines if e.get("launched_by_infercrane", True))
+    starts = sum(e.get("startup_s") or 0.0 for e in engines
+                 if e.get("launched_by_infercrane", True) and not e.get("started_by_sitting"))
     up = result.wall_s - starts
     if up > 0:
         out |= {"engine_startups_s": round(starts, 3), "engine_up_s": round(up, 3),

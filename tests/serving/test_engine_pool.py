@@ -45,6 +45,7 @@ def test_every_engine_of_the_sitting_starts_at_once_warmed_and_stays_for_its_ab(
         for engine in pool.live.values():
             assert engine.record.warmup and engine.record.warmup["workload"] == "w1"  # the first it serves
             assert engine.record.ready_after_s is not None  # every start's wall time is recorded
+            assert engine.record.started_by_sitting  # ... outside the plans that use it
         ready = {launch_key(r): pool.live[launch_key(r)] for r in (a, b)}
         got = pool.engines_for([a, b], out_dir=tmp_path, startup_timeout_s=60, into=None, say=lines.append)
         assert got["a"] is ready[launch_key(a)] and got["b"] is ready[launch_key(b)]  # not started again

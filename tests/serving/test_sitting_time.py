@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from infercrane.serving.receipt import sitting_time
+from infercrane.serving.receipt import sitting_time, time_accounting
 
 T0 = 1_800_000_000.0
 
@@ -43,3 +43,13 @@ def test_an_engine_still_up_at_the_end_counts_to_the_end_and_one_never_ready_onl
     assert t["engine_up_s"] == pytest.approx(50) and t["engines_starting_s"] == pytest.approx(50)
     assert t["measured_share_of_engine_up"] == pytest.approx(20 / 50)
     assert sitting_time([], [], start=T0, end=T0 + 10)["measured_share_of_engine_up"] is None
+
+
+def test_a_plan_subtracts_only_the_start_ups_inside_its_wall_time():
+    result = SimpleNamespace(wall_s=420.0, runs=[SimpleNamespace(ok=True, requests_completed=5, duration_s=300.0)],
+                             blocks=[{"startup_s": 20.0}])
+    own = [{"startup_s": 90.0}, {"startup_s": 10.0}]
+    assert time_accounting(result, own)["engine_up_s"] == pytest.approx(320)
+    pooled = [{"startup_s": 90.0, "started_by_sitting": True}, {"startup_s": 98.0, "started_by_sitting": True}]
+    t = time_accounting(result, pooled)  # started before the plan: all 420 s had engines up
+    assert t["engine_up_s"] == pytest.approx(420) and t["measured_share_of_engine_up"] == pytest.approx(300 / 420)
