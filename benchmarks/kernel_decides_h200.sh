@@ -6,7 +6,7 @@
 # candidate) importable by python3 and InferCrane's pure-Python dependencies on PYTHONPATH (benchmarks/device_setup.sh
 # installs carried wheels); vLLM's kernels come from INFERCRANE_VLLM_OPS_LIB.
 #   bash benchmarks/kernel_decides_h200.sh OUTDIR        # STEPS="screen tests" (default; also "cheats": the timing
-#   cheats alone); OPS="fused_add_rmsnorm rms_norm"; DEADLINE_S bounds the whole script
+#   cheats alone); OPS="fused_add_rmsnorm rms_norm"; ALSO="RECEIPT ..." (below); DEADLINE_S bounds the whole script
 set -uo pipefail
 out=${1:?usage: kernel_decides_h200.sh OUTDIR}
 steps=${STEPS:-screen tests}
@@ -33,6 +33,17 @@ if [[ " $steps " == *" screen "* ]]; then
     echo "rc=${PIPESTATUS[0]}"
   done
 fi
+
+# ALSO="RECEIPT..." : the standalone timer on every graph cell of receipts screened elsewhere on this machine (the PoC's
+# kernel section is fused_add_rmsnorm's default screen), written beside this run's as standalone-<name>.jsonl
+for receipt in ${ALSO:-}; do
+  name=$(basename "$receipt" .json)
+  step "standalone timer: every graph cell of $receipt"
+  cp "$receipt" "$out/also-$name.json"
+  timeout "$(left "${STANDALONE_TIMEOUT:-150}")" python3 benchmarks/graph_timer.py --receipt "$receipt" \
+    --out "$out/standalone-also-$name.jsonl" 2>&1 | tee "$out/standalone-also-$name.log"
+  echo "rc=${PIPESTATUS[0]}"
+done
 
 if [[ " $steps " == *" cheats "* ]]; then
   step "pytest -m gpu: the timing cheats"
