@@ -183,7 +183,7 @@ class EnginePool:
         serve as soon as it is up, rather than one after the other when each A/B comes. ``plans``: (recipes,
         workload) per A/B, in order. vLLM sizes its KV cache from the memory it sees taken while it profiles, and
         engines starting together would count each other's allocations, so each gets a fixed cache
-        (``kv_cache_bytes_for``: what the sitting's largest batch needs, twice over); where that cannot be worked out
+        (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch needs); where that cannot be worked out
         (no model config) or does not fit the engine's share, nothing is started here and the A/Bs start their
         engines one after the other as before. An engine that fails to start here is stopped and started again alone
         when its A/B comes; the failure is said, not hidden."""
@@ -266,8 +266,8 @@ class EnginePool:
         self.live.clear()
 
 
-KV_HEADROOM = 2.0  # a fixed KV cache holds twice the tokens the sitting's largest batch has in flight
-KV_SHARE_MAX = 0.75  # ... and at most this part of an engine's memory share (weights, activations, graphs: the rest)
+KV_HEADROOM = 1.5  # a fixed KV cache holds 1.5 times the tokens the sitting's largest batch has in flight
+KV_SHARE_MAX = 0.8  # ... and at most this part of an engine's memory share (weights, activations, graphs: the rest)
 
 
 def engine_memory_share_for(n: int) -> float:
