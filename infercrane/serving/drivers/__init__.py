@@ -6,7 +6,9 @@ Each driver says ``available() -> (ok, reason)``, builds its command from a ``Ru
 subprocess in its own process group (killed on timeout, error or Ctrl-C), and parses its own export
 into ``RunMetrics``. ``get_driver`` raises InputError listing the known names for an unknown one.
 
-Every driver invocation goes through ``run_logged``: the driver runs under the process guard (``serving/guard.py``:
+Every driver invocation goes through ``run_logged`` (or its two halves, ``start_logged`` now and ``finish_logged``
+later, for a driver started before it is needed: ``drivers.aiperf.AiperfDriver.prestart``): the driver runs under the
+process guard (``serving/guard.py``:
 its own session and process group, the parent-death signal, and its whole tree ended when InferCrane dies, SIGKILL
 included), its output to a log whose first line is the command, shell-quoted for copy-paste. When the driver fails
 (non-zero exit, timeout, or an export that cannot be read) and the engine it drove has died meanwhile, the error is
@@ -112,13 +114,23 @@ class Driver:
                on_tick: Callable[[], None] | None = None) -> tuple[str, str, float]:
         """Run one driver command into ``spec.artifact_dir`` (``run_logged``): (driver version, start time, CPU s).
         ``env`` is added to the spec's; ``on_tick`` is called about every second while it runs."""
+        version, started_at, started = self.start_invoke(spec, cmd, env=env)
+        return version, started_at, self.finish_invoke(started, timeout_s=timeout_s, on_tick=on_tick)
+
+    def start_invoke(self, spec: RunSpec, cmd: list[str], *,
+                     env: Mapping[str, str] | None = None) -> tuple[str, str, Started]:
+        """The first half of ``invoke`` (``start_logged``): (driver version, start time, the started command)."""
         version = self.version()
         spec.artifact_dir.mkdir(parents=True, exist_ok=True)
         started_at = utc_now()
-        cpu_s = run_logged(cmd, log_path=spec.artifact_dir / "driver.log",
-                           env={**os.environ, **spec.env, **(env or {})}, timeout_s=timeout_s,
-                           what=f"driver {self.name}", on_tick=on_tick)
-        return version, started_at, cpu_s
+        started = start_logged(cmd, log_path=spec.artifact_dir / "driver.log",
+                               env={**os.environ, **spec.env, **(env or {})}, what=f"driver {self.name}")
+        return version, started_at, started
+
+    def finish_invoke(self, started: Started, *, timeout_s: float,
+                      on_tick: Callable[[], None] | None = None) -> float:
+        """The second half of ``invoke`` (``finish_logged``): wait for the started command; its CPU seconds."""
+        return finish_logged(started, timeout_s=timeout_s, on_tick=on_tick)
 
     def read_back(self, cmd: list[str], read: Callable[[], T]) -> T:
         """``read()`` the driver's export; an unreadable one after an exit 0 is the engine's failure when the
@@ -153,6 +165,87 @@ def _engine_failure(cmd: list[str], what: str, cause: RunFailed, engine: Any = N
     return err
 
 
+@dataclass
+class Started:
+    """A command ``start_logged`` started under the process guard and nobody has waited for yet (``finish_logged``
+    waits; ``kill`` ends it unwaited). ``cpu0``/``claimed0``: the reaped-children CPU seconds, and the part of them
+    other started commands had claimed, when it started (see ``finish_logged``)."""
+
+    proc: subprocess.Popen
+    cpu0: float
+    claimed0: float
+    log_path: Path
+    cmd: list[str]
+    what: str
+    engine: Any = None
+    cpu_s: float | None = None  # set once it has ended (finish_logged or kill)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """End the command's whole process group (SIGINT, SIGTERM, SIGKILL) without reading what it did; idempotent."""
+        try:
+            stop_process_group(self.proc, (5.0, 5.0, 5.0))
+        finally:
+            if self.cpu_s is None:
+                self.cpu_s = _claim(_children_cpu_s() - self.cpu0 - (_CLAIMED[0] - self.claimed0))
+
+
+# CPU seconds of reaped children that a finished (or killed) started command has counted as its own: a command
+# started while another runs sees the other's whole tree reaped during its life, and leaves that part out.
+_CLAIMED = [0.0]
+
+
+def _claim(cpu_s: float) -> float:
+    cpu_s = max(0.0, cpu_s)
+    _CLAIMED[0] += cpu_s
+    return cpu_s
+
+
+def start_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], what: str,
+                 engine: Any = None) -> Started:
+    """Start ``cmd`` under the process guard, output to ``log_path`` (first line: the command, shell-quoted), and
+    return at once: the first half of ``run_logged``. Wait for it with ``finish_logged``, or end it with
+    ``Started.kill``."""
+    cpu0 = _children_cpu_s()
+    linux = sys.platform.startswith("linux")
+    with open(log_path, "ab") as log:
+        log.write(f"# infercrane: {shlex.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--", *cmd], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+                                start_new_session=True, preexec_fn=_set_parent_death_signal if linux else None)
+    return Started(proc=proc, cpu0=cpu0, claimed0=_CLAIMED[0], log_path=log_path, cmd=list(cmd), what=what,
+                   engine=engine)
+
+
+def finish_logged(started: Started, *, timeout_s: float, on_tick: Callable[[], None] | None = None,
+                  tick_s: float = 1.0) -> float:
+    """Wait for a ``start_logged`` command (at most ``timeout_s`` from now), calling ``on_tick`` meanwhile; end its
+    group whatever happens; the second half of ``run_logged`` (which see for the errors). Returns its tree's CPU
+    seconds: the growth of the reaped-children rusage since it started, less what other started commands finished
+    meanwhile claimed."""
+    proc, cmd, what, log_path, engine = started.proc, started.cmd, started.what, started.log_path, started.engine
+    try:
+        try:
+            rc = _wait_ticking(proc, timeout_s, on_tick, tick_s)
+        except subprocess.TimeoutExpired:
+            failed = RunFailed(f"{what} did not finish within {timeout_s:g} s; log {log_path}:\n"
+                               f"{log_tail(log_path, 30)}",
+                               hint="raise the run timeout, or lower request_count; check that the engine still answers")
+            raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed from None
+    finally:
+        started.kill()
+    if rc != 0:
+        # the guard exits 128 + N for a driver killed by signal N; a negative code is the guard's own signal
+        how = exit_text(rc) if rc < 0 else exit_text(128 - rc) if rc > 128 else f"exited with code {rc}"
+        failed = RunFailed(f"{what} {how}; log {log_path}:\n{log_tail(log_path, 30)}",
+                           hint="read the driver log; the command line is its first line")
+        raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed
+    return round(started.cpu_s or 0.0, 3)
+
+
 def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeout_s: float, what: str,
                engine: Any = None, on_tick: Callable[[], None] | None = None, tick_s: float = 1.0) -> float:
     """Run ``cmd`` under the process guard, output to ``log_path``; return its tree's CPU seconds.
@@ -164,33 +257,11 @@ def run_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], timeou
     The CPU figure is the growth of this process's reaped-children rusage over the call, i.e. the guard, the driver
     and the descendants they waited for (the engine is not reaped meanwhile). ``on_tick`` is called in this thread
     every ``tick_s`` while the command runs (reading what the driver has written so far); an exception from it ends
-    the command and propagates.
+    the command and propagates. ``start_logged`` + ``finish_logged``: the same in two halves, for a command started
+    now and waited for later.
     """
-    cpu0 = _children_cpu_s()
-    linux = sys.platform.startswith("linux")
-    with open(log_path, "ab") as log:
-        log.write(f"# infercrane: {shlex.join(cmd)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--", *cmd], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
-                                start_new_session=True, preexec_fn=_set_parent_death_signal if linux else None)
-    try:
-        try:
-            rc = _wait_ticking(proc, timeout_s, on_tick, tick_s)
-        except subprocess.TimeoutExpired:
-            failed = RunFailed(f"{what} did not finish within {timeout_s:g} s; log {log_path}:\n"
-                               f"{log_tail(log_path, 30)}",
-                               hint="raise the run timeout, or lower request_count; check that the engine still answers")
-            raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed from None
-    finally:
-        stop_process_group(proc, (5.0, 5.0, 5.0))
-    if rc != 0:
-        # the guard exits 128 + N for a driver killed by signal N; a negative code is the guard's own signal
-        how = exit_text(rc) if rc < 0 else exit_text(128 - rc) if rc > 128 else f"exited with code {rc}"
-        failed = RunFailed(f"{what} {how}; log {log_path}:\n{log_tail(log_path, 30)}",
-                           hint="read the driver log; the command line is its first line")
-        raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed
-    return round(_children_cpu_s() - cpu0, 3)
+    return finish_logged(start_logged(cmd, log_path=log_path, env=env, what=what, engine=engine),
+                         timeout_s=timeout_s, on_tick=on_tick, tick_s=tick_s)
 
 
 def _wait_ticking(proc: subprocess.Popen, timeout_s: float, on_tick: Callable[[], None] | None,
