@@ -22,18 +22,25 @@ Exports read back:
     (``warmup``/``profiling``), ``metrics`` and, for a failed request, ``error``. Failures and
     output-length mismatches are counted here, from profiling records only, and cross-checked
     against the summary's ``error_request_count`` / ``osl_mismatch_count``.
+
+Blocks (``RunGrid``, ``run_grid``): one ``aiperf profile --config FILE`` process per block, a profiling phase per
+window. A block can be started ahead (``AiperfDriver.prestart``) through ``drivers.aiperf_gate``, which holds AIPerf
+after its start-up until a gate file exists: ``run_grid(grid, prestarted=...)`` creates the file and watches the block
+from there; ``block_accounting`` then tells the hidden start-up (``hidden_startup_s``) from what was left to see.
 """
 from __future__ import annotations
 
 import json
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from infercrane.errors import RunFailed
-from infercrane.serving.drivers import Driver, RunSpec
+from infercrane.serving.drivers import Driver, RunSpec, Started
+from infercrane.serving.drivers.aiperf_gate import OPENED as GATE_OPENED, WAITING as GATE_WAITING
 from infercrane.serving.engine import log_tail
 from infercrane.serving.metrics import RunMetrics
 
@@ -144,8 +151,51 @@ class AiperfDriver(Driver):
         """``aiperf profile --config FILE`` for one block."""
         return [sys.executable, "-m", "aiperf", "profile", "--config", str(config_path)]
 
+    def gated_command(self, grid: RunGrid, config_path: Path, gate: Path) -> list[str]:
+        """The block's AIPerf held at ``gate`` (``drivers.aiperf_gate``): it starts up, then sends nothing until the
+        gate file exists."""
+        return [sys.executable, "-m", "infercrane.serving.drivers.aiperf_gate", str(gate), "--",
+                "profile", "--config", str(config_path)]
+
+    def supports_prestart(self) -> bool:
+        """Whether a block can be started ahead, held at a gate (``prestart``): the installed AIPerf has the start
+        the gate holds back (``aiperf_gate.gate_available``)."""
+        from infercrane.serving.drivers.aiperf_gate import gate_available
+
+        ok, _ = self.available()
+        return ok and gate_available()
+
+    def write_block_config(self, grid: RunGrid) -> Path:
+        import yaml
+
+        grid.spec.artifact_dir.mkdir(parents=True, exist_ok=True)
+        config_path = grid.spec.artifact_dir / BLOCK_CONFIG_FILE
+        config_path.write_text(yaml.safe_dump(self.block_config(grid), sort_keys=False))
+        return config_path
+
+    def prestart(self, grid: RunGrid) -> PreStarted:
+        """Start one block's AIPerf process now, held at a gate (``aiperf_gate``): it spends its start-up (services,
+        tokenizer, dataset) while whatever runs now runs, and sends no request until ``run_grid(grid,
+        prestarted=...)`` opens the gate. ``PreStarted.kill`` ends a block that will not run. UnavailableError when
+        the installed AIPerf cannot be held (``supports_prestart``)."""
+        from infercrane.errors import UnavailableError
+
+        self.require_available()
+        if not self.supports_prestart():
+            raise UnavailableError(f"aiperf {self.version()} cannot be held at a gate (no "
+                                   "SystemController._start_profiling_all_services): a block cannot be started ahead",
+                                   hint="run the block without a pre-start (run_grid without prestarted)")
+        config_path = self.write_block_config(grid)
+        gate = grid.spec.artifact_dir / GATE_FILE
+        gate.unlink(missing_ok=True)
+        cmd = self.gated_command(grid, config_path, gate)
+        started_t = time.time()
+        version, _, started = self.start_invoke(grid.spec, cmd, env=STREAM_RECORDS_ENV)
+        return PreStarted(grid=grid, cmd=cmd, gate=gate, process=started, driver_version=version, started_t=started_t)
+
     def run_grid(self, grid: RunGrid, *, on_window: Callable[[RunMetrics], None] | None = None,
-                 on_progress: Callable[[str], None] | None = None) -> list[RunMetrics]:
+                 on_progress: Callable[[str], None] | None = None,
+                 prestarted: PreStarted | None = None) -> list[RunMetrics]:
         """Run one block (``RunGrid``) as one AIPerf process and read each window back as soon as its phase ends.
 
         AIPerf runs the warm-up, then the windows back to back in one process (its start-up paid once); it streams
@@ -155,19 +205,28 @@ class AiperfDriver(Driver):
         a failure later in the block loses nothing already measured: the error propagates after every finished
         window has been delivered. When the process ends normally each window is checked against AIPerf's own
         per-phase summary (``phases/<name>/profile_export_aiperf.json``); a difference is a note. Returns the
-        windows in order."""
+        windows in order.
+
+        ``prestarted``: this block's process, started ahead by ``prestart`` and held at its gate; the gate is opened
+        now (``PreStarted.opened_t``) and the block watched from there as one started here would be (its time limit
+        counts from the gate). Without it, the process is started here, ungated."""
         self.require_available()
         spec = grid.spec
-        spec.artifact_dir.mkdir(parents=True, exist_ok=True)
-        config_path = spec.artifact_dir / BLOCK_CONFIG_FILE
-        import yaml
-
-        config_path.write_text(yaml.safe_dump(self.block_config(grid), sort_keys=False))
-        cmd = self.grid_command(grid, config_path)
-        watch = PhaseWatch(grid, driver_version=self.version(), on_window=on_window, on_progress=on_progress)
+        if prestarted is None:
+            config_path = self.write_block_config(grid)
+            cmd = self.grid_command(grid, config_path)
+            version, _, process = self.start_invoke(spec, cmd, env=STREAM_RECORDS_ENV)
+        else:
+            if prestarted.grid.spec.artifact_dir != spec.artifact_dir:
+                prestarted.kill()
+                raise ValueError(f"the pre-started block writes to {prestarted.grid.spec.artifact_dir}, not "
+                                 f"{spec.artifact_dir}")
+            cmd, version, process = prestarted.cmd, prestarted.driver_version, prestarted.process
+            prestarted.open()
+        watch = PhaseWatch(grid, driver_version=version, on_window=on_window, on_progress=on_progress)
         timeout = grid.timeout_s()
         try:
-            self.invoke(spec, cmd, timeout_s=timeout, env=STREAM_RECORDS_ENV, on_tick=watch.scan)
+            self.finish_invoke(process, timeout_s=timeout, on_tick=watch.scan)
         except BaseException:
             watch.finish(ended_normally=False)
             raise
@@ -183,8 +242,43 @@ class AiperfDriver(Driver):
         return watch.delivered
 
 
+@dataclass
+class PreStarted:
+    """A block's AIPerf process started ahead (``AiperfDriver.prestart``) and held at ``gate``: ``started_t`` when it
+    was started, ``opened_t`` when its gate was opened (epoch seconds)."""
+
+    grid: RunGrid
+    cmd: list[str]
+    gate: Path
+    process: Started
+    driver_version: str
+    started_t: float
+    opened_t: float | None = None
+
+    def running(self) -> bool:
+        return self.process.running()
+
+    def waiting(self) -> bool:
+        """Whether AIPerf has started up and waits at the gate (its line is in the driver log)."""
+        try:
+            return GATE_WAITING in self.process.log_path.read_text(errors="replace")
+        except OSError:
+            return False
+
+    def open(self) -> None:
+        """Let AIPerf start sending (once)."""
+        if self.opened_t is None:
+            self.gate.touch()
+            self.opened_t = time.time()
+
+    def kill(self) -> None:
+        """End the held process and everything it started, without opening the gate (idempotent)."""
+        self.process.kill()
+
+
 WARMUP_PHASE = "warmup"
 BLOCK_CONFIG_FILE = "aiperf-config.yaml"
+GATE_FILE = "aiperf-gate.open"  # a pre-started block's AIPerf sends nothing before this file exists (aiperf_gate)
 LOG_FILE = Path("logs") / "aiperf.log"
 # AIPerf buffers its per-request records (100 by default) before writing them; one at a time, every finished request
 # is on disk when its phase's end is logged, so a block that fails keeps every window it finished.
@@ -359,12 +453,19 @@ class PhaseWatch:
                 m.notes.append(note)
 
 
-def block_accounting(grid: RunGrid, *, arm: str, started: float, ended: float) -> dict[str, Any]:
+def block_accounting(grid: RunGrid, *, arm: str, started: float, ended: float,
+                     prestarted_t: float | None = None) -> dict[str, Any]:
     """Where one block's wall time went, from AIPerf's log (each phase's ``start_ns`` .. ``requests_end_ns``) and the
     process's start and end (epoch seconds): ``startup_s`` (process start to the warm-up: AIPerf's services,
-    tokenizer and dataset), ``warmup_s`` (AIPerf's own elapsed time of the warm-up phase), ``windows_s`` (the finished windows, added up), ``gaps_s`` / ``max_gap_s``
-    (between one window's last response and the next window's start), ``tail_s`` (the last phase's end to the process's
-    end: AIPerf's exports and shut-down)."""
+    tokenizer and dataset), ``warmup_s`` (AIPerf's own elapsed time of the warm-up phase), ``windows_s`` (the finished
+    windows, added up), ``gaps_s`` / ``max_gap_s`` (between one window's last response and the next window's start),
+    ``tail_s`` (the last phase's end to the process's end: AIPerf's exports and shut-down).
+
+    A pre-started block (``prestarted_t``: when its process was started, ahead, held at its gate; ``started``: when
+    the gate was opened) adds ``prestarted: true`` and ``hidden_startup_s`` (process start to gate open, spent while
+    the previous block ran), and ``gate_wait_s`` (of those, the seconds AIPerf had finished starting up and waited at
+    the gate, from its driver log) when the log says; its ``startup_s`` is what was left to see: gate open to the
+    warm-up."""
     windows, warmup_s = [], 0.0
     try:
         for line in (grid.spec.artifact_dir / LOG_FILE).read_text(errors="replace").splitlines():
@@ -385,6 +486,53 @@ def block_accounting(grid: RunGrid, *, arm: str, started: float, ended: float) -
                 "windows_s": round(sum(b - a for a, b in windows), 3),
                 "gaps_s": round(sum(gaps), 3), "max_gap_s": round(max(gaps), 3) if gaps else 0.0,
                 "tail_s": round(ended - windows[-1][1], 3)}
+    if prestarted_t is not None:
+        out |= {"prestarted": True, "hidden_startup_s": round(started - prestarted_t, 3)}
+        wait = gate_wait_s(grid.spec.artifact_dir / "driver.log")
+        if wait is not None:
+            out["gate_wait_s"] = round(wait, 3)
+    return out
+
+
+_GATE_OPENED = re.compile(rf"^{re.escape(GATE_OPENED)} ([0-9.]+) s", re.M)
+
+
+def gate_wait_s(driver_log: Path) -> float | None:
+    """The seconds a pre-started AIPerf waited at its gate after its start-up (``aiperf_gate``'s line), or None."""
+    try:
+        m = _GATE_OPENED.search(driver_log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return float(m.group(1)) if m else None
+
+
+_CONFIGURED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) .*AIPerf System is CONFIGURED\s*$", re.M)
+
+
+def configured_at(grid: RunGrid) -> float | None:
+    """When the block's AIPerf had finished starting up (its log's "AIPerf System is CONFIGURED", a local time), in
+    epoch seconds; None before that, or when the log does not say."""
+    from datetime import datetime
+
+    try:
+        m = _CONFIGURED.search((grid.spec.artifact_dir / LOG_FILE).read_text(errors="replace"))
+        return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp() if m else None
+    except (OSError, ValueError):
+        return None
+
+
+def window_spans(grid: RunGrid) -> list[tuple[str, float, float]]:
+    """(phase name, start, end) in epoch seconds of each window AIPerf has finished so far, from its log."""
+    out = []
+    try:
+        text = (grid.spec.artifact_dir / LOG_FILE).read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        fields = parse_phase_done(line)
+        end = fields and (fields.get("requests_end_ns") or fields.get("sent_end_ns"))
+        if fields is not None and fields.get("start_ns") and end and fields["phase_name"] != WARMUP_PHASE:
+            out.append((fields["phase_name"], int(fields["start_ns"]) / 1e9, int(end) / 1e9))
     return out
 
 
