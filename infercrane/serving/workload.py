@@ -333,6 +333,10 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
 PROMPTS_PER_SLOT_SECOND = 8.0  # a first block's guess at requests per concurrency slot and second (rates measured later)
 MIN_PROMPT_ENTRIES = 500
 MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each on a small CPU
+# Pre-starting the next block's AIPerf (run_plan): it is started when the running block has at most
+# ceil(lead / window_s) windows left, the lead being the longest AIPerf start-up seen so far in the plan plus a margin.
+PRESTART_FIRST_LEAD_S = 35.0  # before any block has shown its start-up (14-22 s on an H200 host)
+PRESTART_MARGIN_S = 10.0
 CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
 
 
@@ -375,6 +379,17 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     count), a visit is one AIPerf invocation (every run as a trial, every concurrency as a sweep point;
     ``drivers.aiperf.RunGrid``), paying AIPerf's start-up once per visit; otherwise one invocation per point, with
     several drivers one after the other at each point. The prefix cache is reset before every invocation.
+    With time windows, the next visit's AIPerf is started ahead while the current block is still measuring, so that
+    its start-up (services, tokenizer, dataset: 14-22 s on an H200 host) costs no engine time: when the current block
+    has at most ``ceil(lead / window_s)`` windows left (lead: the longest start-up the plan's blocks have shown plus
+    ``PRESTART_MARGIN_S``, ``PRESTART_FIRST_LEAD_S`` before any), provided the next visit's engine is up already
+    (co-resident, or given) and the installed AIPerf can be held at a gate (``drivers.aiperf_gate``). That process
+    sends nothing until its gate opens; the next visit does first what it always does (the engine's alive check, the
+    kernel token gate, its warm-up if the engine has had none, the prefix-cache reset), then opens the gate. A block
+    started ahead is recorded with ``prestarted``, ``hidden_startup_s`` (its process start to its gate) and
+    ``gate_wait_s``; the block it overlapped names in ``overlapped_by_prestart`` its windows that shared the machine
+    with that start-up, and for how long. When the plan stops (a failed block, an error, Ctrl-C), a block started
+    ahead is ended with it, having sent nothing.
 
     Artifacts: ``out_dir/engines/<label>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (per point; ``…/<driver>/`` with
     several drivers) or ``out_dir/<arm>/visit<SS>/`` (per visit). ``into``: a PlanResult to record into as the plan
@@ -474,6 +489,13 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
 
     gates = KernelGates(arms, plan[0].arm, coresident) if any(r.kernels for r in arms.values()) else None
     shared: dict[str, Any] = dict(external)
+    # Blocks started ahead (maybe_prestart): visit -> its AIPerf process, held at its gate until its visit comes.
+    seg_order = list(segments)
+    next_visit = dict(zip(seg_order, seg_order[1:]))
+    prestarted: dict[int, Any] = {}
+    prestart_tried: set[int] = set()
+    can_prestart = (grid and workload.prompts != "shared" and workload.window_s is not None
+                    and bool(getattr(drvs[0], "supports_prestart", lambda: False)()))
 
     def visit(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         first = len(result.runs)
@@ -496,26 +518,109 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             result.notes.append(f"{engine.record.recipe_name}: its log's compiles could not be read "
                                 f"({type(exc).__name__}: {exc})")
 
-    def run_block(engine: Any, runs: list[PlannedRun], where: Path) -> None:
-        """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
-        finished it, the block's time accounting kept even when it fails."""
-        from infercrane.serving.drivers.aiperf import RunGrid, block_accounting
+    def block_grid(engine: Any, runs: list[PlannedRun], where: Path) -> Any:
+        """The RunGrid of one block of ``runs`` on ``engine``, its artifacts in ``where``."""
+        from infercrane.serving.drivers.aiperf import RunGrid
 
         arm = runs[0].arm
         indices = tuple(dict.fromkeys(p.run_index for p in runs))
         concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
-        g = RunGrid(spec=spec_for(runs[0], engine.base_url, engine.served_model, "aiperf", where),
-                    run_indices=indices, concurrencies=concurrencies,
-                    request_counts={c: workload.requests_at(c) for c in concurrencies},
-                    window_s=workload.window_s, warmup_s=workload.warmup_s,
-                    warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
-                    prompt_entries=prompt_entries(arm, indices, concurrencies))
+        return RunGrid(spec=spec_for(runs[0], engine.base_url, engine.served_model, "aiperf", where),
+                       run_indices=indices, concurrencies=concurrencies,
+                       request_counts={c: workload.requests_at(c) for c in concurrencies},
+                       window_s=workload.window_s, warmup_s=workload.warmup_s,
+                       warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
+                       prompt_entries=prompt_entries(arm, indices, concurrencies))
+
+    def run_block(engine: Any, runs: list[PlannedRun], where: Path, seg: int | None = None) -> None:
+        """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
+        finished it, the block's time accounting kept even when it fails. ``seg``: the visit, for a whole-visit
+        block: its process may have been started ahead (``prestarted``), and it may start the next visit's ahead
+        (``maybe_prestart``)."""
+        from infercrane.serving.drivers.aiperf import block_accounting
+
+        arm = runs[0].arm
+        pre = prestarted.pop(seg, None) if seg is not None else None
+        g = pre.grid if pre is not None else block_grid(engine, runs, where)
+        total, delivered = len(g.windows()), [0]
+
+        def on_window(m: RunMetrics) -> None:
+            record(m, f"{arm} run {m.run_index} at c={m.concurrency}")
+            delivered[0] += 1
+            if seg is not None:
+                maybe_prestart(seg, total - delivered[0])
+
         started = time.time()
         try:
-            drvs[0].run_grid(g, on_window=lambda m: record(m, f"{arm} run {m.run_index} at c={m.concurrency}"),
-                             on_progress=(lambda line: on_progress(f"{arm} {line}")) if on_progress else None)
+            drvs[0].run_grid(g, on_window=on_window,
+                             on_progress=(lambda line: on_progress(f"{arm} {line}")) if on_progress else None,
+                             **({"prestarted": pre} if pre is not None else {}))
         finally:
-            result.blocks.append(block_accounting(g, arm=arm, started=started, ended=time.time()))
+            ended = time.time()
+            if pre is not None:
+                pre.kill()  # ended already, unless run_grid failed before waiting for it
+                started = pre.opened_t or started
+            acct = block_accounting(g, arm=arm, started=started, ended=ended,
+                                    prestarted_t=pre.started_t if pre is not None else None)
+            nxt = next_visit.get(seg) if seg is not None else None
+            if nxt is not None and nxt in prestarted:
+                acct["overlapped_by_prestart"] = prestart_overlap(g, prestarted[nxt], ended)
+            result.blocks.append(acct)
+
+    def prestart_lead_s() -> float:
+        """How long ahead of a block's end to start the next block's AIPerf: the longest AIPerf start-up this plan's
+        blocks have shown (a pre-started block's: what it took before its gate, and what was left after), plus
+        PRESTART_MARGIN_S; PRESTART_FIRST_LEAD_S before any."""
+        seen = []
+        for b in result.blocks:
+            if "startup_s" not in b:
+                continue
+            s = b["startup_s"]
+            if b.get("prestarted"):
+                s += b.get("hidden_startup_s", 0.0) - b.get("gate_wait_s", 0.0)
+            seen.append(s)
+        return max(seen) + PRESTART_MARGIN_S if seen else PRESTART_FIRST_LEAD_S
+
+    def maybe_prestart(seg: int, windows_left: int) -> None:
+        """Start the next visit's block ahead, held at its gate (``AiperfDriver.prestart``), once the block of visit
+        ``seg`` has at most ``ceil(prestart_lead_s() / window_s)`` windows left: only when the next visit's engine is
+        up already (co-resident, or given) and the driver can hold AIPerf at a gate. A pre-start that fails is a note:
+        the next block then starts when its turn comes."""
+        nxt = next_visit.get(seg)
+        if not can_prestart or nxt is None or nxt in prestarted or nxt in prestart_tried:
+            return
+        if windows_left > math.ceil(prestart_lead_s() / workload.window_s):
+            return
+        runs = segments[nxt]
+        engine = shared.get(runs[0].arm)
+        if engine is None:  # the next visit starts its own engine: nothing to send it to yet
+            return
+        prestart_tried.add(nxt)
+        try:
+            if not engine.alive():
+                return  # the next visit says why, when it comes
+            prestarted[nxt] = drvs[0].prestart(block_grid(engine, runs, out / runs[0].arm / f"visit{nxt:02d}"))
+        except Exception as exc:  # noqa: BLE001 - a pre-start is an optimisation; this block goes on
+            result.notes.append(f"visit {nxt} ({runs[0].arm}): its AIPerf could not be started ahead "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); it starts "
+                                "when its turn comes")
+            return
+        if on_progress is not None:
+            on_progress(f"{runs[0].arm}: AIPerf of visit {nxt} started ahead, held until this block has ended")
+
+    def prestart_overlap(g: Any, pre: Any, ended: float) -> list[dict[str, Any]]:
+        """The windows of block ``g`` (ended at ``ended``) that ran while the next block's AIPerf (``pre``) was
+        starting up: from its start to when AIPerf logged itself configured (or this block's end, if not yet)."""
+        from infercrane.serving.drivers.aiperf import configured_at, window_spans
+
+        ready = configured_at(pre.grid)
+        until = min(ready, ended) if ready is not None else ended
+        out = []
+        for name, start, end in window_spans(g):
+            overlap = min(end, until) - max(start, pre.started_t)
+            if overlap > 0:
+                out.append({"window": name, "overlap_s": round(overlap, 3)})
+        return out
 
     def prompt_entries(arm: str, indices: tuple[int, ...], concurrencies: tuple[int, ...]) -> int:
         """Synthetic prompts for a block, so that no prompt repeats inside it (a repeat could be served from the
@@ -548,7 +653,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                 run_block(engine, [p], point_dir(p, "aiperf"))
         elif grid:  # the whole visit is one block: one AIPerf process, one window per (run, concurrency)
             engine.reset_prefix_cache()
-            run_block(engine, runs, out / arm / f"visit{seg:02d}")
+            run_block(engine, runs, out / arm / f"visit{seg:02d}", seg)  # its AIPerf may be waiting at its gate
         else:
             for p in runs:
                 if not engine.alive():
@@ -583,6 +688,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         exc.partial = result  # type: ignore[attr-defined]
         raise
     finally:
+        for pre in prestarted.values():  # a block started ahead whose visit never came: nothing of it may linger
+            pre.kill()
         for arm, engine in shared.items():
             if arm not in external:
                 engine.stop()
