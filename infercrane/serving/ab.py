@@ -179,8 +179,8 @@ class EnginePool:
 
     def start_ahead(self, plans: list[tuple[list[Any], Any]], *, out_dir: Path, startup_timeout_s: float,
                     say: Callable[[str], None]) -> None:
-        """Start every engine the sitting's A/Bs need at the same time, each warmed for the first workload it will
-        serve as soon as it is up, rather than one after the other when each A/B comes. ``plans``: (recipes,
+        """Start every engine the sitting's A/Bs need at the same time, each warmed for every workload it will serve
+        (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, rather than one after the other when each A/B comes. ``plans``: (recipes,
         workload) per A/B, in order. vLLM sizes its KV cache from the memory it sees taken while it profiles, and
         engines starting together would count each other's allocations, so each gets a fixed cache
         (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch needs); where that cannot be worked out
@@ -193,9 +193,12 @@ class EnginePool:
         from .warmup import warm_engine
 
         first: dict[str, tuple[Any, Any]] = {}  # launch key -> (recipe, the first workload it serves)
+        serves: dict[str, list[Any]] = {}  # launch key -> every workload it serves, in order
         for recipes, workload in plans:
             for r in recipes:
                 first.setdefault(launch_key(r), (r, workload))
+                if workload.name not in [w.name for w in serves.setdefault(launch_key(r), [])]:
+                    serves[launch_key(r)].append(workload)
         todo = {k: v for k, v in first.items() if k not in self.live}
         if len(todo) < 2:
             return
@@ -227,10 +230,13 @@ class EnginePool:
         t0 = time.monotonic()
 
         def up(key: str) -> None:
-            engine, (recipe, workload) = engines[key], todo[key]
+            engine = engines[key]
             try:
                 engine.wait_ready()
-                engine.record.warmup = warm_engine(engine, workload) | {"workload": workload.name}
+                for workload in serves[key]:  # every workload it will serve, the first one's record kept
+                    warmed = warm_engine(engine, workload) | {"workload": workload.name}
+                    engine.record.warmup = engine.record.warmup or warmed
+                    engine.warmed_for = [*getattr(engine, "warmed_for", []), workload.name]
             except BaseException as exc:  # noqa: BLE001 - said below, and the engine is started again alone
                 failed[key] = exc
 
@@ -257,7 +263,7 @@ class EnginePool:
                 continue
             self.live[key] = engine
             say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s, warmed for "
-                f"{todo[key][1].name}")
+                f"{', '.join(getattr(engine, 'warmed_for', []))}")
         say(f"engines: {len(self.live)} up {time.monotonic() - t0:.1f} s after the start")
 
     def stop_all(self) -> None:

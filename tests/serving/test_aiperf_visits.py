@@ -157,6 +157,8 @@ def test_phase_watch_reads_each_window_once_in_order_when_its_records_are_on_dis
 
 def test_phase_watch_callback_errors_stop_the_block(tmp_path):
     from infercrane.serving.drivers import RunSpec
+    import json
+
     from infercrane.serving.drivers.aiperf import LOG_FILE, RECORDS_FILE, PhaseWatch, RunGrid
 
     spec = RunSpec(base_url="http://127.0.0.1:1", served_model="m", tokenizer="t", endpoint="completions",
@@ -173,3 +175,38 @@ def test_phase_watch_callback_errors_stop_the_block(tmp_path):
 
     with pytest.raises(OSError, match="no space"):
         PhaseWatch(grid, driver_version="x", on_window=disk_full).scan()
+
+
+def test_a_phase_logged_and_recorded_without_its_name_is_matched_by_its_index(tmp_path):
+    # seen once with AIPerf 0.12.0: the records manager logged a window's end as phase_name=None
+    from infercrane.serving.drivers import RunSpec
+    import json
+
+    from infercrane.serving.drivers.aiperf import LOG_FILE, RECORDS_FILE, PhaseWatch, RunGrid
+
+    spec = RunSpec(base_url="http://127.0.0.1:1", served_model="m", tokenizer="t", endpoint="completions",
+                   streaming=True, ignore_eos=True, input_tokens=8, output_tokens=4, concurrency=1, request_count=1,
+                   warmup_requests=0, seed=0, token_count_source="server", request_timeout_s=10.0,
+                   artifact_dir=tmp_path / "v", timeout_s=60.0, arm="a", recipe_sha256="0" * 64, run_index=0)
+    grid = RunGrid(spec=spec, run_indices=(0,), concurrencies=(1, 8), window_s=2.0, warmup_s=1.0)  # warm-up: phase 0
+    (spec.artifact_dir / LOG_FILE).parent.mkdir(parents=True)
+    nameless = _phase_done_line("x", 1_000_000_000, 3_000_000_000, 1).replace(
+        "phase_index=1, profiling_index=0, phase_name='x'", "phase_index=2, profiling_index=1, phase_name=None")
+    (spec.artifact_dir / LOG_FILE).write_text(nameless)  # the second window's end, before the first's is read
+    record = json.loads(_record("x", 4.0))
+    record["metadata"] = {"benchmark_phase": "profiling", "phase_name": None, "phase_index": 2}
+    warm = {"metadata": {"benchmark_phase": "warmup", "phase_name": None, "phase_index": 0}, "metrics": {}}
+    (spec.artifact_dir / RECORDS_FILE).write_text(json.dumps(warm) + "\n" + json.dumps(record) + "\n")
+    watch = PhaseWatch(grid, driver_version="0.12.0")
+    watch.scan()
+    assert not watch.delivered  # the second window (phase 2) has ended, the first has not: delivered in order
+    assert set(watch.done) == {"r00_c8"} and len(watch.records["r00_c8"]) == 1 and "r00_c1" not in watch.records
+    with open(spec.artifact_dir / LOG_FILE, "a") as f:  # the first window, named as usual
+        f.write(_phase_done_line("r00_c1", 0, 1_000_000_000, 1))
+    with open(spec.artifact_dir / RECORDS_FILE, "a") as f:
+        f.write(_record("r00_c1", 2.0))
+    watch.finish(ended_normally=True)
+    assert [m.concurrency for m in watch.delivered] == [1, 8]
+    first, second = watch.delivered
+    assert not any("phase index" in n for n in first.notes)
+    assert second.requests_completed == 1 and any("matched by its phase index" in n for n in second.notes)

@@ -343,7 +343,7 @@ def parse_phase_done(line: str) -> dict[str, Any] | None:
                 out[key] = int(raw)
             except ValueError:
                 out[key] = raw
-    return out if "phase_name" in out else None
+    return out if "phase_name" in out or "phase_index" in out else None
 
 
 class PhaseWatch:
@@ -365,6 +365,24 @@ class PhaseWatch:
         self._rec_pos = 0
         self._rec_rest = ""
         self.records: dict[str, list[dict[str, Any]]] = {}
+        # AIPerf's phase index of each window (the warm-up, when the block has one, is phase 0): a phase AIPerf logs
+        # or records without its name (seen once with 0.12.0: phase_name=None in the end line) is matched by index
+        first = 1 if (grid.warmup_s or grid.warmup_requests) else 0
+        self.by_index = {first + i: w.name for i, w in enumerate(self.windows)}
+        self.named_by_index: set[str] = set()
+
+    def _name(self, fields: dict[str, Any], kind: Any) -> str | None:
+        """The window a phase end line or record belongs to: its phase name, else its phase index's window for a
+        profiling phase (``by_index``); None for the warm-up and anything else."""
+        name = fields.get("phase_name")
+        if name:
+            return name
+        if kind not in ("profiling", "CreditPhase.PROFILING") or not isinstance(fields.get("phase_index"), int):
+            return None
+        name = self.by_index.get(fields["phase_index"])
+        if name is not None:
+            self.named_by_index.add(name)
+        return name
 
     @property
     def base(self) -> Path:
@@ -386,8 +404,11 @@ class PhaseWatch:
     def _ingest(self) -> None:
         for line in self._read_new(self.base / LOG_FILE, "_log_pos", "_log_rest"):
             fields = parse_phase_done(line)
-            if fields is not None and fields["phase_name"] != WARMUP_PHASE:
-                self.done[fields["phase_name"]] = fields
+            if fields is None:
+                continue
+            name = self._name(fields, fields.get("phase_kind") or fields.get("phase"))
+            if name is not None and name != WARMUP_PHASE:
+                self.done[name] = fields
         for line in self._read_new(self.base / RECORDS_FILE, "_rec_pos", "_rec_rest"):
             if not line.strip():
                 continue
@@ -396,8 +417,10 @@ class PhaseWatch:
             except ValueError:
                 continue
             meta = rec.get("metadata") or {}
-            if meta.get("benchmark_phase") == "profiling" and meta.get("phase_name"):
-                self.records.setdefault(meta["phase_name"], []).append(rec)
+            name = self._name(meta, meta.get("benchmark_phase")) if meta.get("benchmark_phase") == "profiling" \
+                else None
+            if name is not None:
+                self.records.setdefault(name, []).append(rec)
 
     def _ready(self, w: Window, ended: bool) -> bool:
         fields = self.done.get(w.name)
@@ -429,6 +452,8 @@ class PhaseWatch:
         spec = replace(self.grid.spec, concurrency=w.concurrency, run_index=w.run_index,
                        request_count=self.grid.request_counts.get(w.concurrency, self.grid.spec.request_count))
         notes = []
+        if w.name in self.named_by_index:
+            notes.append("AIPerf logged or recorded this window's phase without its name; matched by its phase index")
         if fields.get("was_cancelled"):
             notes.append("AIPerf reports the window as cancelled")
         got, want = len(self.records.get(w.name, [])), int(fields.get("final_requests_completed") or 0)
