@@ -144,8 +144,6 @@ class EnginePool:
                     say: Callable[[str], None]) -> dict[str, Any]:
         """arm -> engine for one A/B: engines no A/B from this one on needs are stopped first, then those missing are
         started one after the other (vLLM sizes its KV cache from the memory it sees taken at start-up)."""
-        from .engine import Engine
-
         keys = [launch_key(r) for r in recipes]
         while self.plan and self.plan[0] != keys:
             self.plan.pop(0)  # an A/B that was reused or skipped
@@ -158,13 +156,8 @@ class EnginePool:
             engine = self.live.get(key)
             if engine is None:
                 others = [self.live[k].label for k in self.live]
-                engine = Engine(recipe, log_dir=out_dir / "engines", label=f"pool-{recipe.name}",
-                                startup_timeout_s=startup_timeout_s,
-                                gpu_memory_utilization=self.memory_share if recipe.engine == "vllm" else None,
-                                coresident_with=others)
+                engine = self._engine(recipe, out_dir=out_dir, startup_timeout_s=startup_timeout_s, others=others)
                 self.live[key] = engine
-                self.started.append(engine)
-                engine.record.started_by_sitting = True
                 engine.start()
                 say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s"
                     + (f" beside {', '.join(others)}" if others else ""))
@@ -177,32 +170,44 @@ class EnginePool:
             self.plan.pop(0)
         return out
 
+    def _engine(self, recipe: Any, *, out_dir: Path, startup_timeout_s: float, others: list[str],
+                kv_cache_bytes: int | None = None) -> Any:
+        """A pool engine for ``recipe`` (not launched yet), with this pool's memory share, recorded as the sitting's."""
+        from .engine import Engine
+
+        engine = Engine(recipe, log_dir=out_dir / "engines", label=f"pool-{recipe.name}",
+                        startup_timeout_s=startup_timeout_s,
+                        gpu_memory_utilization=self.memory_share if recipe.engine == "vllm" else None,
+                        coresident_with=others, kv_cache_bytes=kv_cache_bytes)
+        engine.record.started_by_sitting = True
+        self.started.append(engine)
+        return engine
+
     def start_ahead(self, plans: list[tuple[list[Any], Any]], *, out_dir: Path, startup_timeout_s: float,
                     say: Callable[[str], None]) -> None:
         """Start every engine the sitting's A/Bs need at the same time, each warmed for every workload it will serve
-        (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, rather than one after the other when each A/B comes. ``plans``: (recipes,
-        workload) per A/B, in order. vLLM sizes its KV cache from the memory it sees taken while it profiles, and
-        engines starting together would count each other's allocations, so each gets a fixed cache
-        (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch needs); where that cannot be worked out
-        (no model config) or does not fit the engine's share, nothing is started here and the A/Bs start their
-        engines one after the other as before. An engine that fails to start here is stopped and started again alone
+        (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, rather than one after the
+        other when each A/B comes. ``plans``: (recipes, workload) per A/B, in order. vLLM sizes its KV cache from
+        the memory it sees taken while it profiles, and engines starting together would count each other's
+        allocations, so each gets a fixed cache (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch
+        needs); where that cannot be worked out (no model config) or does not fit the engine's share, nothing is
+        started here and the A/Bs start their engines one after the other as before. An engine that fails to start here is stopped and started again alone
         when its A/B comes; the failure is said, not hidden."""
         import threading
 
-        from .engine import Engine
         from .warmup import warm_engine
+        from .workload import engine_memory_share
 
-        first: dict[str, tuple[Any, Any]] = {}  # launch key -> (recipe, the first workload it serves)
-        serves: dict[str, list[Any]] = {}  # launch key -> every workload it serves, in order
+        serves: dict[str, tuple[Any, list[Any]]] = {}  # launch key -> (recipe, every workload it serves, in order)
         for recipes, workload in plans:
             for r in recipes:
-                first.setdefault(launch_key(r), (r, workload))
-                if workload.name not in [w.name for w in serves.setdefault(launch_key(r), [])]:
-                    serves[launch_key(r)].append(workload)
-        todo = {k: v for k, v in first.items() if k not in self.live}
+                served = serves.setdefault(launch_key(r), (r, []))[1]
+                if workload.name not in [w.name for w in served]:
+                    served.append(workload)
+        todo = {k: v for k, v in serves.items() if k not in self.live}
         if len(todo) < 2:
             return
-        share = engine_memory_share_for(len(first))
+        share = engine_memory_share(len(serves))
         kv: dict[str, int | None] = {}
         for key, (recipe, _) in todo.items():
             if recipe.engine != "vllm":
@@ -216,33 +221,27 @@ class EnginePool:
                 return
             kv[key] = need
         self.memory_share = share
-        engines: dict[str, Any] = {}
-        for key, (recipe, _) in todo.items():
-            others = [f"pool-{r.name}" for k, (r, _) in first.items() if k != key]
-            engines[key] = Engine(recipe, log_dir=out_dir / "engines", label=f"pool-{recipe.name}",
-                                  startup_timeout_s=startup_timeout_s,
-                                  gpu_memory_utilization=share if recipe.engine == "vllm" else None,
-                                  coresident_with=others, kv_cache_bytes=kv[key])
+        engines = {key: self._engine(recipe, out_dir=out_dir, startup_timeout_s=startup_timeout_s,
+                                     others=[f"pool-{r.name}" for k, (r, _) in serves.items() if k != key],
+                                     kv_cache_bytes=kv[key])
+                   for key, (recipe, _) in todo.items()}
         failed: dict[str, BaseException] = {}
-        self.started.extend(engines.values())
-        for engine in engines.values():
-            engine.record.started_by_sitting = True
         t0 = time.monotonic()
 
         def up(key: str) -> None:
             engine = engines[key]
             try:
                 engine.wait_ready()
-                for workload in serves[key]:  # every workload it will serve, the first one's record kept
+                for workload in serves[key][1]:  # every workload it will serve, the first one's record kept
                     warmed = warm_engine(engine, workload) | {"workload": workload.name}
                     engine.record.warmup = engine.record.warmup or warmed
-                    engine.warmed_for = [*getattr(engine, "warmed_for", []), workload.name]
+                    engine.warmed_for = [*engine.warmed_for, workload.name]
             except BaseException as exc:  # noqa: BLE001 - said below, and the engine is started again alone
                 failed[key] = exc
 
+        fixed = [v for v in kv.values() if v]
         say(f"engines: starting {len(engines)} at once ({', '.join(e.label for e in engines.values())}), each "
-            f"with {share:g} of GPU memory" + (f" and a fixed KV cache of {max(v for v in kv.values() if v) / 2**30:.1f}"
-                                                f" GiB" if any(kv.values()) else ""))
+            f"with {share:g} of GPU memory" + (f" and a fixed KV cache of {max(fixed) / 2**30:.1f} GiB" if fixed else ""))
         for key, engine in engines.items():  # launched from this thread: an engine dies with the thread that
             try:                               # started it (the parent-death signal), so only the waits are threads
                 engine.launch()
@@ -263,7 +262,7 @@ class EnginePool:
                 continue
             self.live[key] = engine
             say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s, warmed for "
-                f"{', '.join(getattr(engine, 'warmed_for', []))}")
+                f"{', '.join(engine.warmed_for)}")
         say(f"engines: {len(self.live)} up {time.monotonic() - t0:.1f} s after the start")
 
     def stop_all(self) -> None:
@@ -274,12 +273,6 @@ class EnginePool:
 
 KV_HEADROOM = 1.5  # a fixed KV cache holds 1.5 times the tokens the sitting's largest batch has in flight
 KV_SHARE_MAX = 0.8  # ... and at most this part of an engine's memory share (weights, activations, graphs: the rest)
-
-
-def engine_memory_share_for(n: int) -> float:
-    from .workload import engine_memory_share
-
-    return engine_memory_share(n)
 
 
 def kv_cache_bytes_for(recipe: Any, workloads: list[Any]) -> int | None:

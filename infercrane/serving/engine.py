@@ -430,6 +430,7 @@ class _Served:
     ``base_url``."""
 
     base_url: str
+    warmed_for: Sequence[str] = ()  # workloads it was warmed for ahead of its A/Bs (serving.ab.EnginePool)
 
     def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """One HTTP request to this engine (``path`` below its base URL): (status, body)."""

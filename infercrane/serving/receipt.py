@@ -169,10 +169,10 @@ def _epoch(iso: str | None) -> float | None:
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
-    """Seconds covered by at least one of ``spans``."""
+    """Seconds covered by at least one of ``spans`` (a span that ends before it begins covers nothing)."""
     total, end = 0.0, float("-inf")
     for a, b in sorted(spans):
-        if b <= end:
+        if b <= max(a, end):
             continue
         total += b - max(a, end)
         end = b
@@ -184,8 +184,8 @@ def sitting_time(engines: list[Any], runs: list[dict[str, Any]], *, start: float
     engine was up and ready (from its start plus ``ready_after_s`` to its ``stopped_at``, or the end), however many;
     ``engines_starting_s`` the time at least one engine was starting; ``measured_s`` the time inside at least one ok
     measurement window (a run's ``started_at`` plus ``duration_s``); the shares are of engine-up time and of the
-    wall. ``engines``: engine records (objects with
-    ``started_at``, ``ready_after_s``, ``stopped_at``) of every engine the sitting started; ``runs``: receipt runs."""
+    wall. ``engines``: the records (``started_at``, ``ready_after_s``, ``stopped_at``) of every engine the sitting
+    started; ``runs``: receipt runs."""
     clip = lambda a, b: (max(a, start), min(b, end))  # noqa: E731
     up, starting = [], []
     for e in engines:
@@ -197,12 +197,15 @@ def sitting_time(engines: list[Any], runs: list[dict[str, Any]], *, start: float
         starting.append(clip(s0, min(ready, stop)))
         if ready < stop:
             up.append(clip(ready, stop))
-    windows = [clip(_epoch(r["started_at"]), _epoch(r["started_at"]) + r["duration_s"]) for r in runs
-               if r.get("started_at") and r.get("status", "ok") == "ok" and r.get("requests_completed")]
+    windows = []
+    for r in runs:
+        if r.get("started_at") and r.get("status", "ok") == "ok" and r.get("requests_completed"):
+            t = _epoch(r["started_at"])
+            windows.append(clip(t, t + r["duration_s"]))
     wall = end - start
-    engine_up, measured = _union([w for w in up if w[1] > w[0]]), _union([w for w in windows if w[1] > w[0]])
+    engine_up, measured = _union(up), _union(windows)
     return {"wall_s": round(wall, 3), "engine_up_s": round(engine_up, 3),
-            "engines_starting_s": round(_union([w for w in starting if w[1] > w[0]]), 3),
+            "engines_starting_s": round(_union(starting), 3),
             "measured_s": round(measured, 3),
             "measured_share_of_engine_up": measured / engine_up if engine_up > 0 else None,
             "measured_share_of_wall": measured / wall if wall > 0 else None, "engines": len(up),

@@ -641,9 +641,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         if gates is not None:
             gates.before_visit(arm, engine, shared)
         warmed = engine.record.warmup or {}
-        if workload.name in getattr(engine, "warmed_for", ()):  # warmed for it already (a sitting's start-up)
-            pass
-        elif warmed.get("workload", workload.name) != workload.name or not warmed:
+        if workload.name not in getattr(engine, "warmed_for", ()) and (  # not warmed ahead (a sitting's start-up)
+                warmed.get("workload", workload.name) != workload.name or not warmed):
             # its first visit for this workload (an engine shared by A/Bs meets a new one): load it at every
             # concurrency first (serving.warmup)
             engine.record.warmup = warm_engine(engine, workload) | {"workload": workload.name}
