@@ -25,6 +25,11 @@ def _files(evidence: Path) -> dict[str, str]:
                 if m.isfile() and Path(m.name).suffix in (".json", ".jsonl")}
 
 
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
 def summary(files: dict[str, str], max_rows: int = 512) -> list[str]:
     lines = []
     for name in sorted(n for n in files if n.endswith(".json")):
@@ -46,6 +51,23 @@ def summary(files: dict[str, str], max_rows: int = 512) -> list[str]:
             lines.append(f"{op} decision of {other['implementation']}: {other['decision_code']}")
         lines.append(f"{op} wall_s {res['wall_s']:.1f}; handshake cost per sample job (us): " + ", ".join(
             f"{m} {v:.0f}" for m, v in res["calibration"]["parent_overhead_us"].items()))
+    for name in sorted(n for n in files if n.endswith(".json")):  # cold mode: the events against the marker span
+        res = json.loads(files[name])["result"]
+        for im in res["implementations"]:
+            cells = []
+            for c in im["timings"]:
+                trials = [b for b in c.get("blocks", []) if b.get("second_timer_us") is not None]
+                if c["mode"] != "cold" or c["rows"] > max_rows or not trials:
+                    continue
+                own = trials[-1].get("second_timer_reference_us") or _median(trials[-1]["samples_us"])
+                flagged = "*" if any(f.startswith("timer_disagreement") for f in c["flags"]) else ""
+                cells.append(f"{c['rows']}: {own:.3f} - {c['second_timer_us']:.3f} = "
+                             f"{own - c['second_timer_us']:+.3f}{flagged}")
+            if cells:
+                offset = next(c["second_timer_offset_us"] for c in im["timings"] if c["mode"] == "cold"
+                              and c.get("second_timer_offset_us") is not None)
+                lines.append(f"{res['spec']['op']} cold {im['key']}: trial median - marker span (us) per rows, "
+                             f"* flagged; calibrated offset {offset:+.3f}: " + "; ".join(cells))
     for name in sorted(n for n in files if n.startswith("standalone-") and n.endswith(".jsonl")):
         rows = [json.loads(line)["summary"] for line in files[name].splitlines() if '"summary"' in line]
         cmp = [r for r in rows if r.get("kind") == "compare"]
