@@ -235,7 +235,7 @@ class EnginePool:
                 for workload in serves[key][1]:  # every workload it will serve, the first one's record kept
                     warmed = warm_engine(engine, workload) | {"workload": workload.name}
                     engine.record.warmup = engine.record.warmup or warmed
-                    engine.warmed_for = [*engine.warmed_for, workload.name]
+                    engine.warmed_for = {**engine.warmed_for, workload.name: warmed}
             except BaseException as exc:  # noqa: BLE001 - said below, and the engine is started again alone
                 failed[key] = exc
 

@@ -331,6 +331,7 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
 
 # Synthetic prompts per AIPerf block (drivers.aiperf.RunGrid.prompt_entries): enough that none repeats in the block.
 PROMPTS_PER_SLOT_SECOND = 8.0  # a first block's guess at requests per concurrency slot and second (rates measured later)
+WARMUP_RATE_MARGIN = 2.0  # ... or this many times the rate its engine's warm-up saw (rounds of requests sent together)
 MIN_PROMPT_ENTRIES = 500
 MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each on a small CPU
 # Pre-starting the next block's AIPerf (run_plan): it is started when the running block has at most
@@ -338,6 +339,30 @@ MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each o
 PRESTART_FIRST_LEAD_S = 35.0  # before any block has shown its start-up (14-22 s on an H200 host)
 PRESTART_MARGIN_S = 10.0
 CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
+
+
+def block_prompt_entries(workload: Workload, concurrencies: Sequence[int], runs: int, rates: Mapping[int, float],
+                         warmup: Mapping[str, Any] | None) -> int:
+    """Synthetic prompts AIPerf makes for one block of ``runs`` runs at ``concurrencies``, so that no prompt repeats
+    inside it (a repeat could be served from the prefix cache): the block's request counts, or for time windows its
+    windows at ``rates`` (requests per second measured so far, per concurrency), with 25 % to spare. Where no rate
+    has been measured: WARMUP_RATE_MARGIN times the rate the engine's ``warmup`` record saw
+    (``warmup.warmed_rate``), else PROMPTS_PER_SLOT_SECOND per slot and second. AIPerf makes every prompt at
+    start-up: a guess far above the rate lengthens the start-up (1000-token prompts at c = 100), one below it repeats
+    prompts. Between MIN_PROMPT_ENTRIES and MAX_PROMPT_ENTRIES."""
+    from infercrane.serving.warmup import warmed_rate
+
+    if workload.window_s is None:
+        need = sum(workload.requests_at(c) for c in concurrencies) * runs
+    else:
+        def rate_at(c: int) -> float:
+            if c in rates:
+                return rates[c]
+            seen = warmed_rate(warmup, c)
+            return WARMUP_RATE_MARGIN * seen if seen is not None else PROMPTS_PER_SLOT_SECOND * c
+
+        need = sum(rate_at(c) * workload.window_s for c in concurrencies) * runs
+    return int(min(MAX_PROMPT_ENTRIES, max(MIN_PROMPT_ENTRIES, math.ceil(1.25 * need))))
 
 
 def engine_memory_share(n_engines: int) -> float:
@@ -533,7 +558,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                        request_counts={c: workload.requests_at(c) for c in concurrencies},
                        window_s=workload.window_s, warmup_s=workload.warmup_s,
                        warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
-                       prompt_entries=prompt_entries(arm, indices, concurrencies))
+                       prompt_entries=prompt_entries(arm, indices, concurrencies, engine))
 
     def run_block(engine: Any, runs: list[PlannedRun], where: Path, seg: int | None = None) -> None:
         """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
@@ -574,11 +599,16 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                     acct["next_opened_before_end_s"] = round(max(0.0, ended - prestarted[nxt].opened_t), 3)
             result.blocks.append(acct)
 
-    def warmed_for_workload(engine: Any) -> bool:
-        """Whether ``engine`` has been warmed for this workload: ahead (a sitting's start-up) or by a visit."""
+    def warmup_of(engine: Any) -> dict[str, Any] | None:
+        """``engine``'s warm-up record for this workload (ahead, in a sitting's start-up, or by a visit), or None."""
+        ahead = getattr(engine, "warmed_for", {})
+        if workload.name in ahead:
+            return ahead[workload.name]
         warmed = engine.record.warmup or {}
-        return workload.name in getattr(engine, "warmed_for", ()) or (
-            bool(warmed) and warmed.get("workload", workload.name) == workload.name)
+        return warmed if warmed and warmed.get("workload", workload.name) == workload.name else None
+
+    def warmed_for_workload(engine: Any) -> bool:
+        return warmup_of(engine) is not None
 
     def ready_for_load(engine: Any) -> bool:
         """Whether ``engine`` needs nothing more before a block's load reaches it (what ``measure`` does first
@@ -654,17 +684,11 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                 out.append({"window": name, "overlap_s": round(overlap, 3)})
         return out
 
-    def prompt_entries(arm: str, indices: tuple[int, ...], concurrencies: tuple[int, ...]) -> int:
-        """Synthetic prompts for a block, so that no prompt repeats inside it (a repeat could be served from the
-        prefix cache): the block's request counts, or for time windows its windows at the arm's rate measured so far
-        at each concurrency (a first block: PROMPTS_PER_SLOT_SECOND per slot and second), with 25 % to spare."""
-        if workload.window_s is None:
-            need = sum(workload.requests_at(c) for c in concurrencies) * len(indices)
-        else:
-            rate = {m.concurrency: m.request_s for m in result.runs if m.arm == arm and m.request_s > 0}
-            need = sum(rate.get(c, PROMPTS_PER_SLOT_SECOND * c) * workload.window_s
-                       for c in concurrencies) * len(indices)
-        return int(min(MAX_PROMPT_ENTRIES, max(MIN_PROMPT_ENTRIES, math.ceil(1.25 * need))))
+    def prompt_entries(arm: str, indices: tuple[int, ...], concurrencies: tuple[int, ...], engine: Any) -> int:
+        """Synthetic prompts for a block (``block_prompt_entries``): at the arm's rates measured so far, or its
+        engine's warm-up for this workload."""
+        rate = {m.concurrency: m.request_s for m in result.runs if m.arm == arm and m.request_s > 0}
+        return block_prompt_entries(workload, concurrencies, len(indices), rate, warmup_of(engine))
 
     def measure(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         arm = runs[0].arm
