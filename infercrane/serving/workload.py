@@ -27,6 +27,7 @@ cache is reset (``POST /reset_prefix_cache``) before every (run, concurrency) po
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -381,13 +382,60 @@ def _grid_fits(workload: Workload, drivers: Sequence[str]) -> bool:
     return same(workload.requests_at) and (workload.warmup_s is not None or same(workload.warmup_at))
 
 
+def run_spec(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str, str]], p: PlannedRun,
+             base_url: str, served_model: str, artifacts: Path, prompts_file: Path | None = None) -> Any:
+    """The driver's RunSpec for planned run ``p`` of ``recipe`` (resolved) on an engine at ``base_url``:
+    ``tokenizer`` as ``resolve_tokenizer`` gives it, ``prompts_file`` for shared prompts."""
+    from infercrane.serving.drivers import RunSpec
+
+    tok, tok_env = tokenizer
+    return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint,
+                   streaming=workload.streaming, ignore_eos=workload.ignore_eos,
+                   input_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
+                   concurrency=p.concurrency, request_count=workload.requests_at(p.concurrency),
+                   warmup_requests=workload.warmup_at(p.concurrency), seed=workload.seed,
+                   token_count_source=workload.token_count_source,
+                   request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
+                   artifact_dir=artifacts, arm=p.arm, recipe_sha256=recipe.sha256 or "",
+                   run_index=p.run_index, env=tok_env, prompts_file=prompts_file)
+
+
+def engine_warmup(engine: Any, workload: Workload) -> dict[str, Any] | None:
+    """``engine``'s warm-up record for ``workload`` (ahead, in a sitting's start-up, or by a visit), or None."""
+    ahead = getattr(engine, "warmed_for", {})
+    if workload.name in ahead:
+        return ahead[workload.name]
+    warmed = engine.record.warmup or {}
+    return warmed if warmed and warmed.get("workload", workload.name) == workload.name else None
+
+
+def aiperf_block(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str, str]], engine: Any,
+                 runs: Sequence[PlannedRun], where: Path, rates: Mapping[int, float],
+                 prompts_file: Path | None = None) -> Any:
+    """The ``drivers.aiperf.RunGrid`` of one block of ``runs`` (one arm) on ``engine``, its artifacts in ``where``:
+    ``rates``, the arm's requests per second measured so far per concurrency (``block_prompt_entries``)."""
+    from infercrane.serving.drivers.aiperf import RunGrid
+
+    indices = tuple(dict.fromkeys(p.run_index for p in runs))
+    concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
+    return RunGrid(spec=run_spec(workload, recipe, tokenizer, runs[0], engine.base_url, engine.served_model, where,
+                                 prompts_file),
+                   run_indices=indices, concurrencies=concurrencies,
+                   request_counts={c: workload.requests_at(c) for c in concurrencies},
+                   window_s=workload.window_s, warmup_s=workload.warmup_s,
+                   warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
+                   prompt_entries=block_prompt_entries(workload, concurrencies, len(indices), rates,
+                                                       engine_warmup(engine, workload)))
+
+
 def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
              drivers: Sequence[str] | str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
              startup_timeout_s: float = 900.0, preflight: bool = True,
              on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None,
              on_start: Callable[[], None] | None = None, coresident: bool = False,
              engines: Mapping[str, Any] | None = None,
-             on_progress: Callable[[str], None] | None = None) -> PlanResult:
+             on_progress: Callable[[str], None] | None = None, ahead: Any = None,
+             then: Callable[[], None] | None = None) -> PlanResult:
     """Run every planned run: drive each arm's engine visit by visit, one driver invocation per visit where the
     driver allows it.
 
@@ -460,17 +508,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                          "the same number of tokens for both", hint="pass --tokenizer, or set prompts: driver")
 
     def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str, artifacts: Path) -> RunSpec:
-        tok, tok_env = tokenizers[p.arm]
-        return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint,
-                       streaming=workload.streaming, ignore_eos=workload.ignore_eos,
-                       input_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
-                       concurrency=p.concurrency, request_count=workload.requests_at(p.concurrency),
-                       warmup_requests=workload.warmup_at(p.concurrency), seed=workload.seed,
-                       token_count_source=workload.token_count_source,
-                       request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
-                       artifact_dir=artifacts, arm=p.arm, recipe_sha256=arms[p.arm].sha256 or "",
-                       run_index=p.run_index, env=tok_env,
-                       prompts_file=prompt_files.get((p.run_index, p.concurrency)))
+        return run_spec(workload, arms[p.arm], tokenizers[p.arm], p, base_url, served_model, artifacts,
+                        prompt_files.get((p.run_index, p.concurrency)))
 
     def point_dir(p: PlannedRun, driver: str) -> Path:
         artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
@@ -547,18 +586,11 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                                 f"({type(exc).__name__}: {exc})")
 
     def block_grid(engine: Any, runs: list[PlannedRun], where: Path) -> Any:
-        """The RunGrid of one block of ``runs`` on ``engine``, its artifacts in ``where``."""
-        from infercrane.serving.drivers.aiperf import RunGrid
-
-        arm = runs[0].arm
-        indices = tuple(dict.fromkeys(p.run_index for p in runs))
-        concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
-        return RunGrid(spec=spec_for(runs[0], engine.base_url, engine.served_model, "aiperf", where),
-                       run_indices=indices, concurrencies=concurrencies,
-                       request_counts={c: workload.requests_at(c) for c in concurrencies},
-                       window_s=workload.window_s, warmup_s=workload.warmup_s,
-                       warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
-                       prompt_entries=prompt_entries(arm, indices, concurrencies, engine))
+        """The RunGrid of one block of ``runs`` on ``engine``, its artifacts in ``where`` (``aiperf_block``)."""
+        p = runs[0]
+        rates = {m.concurrency: m.request_s for m in result.runs if m.arm == p.arm and m.request_s > 0}
+        return aiperf_block(workload, arms[p.arm], tokenizers[p.arm], engine, runs, where, rates,
+                            prompt_files.get((p.run_index, p.concurrency)))
 
     def run_block(engine: Any, runs: list[PlannedRun], where: Path, seg: int | None = None) -> None:
         """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
@@ -599,16 +631,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                     acct["next_opened_before_end_s"] = round(max(0.0, ended - prestarted[nxt].opened_t), 3)
             result.blocks.append(acct)
 
-    def warmup_of(engine: Any) -> dict[str, Any] | None:
-        """``engine``'s warm-up record for this workload (ahead, in a sitting's start-up, or by a visit), or None."""
-        ahead = getattr(engine, "warmed_for", {})
-        if workload.name in ahead:
-            return ahead[workload.name]
-        warmed = engine.record.warmup or {}
-        return warmed if warmed and warmed.get("workload", workload.name) == workload.name else None
-
     def warmed_for_workload(engine: Any) -> bool:
-        return warmup_of(engine) is not None
+        return engine_warmup(engine, workload) is not None
 
     def ready_for_load(engine: Any) -> bool:
         """Whether ``engine`` needs nothing more before a block's load reaches it (what ``measure`` does first
@@ -643,12 +667,30 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             seen.append(s)
         return max(seen) + PRESTART_MARGIN_S if seen else PRESTART_FIRST_LEAD_S
 
+    then_called: list[bool] = []
+
+    def maybe_then(windows_left: int) -> None:
+        """The plan's last block is near its end (as near as ``maybe_prestart`` starts a next visit): call ``then``
+        once, so that a caller can start the next plan's first block ahead (``EnginePool.prestart_first``)."""
+        if then is None or then_called or not can_prestart:
+            return
+        if windows_left > math.ceil(prestart_lead_s() / workload.window_s):
+            return
+        then_called.append(True)
+        try:
+            then()
+        except Exception as exc:  # noqa: BLE001 - a pre-start is an optimisation; this block goes on
+            result.notes.append(f"the next A/B's first AIPerf block could not be started ahead "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+
     def maybe_prestart(seg: int, windows_left: int) -> None:
         """Start the next visit's block ahead, held at its gate (``AiperfDriver.prestart``), once the block of visit
         ``seg`` has at most ``ceil(prestart_lead_s() / window_s)`` windows left: only when the next visit's engine is
         up already (co-resident, or given) and the driver can hold AIPerf at a gate. A pre-start that fails is a note:
         the next block then starts when its turn comes."""
         nxt = next_visit.get(seg)
+        if nxt is None:
+            maybe_then(windows_left)
         if not can_prestart or nxt is None or nxt in prestarted or nxt in prestart_tried:
             return
         if windows_left > math.ceil(prestart_lead_s() / workload.window_s):
@@ -670,6 +712,26 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         if on_progress is not None:
             on_progress(f"{runs[0].arm}: AIPerf of visit {nxt} started ahead, held until this block has ended")
 
+    def take_ahead(pre: Any) -> None:
+        """Use ``pre`` (a block started ahead by the caller, held at its gate) as the first visit's block when it is
+        that block: same engine, runs, workload and artifacts, and at least as many prompts. Else end it, with a
+        note; the first block then starts when its turn comes."""
+        first = seg_order[0]
+        runs = segments[first]
+        engine = shared.get(runs[0].arm)
+        expected = (block_grid(engine, runs, out / runs[0].arm / f"visit{first:02d}")
+                    if engine is not None and can_prestart else None)
+        got = getattr(pre, "grid", None)
+        if (expected is not None and got is not None
+                and dataclasses.replace(got, prompt_entries=expected.prompt_entries) == expected
+                and got.prompt_entries >= expected.prompt_entries):
+            prestarted[first] = pre
+            prestart_tried.add(first)
+            return
+        pre.kill()
+        result.notes.append("an AIPerf block started ahead of this A/B was not its first block "
+                            f"({'no such block here' if expected is None else 'a different block'}); ended unused")
+
     def prestart_overlap(g: Any, pre: Any, ended: float) -> list[dict[str, Any]]:
         """The windows of block ``g`` (ended at ``ended``) that ran while the next block's AIPerf (``pre``) was
         starting up: from its start to when AIPerf logged itself configured (or this block's end, if not yet)."""
@@ -683,12 +745,6 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             if overlap > 0:
                 out.append({"window": name, "overlap_s": round(overlap, 3)})
         return out
-
-    def prompt_entries(arm: str, indices: tuple[int, ...], concurrencies: tuple[int, ...], engine: Any) -> int:
-        """Synthetic prompts for a block (``block_prompt_entries``): at the arm's rates measured so far, or its
-        engine's warm-up for this workload."""
-        rate = {m.concurrency: m.request_s for m in result.runs if m.arm == arm and m.request_s > 0}
-        return block_prompt_entries(workload, concurrencies, len(indices), rate, warmup_of(engine))
 
     def measure(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         arm = runs[0].arm
@@ -725,6 +781,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             gates.after_visit(arm, engine)
 
     t0 = time.monotonic()
+    if ahead is not None:  # the first visit's block, started ahead by the caller: used only if it is that block
+        take_ahead(ahead)
     try:
         if coresident:
             shared.update(_launch_coresident({a: r for a, r in arms.items() if a not in external}, out,
