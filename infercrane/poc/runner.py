@@ -464,7 +464,7 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
                     ahead = [plan.serving[s] for s in SECTIONS if s != "kernel" and s not in plan.reusable]
                     first = plan.serving[section]
                     pool.start_ahead([(p.recipes, p.workload) for p in ahead], out_dir=artifacts_dir(first),
-                                     startup_timeout_s=first.startup_timeout_s, say=say)
+                                     startup_timeout_s=first.startup_timeout_s, say=say, first=first)
                 later = [s for s in SECTIONS[SECTIONS.index(section) + 1:] if s != "kernel" and s not in plan.reusable]
                 receipt = run_ab(plan.serving[section], run_id=plan.run_id, con=con, say=say, pool=pool,
                                  then=_next_ahead(plan, pool, section, later, say) if pool is not None and later

@@ -195,15 +195,18 @@ class EnginePool:
         return engine
 
     def start_ahead(self, plans: list[tuple[list[Any], Any]], *, out_dir: Path, startup_timeout_s: float,
-                    say: Callable[[str], None]) -> None:
+                    say: Callable[[str], None], first: ABPlan | None = None) -> None:
         """Start every engine the sitting's A/Bs need at the same time, each warmed for every workload it will serve
         (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, rather than one after the
         other when each A/B comes. ``plans``: (recipes, workload) per A/B, in order. vLLM sizes its KV cache from
         the memory it sees taken while it profiles, and engines starting together would count each other's
         allocations, so each gets a fixed cache (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch
         needs); where that cannot be worked out (no model config) or does not fit the engine's share, nothing is
-        started here and the A/Bs start their engines one after the other as before. An engine that fails to start here is stopped and started again alone
-        when its A/B comes; the failure is said, not hidden."""
+        started here and the A/Bs start their engines one after the other as before. An engine that fails to start
+        here is stopped and started again alone when its A/B comes; the failure is said, not hidden. ``first``: the
+        sitting's first A/B, whose first AIPerf block is started ahead (``prestart_first``) as soon as the engine
+        serving it is up and warmed for its workload, so that its start-up overlaps the other engines' start-ups and
+        warm-ups."""
         import threading
 
         from .warmup import warm_engine
@@ -262,8 +265,14 @@ class EnginePool:
                    for k in engines if k not in failed]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        pending = first
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(timeout=0.25)
+            if pending is not None and self.prestart_first(pending, engines=engines, failed=failed):
+                say(f"{pending.section}: its first AIPerf block started ahead, held until the engines are up")
+                pending = None
+        if pending is not None and self.prestart_first(pending, engines=engines, failed=failed):
+            say(f"{pending.section}: its first AIPerf block started ahead")
         for key, engine in engines.items():
             if key in failed:
                 say(f"engine {engine.label}: did not start beside the others "
@@ -276,11 +285,14 @@ class EnginePool:
                 f"{', '.join(engine.warmed_for)}")
         say(f"engines: {len(self.live)} up {time.monotonic() - t0:.1f} s after the start")
 
-    def prestart_first(self, plan: ABPlan) -> bool:
+    def prestart_first(self, plan: ABPlan, *, engines: dict[str, Any] | None = None,
+                       failed: dict[str, Any] | None = None) -> bool:
         """Start ``plan``'s first AIPerf block now, held at its gate (``AiperfDriver.prestart``), on the pool engine
         that will serve it, so that its start-up overlaps the A/B that runs now; ``run_ab`` hands it to the plan, which
         uses it if it is that block (``run_plan``'s ``ahead``). Only for AIPerf time windows with the driver's prompts,
-        an engine up and warmed already, and an AIPerf that can be held; False when nothing was started."""
+        an engine up and warmed already, and an AIPerf that can be held; False when nothing was started. ``engines``
+        (launch key -> engine; default: the pool's live ones) and ``failed`` (keys of engines that did not start):
+        while ``start_ahead`` brings them up."""
         from .drivers import get_driver
         from .workload import aiperf_block, plan_runs, resolve_tokenizer
 
@@ -291,8 +303,9 @@ class EnginePool:
         runs = plan_runs([r.name for r in plan.recipes], workload, plan.order or workload.arm_order)
         first = [p for p in runs if p.segment == runs[0].segment]
         recipe = next(r for r in plan.recipes if r.name == first[0].arm)
-        engine = self.live.get(launch_key(recipe))
-        if engine is None or workload.name not in engine.warmed_for or not engine.alive():
+        key = launch_key(recipe)
+        engine = (self.live if engines is None else engines).get(key)
+        if engine is None or key in (failed or {}) or workload.name not in engine.warmed_for or not engine.alive():
             return False
         driver = get_driver("aiperf")
         if not driver.supports_prestart():
