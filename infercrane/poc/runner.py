@@ -426,10 +426,22 @@ def sitting_of(docs: dict[str, dict[str, Any]], pool: Any, *, start: float, end:
     return out
 
 
+def _next_ahead(plan: PocPlan, pool: Any, section: str, later: list[str], say: Any) -> Any:
+    """What ``run_ab`` calls near the end of ``section``'s last block: the next A/B's first AIPerf block started
+    ahead on its pool engine (``EnginePool.prestart_first``), so that its start-up overlaps this section."""
+    nxt = plan.serving[later[0]]
+
+    def start() -> None:
+        if pool.prestart_first(nxt):
+            say(f"{later[0]}: its first AIPerf block started ahead, held until {section} has ended")
+    return start
+
+
 def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, docs: dict[str, dict[str, Any]],
                   run_ab: Any, progress_of: Any) -> Any:
     from ..commands.kernel import run_prepared_screen
     from ..errors import InfercraneError
+    from ..serving.ab import artifacts_dir
 
     for section in SECTIONS:
         start = time.monotonic()
@@ -451,10 +463,12 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
                 if pool is not None and not pool.live:  # every engine of the sitting at once, warmed as it comes up
                     ahead = [plan.serving[s] for s in SECTIONS if s != "kernel" and s not in plan.reusable]
                     first = plan.serving[section]
-                    pool.start_ahead([(p.recipes, p.workload) for p in ahead],
-                                     out_dir=first.out.parent / f"{first.out.stem}-artifacts",
-                                     startup_timeout_s=first.startup_timeout_s, say=say)
-                receipt = run_ab(plan.serving[section], run_id=plan.run_id, con=con, say=say, pool=pool)
+                    pool.start_ahead([(p.recipes, p.workload) for p in ahead], out_dir=artifacts_dir(first),
+                                     startup_timeout_s=first.startup_timeout_s, say=say, first=first)
+                later = [s for s in SECTIONS[SECTIONS.index(section) + 1:] if s != "kernel" and s not in plan.reusable]
+                receipt = run_ab(plan.serving[section], run_id=plan.run_id, con=con, say=say, pool=pool,
+                                 then=_next_ahead(plan, pool, section, later, say) if pool is not None and later
+                                 else None)
         except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
             why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else \
                 f"interrupted ({type(exc).__name__})"

@@ -614,6 +614,9 @@ class EngineWarmup(Strict):
     retries: NonNegativeInt | None = Field(default=None, description="warm-up requests sent again")
     max_in_flight: PositiveInt | None = Field(default=None, description="the cap on warm-up requests in flight, "
                                                                         "where it applied")
+    round_s: dict[str, list[NonNegativeFloat]] | None = Field(
+        default=None, description="concurrency -> the wall seconds of each round of c requests sent together "
+                                  "(serving.warmup.warmed_rate: a first AIPerf block's prompts are sized from them)")
 
 
 class JitDuringServing(Strict):

@@ -42,10 +42,15 @@ class ABPlan:
     model_provenance: dict[str, Any] | None = None
 
 
+def artifacts_dir(plan: ABPlan) -> Path:
+    """Where an A/B's engines, drivers and blocks write (beside its receipt)."""
+    return plan.out.parent / f"{plan.out.stem}-artifacts"
+
+
 def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
            pool: EnginePool | None = None, engines: dict[str, Any] | None = None,
            on_run: Callable[[Any, int, int], None] | None = None, on_start: Callable[[], None] | None = None,
-           on_progress: Callable[[str], None] | None = None) -> Any:
+           on_progress: Callable[[str], None] | None = None, then: Callable[[], None] | None = None) -> Any:
     """Run the plan and write its receipt to ``plan.out``; returns the written receipt: the one A/B runner that
     ``serve ab``, ``serve bench``, ``poc`` and ``kernel apply`` call.
 
@@ -55,7 +60,9 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     far (``complete: false``) and the error propagates; when the final analysis itself fails, every window is kept
     in a receipt marked incomplete with that reason. Engines: from ``engines`` (servers given with ``--url``, never
     started or stopped here), from ``pool`` (started there if not up yet, kept up after the A/B), or started and
-    stopped by ``run_plan``."""
+    stopped by ``run_plan``. ``then``: called once near the end of the plan's last block (``run_plan``), where a
+    sitting starts its next A/B's first AIPerf block ahead (``EnginePool.prestart_first``); a block the pool started
+    ahead for this plan is handed to ``run_plan``."""
     from ..env.capture import provenance
     from ..errors import InfercraneError
     from ..receipts.validate import write_receipt
@@ -102,7 +109,8 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
                 f"failed [{done}/{total}, {time.monotonic() - started:.0f} s]")
         receipt_now(partial, progress_reason(done, total))
 
-    art = plan.out.parent / f"{plan.out.stem}-artifacts"
+    art = artifacts_dir(plan)
+    ahead = pool.take_ahead(plan) if pool is not None else None
     try:
         if pool is not None:
             external = {**pool.engines_for(recs, out_dir=art, startup_timeout_s=plan.startup_timeout_s, into=partial,
@@ -110,8 +118,10 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
         result = run_plan(recs, workload, out_dir=art, drivers=list(plan.drivers), order=plan.order,
                           startup_timeout_s=plan.startup_timeout_s, on_run=one_run, on_progress=progress,
                           into=partial, coresident=bool(plan.options.get("coresident")), on_start=on_start,
-                          engines=external or None)
+                          engines=external or None, ahead=ahead, then=then)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
+        if ahead is not None:
+            ahead.kill()  # ended with the plan, if the plan had not taken it yet
         got = getattr(exc, "partial", None) or partial
         why = exc.message.splitlines()[0] if isinstance(exc, InfercraneError) else f"interrupted ({type(exc).__name__})"
         if got.engines or got.runs:  # something ran: keep it; a preflight failure has nothing to keep
@@ -139,6 +149,7 @@ class EnginePool:
         self.live: dict[str, Any] = {}  # launch key -> engine
         self.served: dict[str, list[str]] = {}  # launch key -> the recipes it served, in order
         self.started: list[Any] = []  # every engine started here, in order (the sitting's time accounting)
+        self.ahead: dict[Path, Any] = {}  # an A/B's receipt path -> its first AIPerf block, started ahead
 
     def engines_for(self, recipes: list[Any], *, out_dir: Path, startup_timeout_s: float, into: Any,
                     say: Callable[[str], None]) -> dict[str, Any]:
@@ -184,15 +195,18 @@ class EnginePool:
         return engine
 
     def start_ahead(self, plans: list[tuple[list[Any], Any]], *, out_dir: Path, startup_timeout_s: float,
-                    say: Callable[[str], None]) -> None:
+                    say: Callable[[str], None], first: ABPlan | None = None) -> None:
         """Start every engine the sitting's A/Bs need at the same time, each warmed for every workload it will serve
         (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, rather than one after the
         other when each A/B comes. ``plans``: (recipes, workload) per A/B, in order. vLLM sizes its KV cache from
         the memory it sees taken while it profiles, and engines starting together would count each other's
         allocations, so each gets a fixed cache (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch
         needs); where that cannot be worked out (no model config) or does not fit the engine's share, nothing is
-        started here and the A/Bs start their engines one after the other as before. An engine that fails to start here is stopped and started again alone
-        when its A/B comes; the failure is said, not hidden."""
+        started here and the A/Bs start their engines one after the other as before. An engine that fails to start
+        here is stopped and started again alone when its A/B comes; the failure is said, not hidden. ``first``: the
+        sitting's first A/B, whose first AIPerf block is started ahead (``prestart_first``) as soon as the engine
+        serving it is up and warmed for its workload, so that its start-up overlaps the other engines' start-ups and
+        warm-ups."""
         import threading
 
         from .warmup import warm_engine
@@ -235,7 +249,7 @@ class EnginePool:
                 for workload in serves[key][1]:  # every workload it will serve, the first one's record kept
                     warmed = warm_engine(engine, workload) | {"workload": workload.name}
                     engine.record.warmup = engine.record.warmup or warmed
-                    engine.warmed_for = [*engine.warmed_for, workload.name]
+                    engine.warmed_for = {**engine.warmed_for, workload.name: warmed}
             except BaseException as exc:  # noqa: BLE001 - said below, and the engine is started again alone
                 failed[key] = exc
 
@@ -251,8 +265,14 @@ class EnginePool:
                    for k in engines if k not in failed]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        pending = first
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(timeout=0.25)
+            if pending is not None and self.prestart_first(pending, engines=engines, failed=failed):
+                say(f"{pending.section}: its first AIPerf block started ahead, held until the engines are up")
+                pending = None
+        if pending is not None and self.prestart_first(pending, engines=engines, failed=failed):
+            say(f"{pending.section}: its first AIPerf block started ahead")
         for key, engine in engines.items():
             if key in failed:
                 say(f"engine {engine.label}: did not start beside the others "
@@ -265,7 +285,45 @@ class EnginePool:
                 f"{', '.join(engine.warmed_for)}")
         say(f"engines: {len(self.live)} up {time.monotonic() - t0:.1f} s after the start")
 
+    def prestart_first(self, plan: ABPlan, *, engines: dict[str, Any] | None = None,
+                       failed: dict[str, Any] | None = None) -> bool:
+        """Start ``plan``'s first AIPerf block now, held at its gate (``AiperfDriver.prestart``), on the pool engine
+        that will serve it, so that its start-up overlaps the A/B that runs now; ``run_ab`` hands it to the plan, which
+        uses it if it is that block (``run_plan``'s ``ahead``). Only for AIPerf time windows with the driver's prompts,
+        an engine up and warmed already, and an AIPerf that can be held; False when nothing was started. ``engines``
+        (launch key -> engine; default: the pool's live ones) and ``failed`` (keys of engines that did not start):
+        while ``start_ahead`` brings them up."""
+        from .drivers import get_driver
+        from .workload import aiperf_block, plan_runs, resolve_tokenizer
+
+        workload = plan.workload
+        if (plan.out in self.ahead or list(plan.drivers) != ["aiperf"] or workload.window_s is None
+                or workload.prompts == "shared"):
+            return False
+        runs = plan_runs([r.name for r in plan.recipes], workload, plan.order or workload.arm_order)
+        first = [p for p in runs if p.segment == runs[0].segment]
+        recipe = next(r for r in plan.recipes if r.name == first[0].arm)
+        key = launch_key(recipe)
+        engine = (self.live if engines is None else engines).get(key)
+        if engine is None or key in (failed or {}) or workload.name not in engine.warmed_for or not engine.alive():
+            return False
+        driver = get_driver("aiperf")
+        if not driver.supports_prestart():
+            return False
+        resolved = recipe if recipe.sha256 else recipe.resolved()
+        grid = aiperf_block(workload, resolved, resolve_tokenizer(resolved), engine, first,
+                            artifacts_dir(plan) / first[0].arm / f"visit{first[0].segment:02d}", {})
+        self.ahead[plan.out] = driver.prestart(grid)
+        return True
+
+    def take_ahead(self, plan: ABPlan) -> Any:
+        """The first block started ahead for ``plan`` (``prestart_first``), handed over once; None if none."""
+        return self.ahead.pop(plan.out, None)
+
     def stop_all(self) -> None:
+        for pre in self.ahead.values():  # a block started ahead whose A/B never came: nothing of it may linger
+            pre.kill()
+        self.ahead.clear()
         for engine in self.live.values():
             engine.stop()
         self.live.clear()

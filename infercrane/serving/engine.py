@@ -72,6 +72,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from datetime import datetime, UTC
 from pathlib import Path
+from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -430,7 +431,9 @@ class _Served:
     ``base_url``."""
 
     base_url: str
-    warmed_for: Sequence[str] = ()  # workloads it was warmed for ahead of its A/Bs (serving.ab.EnginePool)
+    # workload name -> its warm-up record (serving.warmup), for the workloads it was warmed for ahead of its A/Bs
+    # (serving.ab.EnginePool)
+    warmed_for: Mapping[str, dict[str, Any]] = MappingProxyType({})
 
     def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """One HTTP request to this engine (``path`` below its base URL): (status, body)."""

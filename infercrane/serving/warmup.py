@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -97,22 +98,25 @@ def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
     tally = _Tally()
     in_flight = min(max(concurrencies), MAX_IN_FLIGHT)
     sent = 0
+    round_s: dict[str, list[float]] = {}
     pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="infercrane-warmup")
     try:
         for c in concurrencies:
             what = f"a warm-up request at concurrency {c}"
             for _ in range(ROUNDS):
+                t_round = time.monotonic()
                 futures = [pool.submit(send, engine, *warmup_body(workload, engine.served_model, sent + i),
                                        timeout_s=workload.request_timeout_s, what=what, tally=tally)
                            for i in range(c)]
                 sent += c
                 _wait_all(futures)
+                round_s.setdefault(str(c), []).append(round(time.monotonic() - t_round, 3))
     except BaseException:  # a failure, Ctrl-C: the requests not yet sent are dropped, those in flight end on their own
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
     record: dict[str, Any] = {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
-                              "seconds": round(time.monotonic() - t0, 3)}
+                              "seconds": round(time.monotonic() - t0, 3), "round_s": round_s}
     if tally.failures:
         record |= {"failures": tally.failures, "retries": tally.retries}
     if in_flight < max(concurrencies):
@@ -130,3 +134,13 @@ def _wait_all(futures: list[Future]) -> None:
     failed = [f for f in futures if f in done and f.exception() is not None]
     if failed:
         raise failed[0].exception()
+
+
+def warmed_rate(record: Mapping[str, Any] | None, concurrency: int) -> float | None:
+    """Requests per second at ``concurrency`` as a warm-up ``record`` saw them: ``c`` requests over its fastest round
+    of ``c`` requests sent together (``round_s``); None when the record has no round at that concurrency. A round
+    starts every request at once (their prefills together), so a steady stream of requests may run somewhat faster."""
+    rounds = [t for t in ((record or {}).get("round_s") or {}).get(str(concurrency), []) if t > 0]
+    if not rounds:
+        return None
+    return min(concurrency, MAX_IN_FLIGHT) / min(rounds)

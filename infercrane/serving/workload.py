@@ -27,6 +27,7 @@ cache is reset (``POST /reset_prefix_cache``) before every (run, concurrency) po
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -331,6 +332,7 @@ def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str
 
 # Synthetic prompts per AIPerf block (drivers.aiperf.RunGrid.prompt_entries): enough that none repeats in the block.
 PROMPTS_PER_SLOT_SECOND = 8.0  # a first block's guess at requests per concurrency slot and second (rates measured later)
+WARMUP_RATE_MARGIN = 2.0  # ... or this many times the rate its engine's warm-up saw (rounds of requests sent together)
 MIN_PROMPT_ENTRIES = 500
 MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each on a small CPU
 # Pre-starting the next block's AIPerf (run_plan): it is started when the running block has at most
@@ -338,6 +340,30 @@ MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each o
 PRESTART_FIRST_LEAD_S = 35.0  # before any block has shown its start-up (14-22 s on an H200 host)
 PRESTART_MARGIN_S = 10.0
 CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
+
+
+def block_prompt_entries(workload: Workload, concurrencies: Sequence[int], runs: int, rates: Mapping[int, float],
+                         warmup: Mapping[str, Any] | None) -> int:
+    """Synthetic prompts AIPerf makes for one block of ``runs`` runs at ``concurrencies``, so that no prompt repeats
+    inside it (a repeat could be served from the prefix cache): the block's request counts, or for time windows its
+    windows at ``rates`` (requests per second measured so far, per concurrency), with 25 % to spare. Where no rate
+    has been measured: WARMUP_RATE_MARGIN times the rate the engine's ``warmup`` record saw
+    (``warmup.warmed_rate``), else PROMPTS_PER_SLOT_SECOND per slot and second. AIPerf makes every prompt at
+    start-up: a guess far above the rate lengthens the start-up (1000-token prompts at c = 100), one below it repeats
+    prompts. Between MIN_PROMPT_ENTRIES and MAX_PROMPT_ENTRIES."""
+    from infercrane.serving.warmup import warmed_rate
+
+    if workload.window_s is None:
+        need = sum(workload.requests_at(c) for c in concurrencies) * runs
+    else:
+        def rate_at(c: int) -> float:
+            if c in rates:
+                return rates[c]
+            seen = warmed_rate(warmup, c)
+            return WARMUP_RATE_MARGIN * seen if seen is not None else PROMPTS_PER_SLOT_SECOND * c
+
+        need = sum(rate_at(c) * workload.window_s for c in concurrencies) * runs
+    return int(min(MAX_PROMPT_ENTRIES, max(MIN_PROMPT_ENTRIES, math.ceil(1.25 * need))))
 
 
 def engine_memory_share(n_engines: int) -> float:
@@ -356,13 +382,60 @@ def _grid_fits(workload: Workload, drivers: Sequence[str]) -> bool:
     return same(workload.requests_at) and (workload.warmup_s is not None or same(workload.warmup_at))
 
 
+def run_spec(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str, str]], p: PlannedRun,
+             base_url: str, served_model: str, artifacts: Path, prompts_file: Path | None = None) -> Any:
+    """The driver's RunSpec for planned run ``p`` of ``recipe`` (resolved) on an engine at ``base_url``:
+    ``tokenizer`` as ``resolve_tokenizer`` gives it, ``prompts_file`` for shared prompts."""
+    from infercrane.serving.drivers import RunSpec
+
+    tok, tok_env = tokenizer
+    return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint,
+                   streaming=workload.streaming, ignore_eos=workload.ignore_eos,
+                   input_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
+                   concurrency=p.concurrency, request_count=workload.requests_at(p.concurrency),
+                   warmup_requests=workload.warmup_at(p.concurrency), seed=workload.seed,
+                   token_count_source=workload.token_count_source,
+                   request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
+                   artifact_dir=artifacts, arm=p.arm, recipe_sha256=recipe.sha256 or "",
+                   run_index=p.run_index, env=tok_env, prompts_file=prompts_file)
+
+
+def engine_warmup(engine: Any, workload: Workload) -> dict[str, Any] | None:
+    """``engine``'s warm-up record for ``workload`` (ahead, in a sitting's start-up, or by a visit), or None."""
+    ahead = getattr(engine, "warmed_for", {})
+    if workload.name in ahead:
+        return ahead[workload.name]
+    warmed = engine.record.warmup or {}
+    return warmed if warmed and warmed.get("workload", workload.name) == workload.name else None
+
+
+def aiperf_block(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str, str]], engine: Any,
+                 runs: Sequence[PlannedRun], where: Path, rates: Mapping[int, float],
+                 prompts_file: Path | None = None) -> Any:
+    """The ``drivers.aiperf.RunGrid`` of one block of ``runs`` (one arm) on ``engine``, its artifacts in ``where``:
+    ``rates``, the arm's requests per second measured so far per concurrency (``block_prompt_entries``)."""
+    from infercrane.serving.drivers.aiperf import RunGrid
+
+    indices = tuple(dict.fromkeys(p.run_index for p in runs))
+    concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
+    return RunGrid(spec=run_spec(workload, recipe, tokenizer, runs[0], engine.base_url, engine.served_model, where,
+                                 prompts_file),
+                   run_indices=indices, concurrencies=concurrencies,
+                   request_counts={c: workload.requests_at(c) for c in concurrencies},
+                   window_s=workload.window_s, warmup_s=workload.warmup_s,
+                   warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
+                   prompt_entries=block_prompt_entries(workload, concurrencies, len(indices), rates,
+                                                       engine_warmup(engine, workload)))
+
+
 def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
              drivers: Sequence[str] | str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
              startup_timeout_s: float = 900.0, preflight: bool = True,
              on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None,
              on_start: Callable[[], None] | None = None, coresident: bool = False,
              engines: Mapping[str, Any] | None = None,
-             on_progress: Callable[[str], None] | None = None) -> PlanResult:
+             on_progress: Callable[[str], None] | None = None, ahead: Any = None,
+             then: Callable[[], None] | None = None) -> PlanResult:
     """Run every planned run: drive each arm's engine visit by visit, one driver invocation per visit where the
     driver allows it.
 
@@ -388,7 +461,10 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     kernel token gate, its warm-up if the engine has had none, the prefix-cache reset), then opens the gate. A block
     started ahead is recorded with ``prestarted``, ``hidden_startup_s`` (its process start to its gate) and
     ``gate_wait_s``; the block it overlapped names in ``overlapped_by_prestart`` its windows that shared the machine
-    with that start-up, and for how long. When the plan stops (a failed block, an error, Ctrl-C), a block started
+    with that start-up, and for how long. When the next visit's engine needs nothing first (warmed for the workload,
+    no kernel token gate), its gate opens as soon as the current block has delivered its last window, its prefix
+    cache reset then, rather than after the current AIPerf has exported and exited (its ``tail_s``); the current
+    block records ``next_opened_before_end_s``, how long its process still ran after the next block's load began. When the plan stops (a failed block, an error, Ctrl-C), a block started
     ahead is ended with it, having sent nothing.
 
     Artifacts: ``out_dir/engines/<label>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (per point; ``…/<driver>/`` with
@@ -432,17 +508,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                          "the same number of tokens for both", hint="pass --tokenizer, or set prompts: driver")
 
     def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str, artifacts: Path) -> RunSpec:
-        tok, tok_env = tokenizers[p.arm]
-        return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint,
-                       streaming=workload.streaming, ignore_eos=workload.ignore_eos,
-                       input_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
-                       concurrency=p.concurrency, request_count=workload.requests_at(p.concurrency),
-                       warmup_requests=workload.warmup_at(p.concurrency), seed=workload.seed,
-                       token_count_source=workload.token_count_source,
-                       request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
-                       artifact_dir=artifacts, arm=p.arm, recipe_sha256=arms[p.arm].sha256 or "",
-                       run_index=p.run_index, env=tok_env,
-                       prompts_file=prompt_files.get((p.run_index, p.concurrency)))
+        return run_spec(workload, arms[p.arm], tokenizers[p.arm], p, base_url, served_model, artifacts,
+                        prompt_files.get((p.run_index, p.concurrency)))
 
     def point_dir(p: PlannedRun, driver: str) -> Path:
         artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
@@ -519,18 +586,11 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                                 f"({type(exc).__name__}: {exc})")
 
     def block_grid(engine: Any, runs: list[PlannedRun], where: Path) -> Any:
-        """The RunGrid of one block of ``runs`` on ``engine``, its artifacts in ``where``."""
-        from infercrane.serving.drivers.aiperf import RunGrid
-
-        arm = runs[0].arm
-        indices = tuple(dict.fromkeys(p.run_index for p in runs))
-        concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
-        return RunGrid(spec=spec_for(runs[0], engine.base_url, engine.served_model, "aiperf", where),
-                       run_indices=indices, concurrencies=concurrencies,
-                       request_counts={c: workload.requests_at(c) for c in concurrencies},
-                       window_s=workload.window_s, warmup_s=workload.warmup_s,
-                       warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
-                       prompt_entries=prompt_entries(arm, indices, concurrencies))
+        """The RunGrid of one block of ``runs`` on ``engine``, its artifacts in ``where`` (``aiperf_block``)."""
+        p = runs[0]
+        rates = {m.concurrency: m.request_s for m in result.runs if m.arm == p.arm and m.request_s > 0}
+        return aiperf_block(workload, arms[p.arm], tokenizers[p.arm], engine, runs, where, rates,
+                            prompt_files.get((p.run_index, p.concurrency)))
 
     def run_block(engine: Any, runs: list[PlannedRun], where: Path, seg: int | None = None) -> None:
         """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
@@ -549,6 +609,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             delivered[0] += 1
             if seg is not None:
                 maybe_prestart(seg, total - delivered[0])
+                if delivered[0] == total:  # this block's load has ended: the next may start while AIPerf exits
+                    open_next_early(seg)
 
         started = time.time()
         try:
@@ -565,7 +627,31 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             nxt = next_visit.get(seg) if seg is not None else None
             if nxt is not None and nxt in prestarted:
                 acct["overlapped_by_prestart"] = prestart_overlap(g, prestarted[nxt], ended)
+                if prestarted[nxt].opened_t is not None:  # the next block's load began before this process ended
+                    acct["next_opened_before_end_s"] = round(max(0.0, ended - prestarted[nxt].opened_t), 3)
             result.blocks.append(acct)
+
+    def warmed_for_workload(engine: Any) -> bool:
+        return engine_warmup(engine, workload) is not None
+
+    def ready_for_load(engine: Any) -> bool:
+        """Whether ``engine`` needs nothing more before a block's load reaches it (what ``measure`` does first
+        otherwise): warmed for this workload, and no kernel token gate to pass."""
+        return gates is None and warmed_for_workload(engine)
+
+    def open_next_early(seg: int) -> None:
+        """Once the block of visit ``seg`` has delivered its last window, open the next visit's gate at once (its
+        engine's prefix cache reset first) rather than after this block's AIPerf has exported and exited (3-5 s on
+        an H200 host): only for a block started ahead whose engine is up and needs nothing before its load."""
+        nxt = next_visit.get(seg)
+        pre = prestarted.get(nxt) if nxt is not None else None
+        if pre is None or pre.opened_t is not None:
+            return
+        engine = shared.get(segments[nxt][0].arm)
+        if engine is None or not ready_for_load(engine) or not engine.alive():
+            return
+        engine.reset_prefix_cache()
+        pre.open()
 
     def prestart_lead_s() -> float:
         """How long ahead of a block's end to start the next block's AIPerf: the longest AIPerf start-up this plan's
@@ -581,12 +667,30 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             seen.append(s)
         return max(seen) + PRESTART_MARGIN_S if seen else PRESTART_FIRST_LEAD_S
 
+    then_called: list[bool] = []
+
+    def maybe_then(windows_left: int) -> None:
+        """The plan's last block is near its end (as near as ``maybe_prestart`` starts a next visit): call ``then``
+        once, so that a caller can start the next plan's first block ahead (``EnginePool.prestart_first``)."""
+        if then is None or then_called or not can_prestart:
+            return
+        if windows_left > math.ceil(prestart_lead_s() / workload.window_s):
+            return
+        then_called.append(True)
+        try:
+            then()
+        except Exception as exc:  # noqa: BLE001 - a pre-start is an optimisation; this block goes on
+            result.notes.append(f"the next A/B's first AIPerf block could not be started ahead "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+
     def maybe_prestart(seg: int, windows_left: int) -> None:
         """Start the next visit's block ahead, held at its gate (``AiperfDriver.prestart``), once the block of visit
         ``seg`` has at most ``ceil(prestart_lead_s() / window_s)`` windows left: only when the next visit's engine is
         up already (co-resident, or given) and the driver can hold AIPerf at a gate. A pre-start that fails is a note:
         the next block then starts when its turn comes."""
         nxt = next_visit.get(seg)
+        if nxt is None:
+            maybe_then(windows_left)
         if not can_prestart or nxt is None or nxt in prestarted or nxt in prestart_tried:
             return
         if windows_left > math.ceil(prestart_lead_s() / workload.window_s):
@@ -608,6 +712,26 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         if on_progress is not None:
             on_progress(f"{runs[0].arm}: AIPerf of visit {nxt} started ahead, held until this block has ended")
 
+    def take_ahead(pre: Any) -> None:
+        """Use ``pre`` (a block started ahead by the caller, held at its gate) as the first visit's block when it is
+        that block: same engine, runs, workload and artifacts, and at least as many prompts. Else end it, with a
+        note; the first block then starts when its turn comes."""
+        first = seg_order[0]
+        runs = segments[first]
+        engine = shared.get(runs[0].arm)
+        expected = (block_grid(engine, runs, out / runs[0].arm / f"visit{first:02d}")
+                    if engine is not None and can_prestart else None)
+        got = getattr(pre, "grid", None)
+        if (expected is not None and got is not None
+                and dataclasses.replace(got, prompt_entries=expected.prompt_entries) == expected
+                and got.prompt_entries >= expected.prompt_entries):
+            prestarted[first] = pre
+            prestart_tried.add(first)
+            return
+        pre.kill()
+        result.notes.append("an AIPerf block started ahead of this A/B was not its first block "
+                            f"({'no such block here' if expected is None else 'a different block'}); ended unused")
+
     def prestart_overlap(g: Any, pre: Any, ended: float) -> list[dict[str, Any]]:
         """The windows of block ``g`` (ended at ``ended``) that ran while the next block's AIPerf (``pre``) was
         starting up: from its start to when AIPerf logged itself configured (or this block's end, if not yet)."""
@@ -622,27 +746,13 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                 out.append({"window": name, "overlap_s": round(overlap, 3)})
         return out
 
-    def prompt_entries(arm: str, indices: tuple[int, ...], concurrencies: tuple[int, ...]) -> int:
-        """Synthetic prompts for a block, so that no prompt repeats inside it (a repeat could be served from the
-        prefix cache): the block's request counts, or for time windows its windows at the arm's rate measured so far
-        at each concurrency (a first block: PROMPTS_PER_SLOT_SECOND per slot and second), with 25 % to spare."""
-        if workload.window_s is None:
-            need = sum(workload.requests_at(c) for c in concurrencies) * len(indices)
-        else:
-            rate = {m.concurrency: m.request_s for m in result.runs if m.arm == arm and m.request_s > 0}
-            need = sum(rate.get(c, PROMPTS_PER_SLOT_SECOND * c) * workload.window_s
-                       for c in concurrencies) * len(indices)
-        return int(min(MAX_PROMPT_ENTRIES, max(MIN_PROMPT_ENTRIES, math.ceil(1.25 * need))))
-
     def measure(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
         arm = runs[0].arm
         if not engine.alive():
             raise engine.failure(f"died before run {runs[0].run_index} at concurrency {runs[0].concurrency}")
         if gates is not None:
             gates.before_visit(arm, engine, shared)
-        warmed = engine.record.warmup or {}
-        if workload.name not in getattr(engine, "warmed_for", ()) and (  # not warmed ahead (a sitting's start-up)
-                warmed.get("workload", workload.name) != workload.name or not warmed):
+        if not warmed_for_workload(engine):
             # its first visit for this workload (an engine shared by A/Bs meets a new one): load it at every
             # concurrency first (serving.warmup)
             engine.record.warmup = warm_engine(engine, workload) | {"workload": workload.name}
@@ -653,7 +763,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                 engine.reset_prefix_cache()
                 run_block(engine, [p], point_dir(p, "aiperf"))
         elif grid:  # the whole visit is one block: one AIPerf process, one window per (run, concurrency)
-            engine.reset_prefix_cache()
+            pre = prestarted.get(seg)
+            if pre is None or pre.opened_t is None:  # else reset as its gate opened (open_next_early)
+                engine.reset_prefix_cache()
             run_block(engine, runs, out / arm / f"visit{seg:02d}", seg)  # its AIPerf may be waiting at its gate
         else:
             for p in runs:
@@ -669,6 +781,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             gates.after_visit(arm, engine)
 
     t0 = time.monotonic()
+    if ahead is not None:  # the first visit's block, started ahead by the caller: used only if it is that block
+        take_ahead(ahead)
     try:
         if coresident:
             shared.update(_launch_coresident({a: r for a, r in arms.items() if a not in external}, out,

@@ -56,6 +56,13 @@ def test_the_functional_poc_joins_its_sections_in_one_valid_receipt(functional_r
         "kernel", "paired", "public"}
     # each section's receipt lies in the run folder, and the PoC receipt embeds exactly those
     folder = out.with_suffix("")
+    # the paired A/B's first AIPerf block was started as its engine came up, the public A/B's during the paired
+    # A/B's last block; both were used as they were
+    for section in ("paired", "public"):
+        section_doc = load_receipt(folder / f"{section}.json").document
+        first = section_doc["plan_blocks"][0]
+        assert first["prestarted"] is True and first["hidden_startup_s"] > 0, section
+        assert not [n for n in json.dumps(section_doc).split('"') if "ended unused" in n], section
     for section in ("kernel", "paired", "public"):
         section_doc = load_receipt(folder / f"{section}.json").document
         assert doc["evidence"][section]["cpu"]["content_sha256"] == section_doc["content_sha256"], section

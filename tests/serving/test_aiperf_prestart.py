@@ -227,6 +227,11 @@ def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir
         windows = {f"r{m.run_index:02d}_c{m.concurrency}" for m in result.runs if m.arm == name}
         assert {o["window"] for o in overlap} <= windows
     assert "overlapped_by_prestart" not in third
+    # the third block's engine (slow) was warmed in its first visit: its gate opened as the second block delivered its
+    # last window, while that block's AIPerf was still exporting and exiting; the second's (fast, not yet warmed) gate
+    # waited for the first block's process to end
+    assert "next_opened_before_end_s" not in first
+    assert 0 <= second["next_opened_before_end_s"] <= second["tail_s"]
     assert [p.grid.spec.artifact_dir.name for p in prestarts] == ["visit01", "visit02"]
     assert all(not p.running() and not group_alive(p.process.proc.pid) for p in prestarts)
     assert sum("started ahead" in line for line in progress) == 2

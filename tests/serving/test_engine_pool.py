@@ -44,7 +44,8 @@ def test_every_engine_of_the_sitting_starts_at_once_warmed_and_stays_for_its_ab(
         assert any(line.startswith("engines: starting 2 at once") for line in lines), lines
         for engine in pool.live.values():
             assert engine.record.warmup and engine.record.warmup["workload"] == "w1"  # the first it serves
-            assert engine.warmed_for == ["w1", "w2"]  # and every workload it will serve
+            assert list(engine.warmed_for) == ["w1", "w2"]  # and every workload it will serve, its record each
+            assert all(r["workload"] == w and r["round_s"] for w, r in engine.warmed_for.items())
             assert engine.record.ready_after_s is not None  # every start's wall time is recorded
             assert engine.record.started_by_sitting  # ... outside the plans that use it
         ready = {launch_key(r): pool.live[launch_key(r)] for r in (a, b)}

@@ -8,7 +8,7 @@ import pytest
 
 from infercrane.errors import RunFailed
 from infercrane.serving.engine import Engine, _Served
-from infercrane.serving.warmup import ROUNDS, warm_engine, warmup_body
+from infercrane.serving.warmup import MAX_IN_FLIGHT, ROUNDS, warm_engine, warmed_rate, warmup_body
 from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload
 
 
@@ -38,6 +38,18 @@ def test_the_warm_up_loads_every_concurrency_and_says_what_it_sent(tmp_path, ts_
     assert record["concurrencies"] == [1, 4] and record["rounds"] == ROUNDS
     assert record["requests"] == ROUNDS * (1 + 4) == after - before
     assert record["seconds"] >= 0
+    # each round timed: c requests sent together took at least the server's ~5 ms per request at 1 ms a token
+    assert set(record["round_s"]) == {"1", "4"} and all(len(t) == ROUNDS for t in record["round_s"].values())
+    assert all(0.004 < t < record["seconds"] for times in record["round_s"].values() for t in times)
+    assert warmed_rate(record, 4) == 4 / min(record["round_s"]["4"])
+
+
+def test_the_warm_up_rate_is_c_requests_over_the_fastest_round():
+    record = {"round_s": {"1": [0.5, 0.25], "100": [4.0, 5.0], "2000": [10.0]}}
+    assert warmed_rate(record, 1) == 4.0 and warmed_rate(record, 100) == 25.0
+    assert warmed_rate(record, 2000) == MAX_IN_FLIGHT / 10.0  # at most MAX_IN_FLIGHT were in flight at once
+    assert warmed_rate(record, 8) is None and warmed_rate(None, 1) is None and warmed_rate({"seconds": 1}, 1) is None
+    assert warmed_rate({"round_s": {"1": [0.0]}}, 1) is None
 
 
 class _Refusing(_Served):

@@ -1,6 +1,7 @@
 """Workloads: presets, derived defaults, validation, and the run plan of each arm order."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -120,3 +121,28 @@ def test_comma_separated_drivers_and_concurrency_read_like_space_separated() -> 
     assert ServeConfig(concurrency=["1,8", "32"]).concurrency == (1, 8, 32)
     with pytest.raises(ValidationError):
         ServeConfig(drivers=["aiperf,locust"])
+
+
+def test_a_blocks_prompts_follow_the_rate_measured_else_the_warm_up_else_a_guess():
+    from infercrane.serving.workload import (MAX_PROMPT_ENTRIES, MIN_PROMPT_ENTRIES, PROMPTS_PER_SLOT_SECOND,
+                                             WARMUP_RATE_MARGIN, block_prompt_entries, load_workload)
+
+    public = load_workload("public-1000").model_copy(update={"window_s": 10.0})
+    # a first block with nothing seen: the guess per slot, capped (20 000 prompts of 1000 tokens at start-up)
+    assert PROMPTS_PER_SLOT_SECOND * 100 * 10 * 5 * 1.25 > MAX_PROMPT_ENTRIES
+    assert block_prompt_entries(public, [100], 5, {}, None) == MAX_PROMPT_ENTRIES
+    # its engine's warm-up at c = 100 took 3.5 s a round (~29 requests/s): that rate, doubled, with 25 % to spare
+    warm = {"round_s": {"100": [4.0, 3.5]}}
+    expected = math.ceil(1.25 * WARMUP_RATE_MARGIN * (100 / 3.5) * 10 * 5)
+    assert block_prompt_entries(public, [100], 5, {}, warm) == expected < MAX_PROMPT_ENTRIES / 5
+    # a rate measured in an earlier block wins over both
+    assert block_prompt_entries(public, [100], 5, {100: 30.0}, warm) == math.ceil(1.25 * 30 * 10 * 5)
+    # the warm-up covers only the concurrencies it ran; the others fall back to the guess; never below the floor
+    paired = workload(window_s=8.0, concurrency=[1, 8])
+    assert block_prompt_entries(paired, [1, 8], 1, {}, {"round_s": {"1": [0.5]}}) == math.ceil(
+        1.25 * (WARMUP_RATE_MARGIN * 2 + PROMPTS_PER_SLOT_SECOND * 8) * 8)
+    assert block_prompt_entries(paired, [1], 1, {1: 0.1}, None) == MIN_PROMPT_ENTRIES
+    # request counts: the block's requests, whatever the rates
+    counts = workload(concurrency=[1, 8])
+    assert block_prompt_entries(counts, [1, 8], 2, {1: 99.0}, warm) == max(
+        MIN_PROMPT_ENTRIES, math.ceil(1.25 * 2 * (counts.requests_at(1) + counts.requests_at(8))))
