@@ -266,13 +266,24 @@ class EnginePool:
         for t in threads:
             t.start()
         pending = first
+
+        def first_ahead(when: str) -> None:
+            nonlocal pending
+            try:
+                started = pending is not None and self.prestart_first(pending, engines=engines, failed=failed)
+            except Exception as exc:  # noqa: BLE001 - a pre-start is an optimisation: its block starts in its turn
+                say(f"{pending.section}: its first AIPerf block could not be started ahead ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''})")
+                pending = None
+                return
+            if started:
+                say(f"{pending.section}: its first AIPerf block started ahead{when}")
+                pending = None
+
         while alive := [t for t in threads if t.is_alive()]:
             alive[0].join(timeout=0.25)
-            if pending is not None and self.prestart_first(pending, engines=engines, failed=failed):
-                say(f"{pending.section}: its first AIPerf block started ahead, held until the engines are up")
-                pending = None
-        if pending is not None and self.prestart_first(pending, engines=engines, failed=failed):
-            say(f"{pending.section}: its first AIPerf block started ahead")
+            first_ahead(", held until the engines are up")
+        first_ahead("")
         for key, engine in engines.items():
             if key in failed:
                 say(f"engine {engine.label}: did not start beside the others "
