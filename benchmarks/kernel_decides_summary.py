@@ -2,7 +2,9 @@
 mode, how many decode-row comparisons carry a verdict (and which), how many flagged cells kept their verdict on the
 widened interval; each candidate's decision; and the standalone timer's comparison of every graph cell.
 
-    python3 benchmarks/kernel_decides_summary.py EVIDENCE > summary.txt
+    python3 benchmarks/kernel_decides_summary.py [--cold] EVIDENCE > summary.txt
+
+``--cold`` adds, per implementation, every cold cell's trial median against its second timer's marker span.
 
 ``EVIDENCE`` is the script's output folder or a ``.tar.xz`` of it. Reads JSON only (no InferCrane import)."""
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _median(values: list[float]) -> float:
     return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
-def summary(files: dict[str, str], max_rows: int = 512) -> list[str]:
+def summary(files: dict[str, str], max_rows: int = 512, cold: bool = False) -> list[str]:
     lines = []
     for name in sorted(n for n in files if n.endswith(".json")):
         doc = json.loads(files[name])
@@ -51,7 +53,7 @@ def summary(files: dict[str, str], max_rows: int = 512) -> list[str]:
             lines.append(f"{op} decision of {other['implementation']}: {other['decision_code']}")
         lines.append(f"{op} wall_s {res['wall_s']:.1f}; handshake cost per sample job (us): " + ", ".join(
             f"{m} {v:.0f}" for m, v in res["calibration"]["parent_overhead_us"].items()))
-    for name in sorted(n for n in files if n.endswith(".json")):  # cold mode: the events against the marker span
+    for name in sorted(n for n in files if cold and n.endswith(".json")):  # cold: the events against the marker span
         res = json.loads(files[name])["result"]
         for im in res["implementations"]:
             cells = []
@@ -82,10 +84,12 @@ def summary(files: dict[str, str], max_rows: int = 512) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    cold = "--cold" in argv
+    args = [a for a in argv if a != "--cold"]
+    if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    print("\n".join(summary(_files(Path(argv[0])))))
+    print("\n".join(summary(_files(Path(args[0])), cold=cold)))
     return 0
 
 
