@@ -10,6 +10,7 @@ widened interval; each candidate's decision; and the standalone timer's comparis
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tarfile
 from collections import Counter
@@ -25,11 +26,6 @@ def _files(evidence: Path) -> dict[str, str]:
     with tarfile.open(evidence) as tar:
         return {Path(m.name).name: tar.extractfile(m).read().decode() for m in tar.getmembers()
                 if m.isfile() and Path(m.name).suffix in (".json", ".jsonl")}
-
-
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
 def summary(files: dict[str, str], max_rows: int = 512, cold: bool = False) -> list[str]:
@@ -61,7 +57,7 @@ def summary(files: dict[str, str], max_rows: int = 512, cold: bool = False) -> l
                 trials = [b for b in c.get("blocks", []) if b.get("second_timer_us") is not None]
                 if c["mode"] != "cold" or c["rows"] > max_rows or not trials:
                     continue
-                own = trials[-1].get("second_timer_reference_us") or _median(trials[-1]["samples_us"])
+                own = trials[-1].get("second_timer_reference_us") or statistics.median(trials[-1]["samples_us"])
                 flagged = "*" if any(f.startswith("timer_disagreement") for f in c["flags"]) else ""
                 cells.append(f"{c['rows']}: {own:.3f} - {c['second_timer_us']:.3f} = "
                              f"{own - c['second_timer_us']:+.3f}{flagged}")

@@ -305,7 +305,7 @@ class EnginePool:
         (launch key -> engine; default: the pool's live ones) and ``failed`` (keys of engines that did not start):
         while ``start_ahead`` brings them up."""
         from .drivers import get_driver
-        from .workload import aiperf_block, plan_runs, resolve_tokenizer
+        from .workload import aiperf_block, engine_warmup, plan_runs, resolve_tokenizer
 
         workload = plan.workload
         if (plan.out in self.ahead or list(plan.drivers) != ["aiperf"] or workload.window_s is None
@@ -316,7 +316,8 @@ class EnginePool:
         recipe = next(r for r in plan.recipes if r.name == first[0].arm)
         key = launch_key(recipe)
         engine = (self.live if engines is None else engines).get(key)
-        if engine is None or key in (failed or {}) or workload.name not in engine.warmed_for or not engine.alive():
+        if (engine is None or key in (failed or {}) or engine_warmup(engine, workload) is None
+                or not engine.alive()):
             return False
         driver = get_driver("aiperf")
         if not driver.supports_prestart():

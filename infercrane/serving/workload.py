@@ -464,8 +464,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     with that start-up, and for how long. When the next visit's engine needs nothing first (warmed for the workload,
     no kernel token gate), its gate opens as soon as the current block has delivered its last window, its prefix
     cache reset then, rather than after the current AIPerf has exported and exited (its ``tail_s``); the current
-    block records ``next_opened_before_end_s``, how long its process still ran after the next block's load began. When the plan stops (a failed block, an error, Ctrl-C), a block started
-    ahead is ended with it, having sent nothing.
+    block records ``next_opened_before_end_s``, how long its process still ran after the next block's load began.
+    When the plan stops (a failed block, an error, Ctrl-C), a block started ahead is ended with it, having sent
+    nothing.
 
     Artifacts: ``out_dir/engines/<label>.log`` and ``out_dir/<arm>/run<NN>/c<C>/`` (per point; ``…/<driver>/`` with
     several drivers) or ``out_dir/<arm>/visit<SS>/`` (per visit). ``into``: a PlanResult to record into as the plan
@@ -667,14 +668,16 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             seen.append(s)
         return max(seen) + PRESTART_MARGIN_S if seen else PRESTART_FIRST_LEAD_S
 
+    def near_end(windows_left: int) -> bool:
+        """Whether a block with ``windows_left`` windows to go is near enough its end to start what follows it."""
+        return windows_left <= math.ceil(prestart_lead_s() / workload.window_s)
+
     then_called: list[bool] = []
 
     def maybe_then(windows_left: int) -> None:
-        """The plan's last block is near its end (as near as ``maybe_prestart`` starts a next visit): call ``then``
-        once, so that a caller can start the next plan's first block ahead (``EnginePool.prestart_first``)."""
-        if then is None or then_called or not can_prestart:
-            return
-        if windows_left > math.ceil(prestart_lead_s() / workload.window_s):
+        """The plan's last block is near its end (``near_end``, as for a next visit): call ``then`` once, so that a
+        caller can start the next plan's first block ahead (``EnginePool.prestart_first``)."""
+        if then is None or then_called or not can_prestart or not near_end(windows_left):
             return
         then_called.append(True)
         try:
@@ -691,9 +694,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         nxt = next_visit.get(seg)
         if nxt is None:
             maybe_then(windows_left)
-        if not can_prestart or nxt is None or nxt in prestarted or nxt in prestart_tried:
-            return
-        if windows_left > math.ceil(prestart_lead_s() / workload.window_s):
+        if not can_prestart or nxt is None or nxt in prestarted or nxt in prestart_tried or not near_end(windows_left):
             return
         runs = segments[nxt]
         engine = shared.get(runs[0].arm)
