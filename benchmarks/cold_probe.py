@@ -4,8 +4,9 @@ implementation at a few row counts, under each spin length and before/after CUPT
     python3 benchmarks/cold_probe.py --op rms_norm --impls triton torch_compile --rows 1 512 --out cold.jsonl
 
 Each line of the output: op, impl, rows, spin cycles, phase (``before_cupti`` / ``after_cupti``), and the median of
-each timer over ``--samples`` samples (events after the same L2 flush and spin; CUPTI from the spin's end to the
-call's last GPU activity), plus the empty kernel's figures under the same conditions. Nothing of InferCrane's harness
+each timer over ``--samples`` samples (torch's events after the same L2 flush and spin; the driver-API event pair,
+cold mode's second timer; CUPTI from the spin's end to a marker kernel queued after the call), plus the empty
+kernel's figures under the same conditions. Nothing of InferCrane's harness
 runs but its timing functions (``infercrane.kernels.harness.timing``), called here with their constants replaced."""
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ def _events(timing, call, restore, flush, spin: int, samples: int) -> float:
     return statistics.median(times)
 
 
-def _cupti(timing, call, restore, flush, spin: int, samples: int) -> float:
+def _driver(timing, call, restore, flush, spin: int, samples: int) -> float:
+    """Cold mode's second timer: the driver-API event pair after the same flush and spin."""
     timing.COLD_SECOND_SPIN_CYCLES = spin
-    timing.SECOND_TIMER_SAMPLES = samples
+    timing.COLD_SECOND_SAMPLES = samples
     return timing._second_cold(call, restore, flush)
 
 
@@ -98,12 +100,12 @@ def main() -> int:
                        "events_us": round(ev, 4)}
                 if phase == "after_cupti":
                     n = max(20, args.samples // 3)
-                    rec["cupti_us"] = round(_cupti(timing, call, restore, flush, spin, n), 4)
+                    rec["driver_events_us"] = round(_driver(timing, call, restore, flush, spin, n), 4)
                     rec["cupti_marker_us"] = round(_cupti_marker(call, restore, flush, spin, n), 4)
                 out.append(rec)
                 print(json.dumps(rec), flush=True)
-        if phase == "before_cupti":  # attach CUPTI once, as the harness's second timer does after a trial
-            _cupti(timing, cases[0][2], None, flush, args.spins[-1], 5)
+        if phase == "before_cupti":  # attach CUPTI once: what a profiler in the process does to both timers
+            _cupti_marker(cases[0][2], None, flush, args.spins[-1], 5)
     args.out.write_text("".join(json.dumps(r) + "\n" for r in out))
     return 0
 

@@ -4,7 +4,8 @@ widened interval; each candidate's decision; and the standalone timer's comparis
 
     python3 benchmarks/kernel_decides_summary.py [--cold] EVIDENCE > summary.txt
 
-``--cold`` adds, per implementation, every cold cell's trial median against its second timer's marker span.
+``--cold`` adds, per implementation, every cold cell's trial median against its second timer (the driver-API event
+pair; in screens before it, CUPTI's marker span and the calibrated offset).
 
 ``EVIDENCE`` is the script's output folder or a ``.tar.xz`` of it. Reads JSON only (no InferCrane import)."""
 from __future__ import annotations
@@ -49,7 +50,7 @@ def summary(files: dict[str, str], max_rows: int = 512, cold: bool = False) -> l
             lines.append(f"{op} decision of {other['implementation']}: {other['decision_code']}")
         lines.append(f"{op} wall_s {res['wall_s']:.1f}; handshake cost per sample job (us): " + ", ".join(
             f"{m} {v:.0f}" for m, v in res["calibration"]["parent_overhead_us"].items()))
-    for name in sorted(n for n in files if cold and n.endswith(".json")):  # cold: the events against the marker span
+    for name in sorted(n for n in files if cold and n.endswith(".json")):  # cold: the events against the second timer
         res = json.loads(files[name])["result"]
         for im in res["implementations"]:
             cells = []
@@ -62,10 +63,14 @@ def summary(files: dict[str, str], max_rows: int = 512, cold: bool = False) -> l
                 cells.append(f"{c['rows']}: {own:.3f} - {c['second_timer_us']:.3f} = "
                              f"{own - c['second_timer_us']:+.3f}{flagged}")
             if cells:
-                offset = next(c["second_timer_offset_us"] for c in im["timings"] if c["mode"] == "cold"
-                              and c.get("second_timer_offset_us") is not None)
-                lines.append(f"{res['spec']['op']} cold {im['key']}: trial median - marker span (us) per rows, "
-                             f"* flagged; calibrated offset {offset:+.3f}: " + "; ".join(cells))
+                offset = next((c["second_timer_offset_us"] for c in im["timings"] if c["mode"] == "cold"
+                               and c.get("second_timer_offset_us") is not None), None)
+                if offset is None:  # the driver-API event pair: the same quantity, no offset
+                    lines.append(f"{res['spec']['op']} cold {im['key']}: trial median - second timer (us) per rows, "
+                                 "* flagged: " + "; ".join(cells))
+                else:
+                    lines.append(f"{res['spec']['op']} cold {im['key']}: trial median - marker span (us) per rows, "
+                                 f"* flagged; calibrated offset {offset:+.3f}: " + "; ".join(cells))
     for name in sorted(n for n in files if n.startswith("standalone-") and n.endswith(".jsonl")):
         rows = [json.loads(line)["summary"] for line in files[name].splitlines() if '"summary"' in line]
         cmp = [r for r in rows if r.get("kind") == "compare"]

@@ -13,7 +13,7 @@ Each comparison carries its own verdict and, inside the family, a family verdict
 * own verdict: FASTER / SLOWER / SAME / AMBIGUOUS from its one-sided p-values at ``alpha / 2`` (``alpha = 1 -
   confidence``; the same as its interval lying above, below or inside the SAME band); INSUFFICIENT below 3 paired
   trials; FLAGGED, no verdict, when a flag of either timing cell voids it under the screen's flag rule
-  (``kernels/harness/compare.py``: under ``void`` any flag; under ``widen`` a fault the interval cannot absorb, or
+  (``kernels/harness/compare.py``: under ``void`` any flag; under ``widen_ratio`` a fault the interval cannot absorb, or
   a timer disagreement the verdict does not survive once the interval is widened by it). The comparison's own
   verdict is read as the comparison gives it (``BaselineTiming.verdict``), never recomputed from its flags;
 * family verdict: SLOWER only when the Holm-adjusted ``p_slower`` over the family's comparisons that have a verdict
@@ -63,6 +63,11 @@ from infercrane.decide.failures import FAILURE_WORDS, Failure
 from infercrane.stats.compare import Verdict
 from infercrane.stats.family import HOLM, holm_adjust
 from infercrane.stats.trials import TrialSpeedup, trial_speedup
+
+# How a timing cell's flags act on a comparison's verdict (``kernels/harness/compare.py`` applies them): 'void', or
+# widen the interval by the timers' disagreement — 'widen_ratio' by their ratio either way, 'widen' (results made
+# before it) by 1 + |d| a cell.
+FlagRule = Literal["void", "widen", "widen_ratio"]
 
 TimingMode = Literal["launch", "graph", "cold"]
 DecisionCode = Literal["accept", "retain", "reject", "inconclusive"]
@@ -143,7 +148,7 @@ class BaselineTiming(BaseModel):
                                     "(``Comparison.verdict``); None: FLAGGED when there are flags (rule 'void')")
     timer_disagreement: float | None = Field(default=None, ge=0, description="the largest |timer disagreement| of "
                                              "the cells flagged for one")
-    widened_by: float | None = Field(default=None, ge=1, description="rule 'widen': the factor the interval was "
+    widened_by: float | None = Field(default=None, ge=1, description="a widening rule: the factor the interval was "
                                      "widened by (the verdict stands when it holds there, else FLAGGED)")
 
     @model_validator(mode="after")
@@ -233,8 +238,8 @@ class KernelDecisionInputs(BaseModel):
         default=None, description="the candidate failed in the screen: its failure kind (``kernels/result.py``)")
     failure_detail: str | None = Field(default=None, description="the first line of its error")
     interrupted: str | None = Field(default=None, description="the screen was stopped before it finished: why")
-    flag_rule: Literal["void", "widen"] | None = Field(
-        default="widen", description="the flag rule the comparisons were made under (``kernels/harness/compare.py``); "
+    flag_rule: FlagRule | None = Field(
+        default="widen_ratio", description="the flag rule the comparisons were made under (``kernels/harness/compare.py``); "
         "None: a screen from before the rule was recorded, whose reasons quote every flag of a FLAGGED comparison "
         "as they did then, so that its receipt decides again to the letter")
 
@@ -259,7 +264,8 @@ class ComparisonEvidence(BaseModel):
     flags: list[str] = Field(default_factory=list)
     verdict: Verdict = Field(description="the comparison's own verdict")
     timer_disagreement: float | None = Field(default=None, description="largest |timer disagreement| of its cells")
-    widened_by: float | None = Field(default=None, description="rule 'widen': the factor its interval was widened by")
+    widened_by: float | None = Field(default=None, description="a widening rule: the factor its interval was "
+                                      "widened by")
     p_slower_holm: float | None = Field(description="Holm-adjusted p_slower over the family; None if not tested")
     family_verdict: Verdict | None = Field(description="verdict after the family adjustment; None outside the family")
     time_change_percent: float | None = Field(description="(candidate_t / baseline_t - 1) * 100; negative = faster")

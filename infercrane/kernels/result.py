@@ -19,6 +19,7 @@ from infercrane.kernels.harness.placement import Levels, PlacementCondition
 from infercrane.kernels.op import Tolerance
 from infercrane.receipts.base import AwareDatetime, Strict
 from infercrane.decide.failures import FAILURE_WORDS, Failure  # noqa: F401  (re-exported with the result model)
+from infercrane.decide.kernel import FlagRule
 from infercrane.stats.compare import Verdict
 from infercrane.stats.summary import Summary
 from infercrane.stats.trials import TrialSpeedup
@@ -155,10 +156,10 @@ class Calibration(Strict):
     clock_before_mhz: int | None
     clock_after_mhz: int | None
     cold_second_offset_us: float | None = Field(
-        None, description="what a CUDA event pair adds to a cold call beyond CUPTI's span from the spin's end to the "
-                          "call's last activity: the empty kernel's cold floor by events minus its CUPTI span, both "
-                          "in this clean worker; added to every cold cell's CUPTI figure so the second timer measures "
-                          "what the events do")
+        None, description="receipts whose cold second timer was CUPTI's span: what a CUDA event pair adds to a "
+                          "cold call beyond that span (the empty kernel's cold floor by events minus its CUPTI span, "
+                          "both in the clean calibration worker), added to every cold cell's CUPTI figure; None since "
+                          "the second timer is the driver-API event pair, which reads the same quantity")
     parent_overhead_us: dict[str, float] = Field(
         default_factory=dict, description="per mode: what InferCrane's clock sees around a sample job of the empty "
                                           "kernel beyond the samples' own time (handshake, host work between "
@@ -230,16 +231,20 @@ class FamilyMark(Strict):
     verdict: Verdict = Field(description="family verdict")
 
 
-FlagRule = Literal["void", "widen"]
-# The flag kind the rule 'widen' can absorb: the two timers disagree (``TimingCell.timer_disagreement``).
+# The rules that widen an interval by the timers' disagreement instead of voiding the verdict (``harness/compare.py``):
+# 'widen' (results before 'widen_ratio') by 1 + |d| a cell, 'widen_ratio' by the ratio of the two timers either way.
+WIDENING_RULES: tuple[str, ...] = ("widen", "widen_ratio")
+# The flag kind the widening rules can absorb: the two timers disagree (``TimingCell.timer_disagreement``).
 TIMER_DISAGREEMENT = "timer_disagreement"
 
 
 class WidenedInterval(Strict):
-    """A comparison's interval widened by the timers' disagreement (flag rule 'widen', ``harness/compare.py``)."""
+    """A comparison's interval widened by the timers' disagreement (the widening flag rules, ``harness/compare.py``)."""
 
-    factor: float = Field(ge=1, description="k = (1 + |d_candidate|) * (1 + |d_reference|), d a cell's signed "
-                          "timer_disagreement when the cell is flagged for it, 0 otherwise")
+    factor: float = Field(ge=1, description="k = r_candidate * r_reference, d a cell's signed timer_disagreement "
+                          "when the cell is flagged for it, 0 otherwise; rule 'widen_ratio': r = max(1 + d, "
+                          "1 / (1 + d)), the ratio of the two timers whichever is larger; rule 'widen' (earlier "
+                          "results): r = 1 + |d|")
     ci_lo: float = Field(gt=0, description="the speedup's ci_lo / k")
     ci_hi: float = Field(gt=0, description="the speedup's ci_hi * k")
     holds: bool = Field(description="the speedup's verdict still holds on the widened interval (FASTER: ci_lo > "
@@ -276,11 +281,12 @@ class Comparison(Strict):
     flags: list[str] = Field(default_factory=list, description="flags of either cell, naming the implementation")
     verdict: Verdict = Field(description="own verdict: the speedup's, after the flag rule")
     flag_rule: FlagRule | None = Field(None, description="how flags act on the verdict (harness/compare.py): 'void': "
-                                       "any flag makes it FLAGGED; 'widen': flags that are only timer disagreements "
-                                       "widen the interval and the verdict stands if it still holds there, any other "
+                                       "any flag makes it FLAGGED; 'widen_ratio' (and 'widen' before it): flags that "
+                                       "are only timer disagreements widen the interval and the verdict stands if it "
+                                       "still holds there, any other "
                                        "flag makes it FLAGGED, INSUFFICIENT stays INSUFFICIENT; None: a result from "
                                        "before the rule was recorded, which is 'void'")
-    widened: WidenedInterval | None = Field(None, description="rule 'widen', flags only timer disagreements, an "
+    widened: WidenedInterval | None = Field(None, description="a widening rule, flags only timer disagreements, an "
                                             "interval to widen: the widened interval and whether the verdict holds")
     family: FamilyMark | None = Field(default=None, description="None outside the candidate's decision family")
 
@@ -299,11 +305,12 @@ class Comparison(Strict):
     def _verdict_follows_flags(self) -> "Comparison":
         rule = self.flag_rule or "void"
         own = self.speedup.verdict
-        widenable = (rule == "widen" and bool(self.flags) and own is not Verdict.INSUFFICIENT
+        widenable = (rule in WIDENING_RULES and bool(self.flags) and own is not Verdict.INSUFFICIENT
                      and all(k == TIMER_DISAGREEMENT for k in self.flag_kinds()))
         if self.widened is not None and not widenable:
             raise ValueError(f"a widened interval under flag rule {rule!r} with flags {self.flags or 'empty'} and "
-                             f"speedup verdict {own.value}: only rule 'widen' widens, and only timer disagreements")
+                             f"speedup verdict {own.value}: only {' and '.join(WIDENING_RULES)} widen, and only timer "
+                             "disagreements")
         if not self.flags:
             expected = own
         elif rule == "void":

@@ -129,7 +129,7 @@ def _plural(n: int, one: str, many: str) -> str:
 def timing_basis(doc: dict[str, Any], key: str) -> str | None:
     """One line on what candidate ``key``'s decision comparisons rest on, from the receipt's comparisons (those its
     decision family marks, ``family``): how many have clean timing cells, how many keep their verdict with the
-    interval widened by the timers' disagreement (flag rule 'widen'), how many carry no verdict because a flag voids
+    interval widened by the timers' disagreement (a widening flag rule), how many carry no verdict because a flag voids
     them — and what to do about those. None when the receipt marks no decision comparison of ``key``."""
     family = [c for c in (doc.get("result") or {}).get("comparisons", [])
               if c.get("candidate") == key and c.get("family")]
@@ -174,8 +174,8 @@ def _verdict_table(result: dict[str, Any], mode: str) -> Table | None:
     return Table(title=f"Verdicts, {mode} mode (candidate × baseline × rows)",
                  columns=["candidate", "baseline", *[f"rows {r}" for r in rows_all]], rows=out,
                  caption="verdict and speedup (baseline time / candidate time) per cell; a cell flagged by a timer "
-                         "disagreement keeps its verdict only where it holds on the interval widened by it (flag rule "
-                         "'widen'); FLAGGED cells carry no verdict (their flags are in the receipt)")
+                         "disagreement keeps its verdict only where it holds on the interval widened by it (a widening "
+                         "flag rule); FLAGGED cells carry no verdict (their flags are in the receipt)")
 
 
 def _amdahl_section(doc: dict[str, Any]) -> Section | None:

@@ -1,7 +1,8 @@
 """The flag rule (``kernels/harness/compare.py``): "a flag voids only what it could change".
 
-Under ``widen`` (a new screen's rule) a comparison whose flags are only timer disagreements keeps its verdict when it
-still holds on the interval widened by ``k = (1 + |d_candidate|) * (1 + |d_reference|)``; any other flag voids it;
+Under ``widen_ratio`` (a new screen's rule) a comparison whose flags are only timer disagreements keeps its verdict
+when it still holds on the interval widened by the product of each flagged cell's timer ratio ``max(1 + d, 1 / (1 +
+d))`` (``widen``, the rule before it: ``1 + |d|``); any other flag voids it;
 INSUFFICIENT stays INSUFFICIENT. Under ``void`` (every receipt before the rule was recorded) any flag voids it. The
 comparison carries its rule and widened interval, its validator checks both, re-deriving a result uses the rule it
 records, and the decision's family reads the comparison's own verdict after the rule.
@@ -90,6 +91,21 @@ def test_timer_disagreements_widen_the_interval_and_keep_a_verdict_that_still_ho
     assert apply_flag_rule(sp, mine, theirs, None) == (Verdict.FLAGGED, None)
 
 
+@pytest.mark.parametrize("d", [-0.9, -0.3, 0.3, 2.0])
+def test_widen_ratio_widens_by_the_ratio_of_the_two_timers_whichever_way(d):
+    """A primary that reads 10x fast (d = -0.9) is known only within a factor 10; 'widen' took it for 1.9."""
+    sp = speedup(7.5, spread=0.01)  # 7.5x faster by the primary timer
+    got, widened = apply_flag_rule(sp, cell(TD, d=d), cell(), "widen_ratio")
+    k = max(1 + d, 1 / (1 + d))
+    assert widened.factor == pytest.approx(k)
+    assert got is (Verdict.FASTER if sp.ci_lo / k > 1 + sp.same_margin else Verdict.FLAGGED)
+    _, old = apply_flag_rule(sp, cell(TD, d=d), cell(), "widen")
+    assert old.factor == pytest.approx(1 + abs(d)) and old.factor <= widened.factor + 1e-12
+    if d == -0.9:
+        assert got is Verdict.FLAGGED and old.holds  # the old rule kept "7.5x faster" on a timer 10x off
+    assert apply_flag_rule(sp, cell(TD, d=-1.0), cell(), "widen_ratio") == (Verdict.FLAGGED, None)
+
+
 def test_same_survives_a_small_widening_and_ambiguous_stays_ambiguous():
     same = speedup(1.0, spread=0.0, margin=0.05)
     assert same.verdict is Verdict.SAME
@@ -152,7 +168,7 @@ def test_a_comparison_validates_its_verdict_under_its_own_rule():
     _comparison(sp, flags, Verdict.FLAGGED, None)
     with pytest.raises(ValidationError, match="expected FLAGGED"):
         _comparison(sp, flags, Verdict.FASTER, None)
-    with pytest.raises(ValidationError, match="only rule 'widen' widens"):
+    with pytest.raises(ValidationError, match="only widen and widen_ratio widen"):
         _comparison(sp, flags, Verdict.FLAGGED, "void", w)
     # another kind cannot be widened away
     floor = ["eager: below_floor: impossible"]

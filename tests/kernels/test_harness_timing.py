@@ -68,6 +68,44 @@ def test_each_mode_gives_positive_samples_for_eager_and_in_place(mode):
 
 
 @pytest.mark.gpu
+def test_cold_second_timer_reads_the_events_quantity_through_the_driver_even_when_torch_events_are_patched(
+        monkeypatch):
+    import torch
+
+    from infercrane.kernels.ops.fused_add_rmsnorm.baselines import fused_add_rmsnorm_eager
+    from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
+
+    dev = torch.device("cuda")
+    x, r, w = FusedAddRMSNormSpec(hidden_size=1024, eps=1e-6).make_inputs(512, dev, seed=0, scale=1.0).values()
+    flush = torch.empty(T.l2_flush_bytes(dev), dtype=torch.uint8, device=dev)
+    for _ in range(20):
+        fused_add_rmsnorm_eager(x, r, w, 1e-6)
+    call = lambda: fused_add_rmsnorm_eager(x, r, w, 1e-6)  # noqa: E731
+
+    class _NoClock:
+        def read_mhz(self):
+            return None
+
+    import statistics
+
+    events = statistics.median(T.time_cold(call, samples=25, restore=None, clock=_NoClock(), flush=flush)[0])
+    second, why = T.time_second("cold", call, calls=1, restore=None, flush=flush)
+    assert why is None and second is not None
+    from infercrane.kernels.harness.runner import TIMER_AGREEMENT_MAX
+
+    assert abs(events - second) <= max(TIMER_AGREEMENT_MAX * second, T.COLD_RESOLUTION_US), (events, second)
+
+    class _Fast(torch.cuda.Event):
+        def elapsed_time(self, end):
+            return super().elapsed_time(end) / 10.0
+
+    monkeypatch.setattr(torch.cuda, "Event", _Fast)
+    fooled = statistics.median(T.time_cold(call, samples=25, restore=None, clock=_NoClock(), flush=flush)[0])
+    unfooled, _ = T.time_second("cold", call, calls=1, restore=None, flush=flush)
+    assert fooled < events / 5 and abs(unfooled - second) <= max(0.2 * second, T.COLD_RESOLUTION_US)
+
+
+@pytest.mark.gpu
 def test_calibration_records_floors_bandwidth_and_device():
     from infercrane.kernels.harness.calibration import calibrate
 

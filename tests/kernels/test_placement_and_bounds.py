@@ -154,3 +154,21 @@ def test_cold_mode_holds_the_events_against_cupti_plus_the_event_pairs_own_cost(
     assert held.second_timer_us == 2.6 and held.second_timer_offset_us == 1.4
     off = _summarize_cell(1, "cold", [block], None, None, None, second_offset_us=0.2)
     assert off.flags and off.flags[0].startswith("timer_disagreement")  # an offset explains only its own size
+
+
+def test_cold_mode_holds_the_events_against_the_driver_event_pair_within_their_resolution():
+    from infercrane.kernels.harness.runner import _summarize_cell
+    from infercrane.kernels.harness.timing import COLD_RESOLUTION_US, SECOND_TIMER_METHODS
+
+    def cell(primary, second):
+        block = _block([primary] * 10, calls=1).model_copy(update={
+            "mode": "cold", "second_timer_us": second, "second_timer_method": SECOND_TIMER_METHODS["cold"]})
+        return _summarize_cell(1, "cold", [block], None, None, None)
+
+    near = cell(4.0, 4.0 - 0.8 * COLD_RESOLUTION_US)  # 11 % apart, but under the events' resolution
+    assert not near.flags and near.second_timer_offset_us is None
+    patched = cell(0.4, 4.0)  # torch's events patched to read 10x fast: the driver pair still reads 4 us
+    assert patched.flags and patched.flags[0].startswith("timer_disagreement")
+    assert patched.timer_disagreement == pytest.approx(-0.9)
+    slow = cell(40.0, 36.0)  # beyond 5 % of a long cell, though far over 0.5 us
+    assert slow.flags and "limit ±5%" in slow.flags[0]

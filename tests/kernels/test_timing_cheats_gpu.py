@@ -36,3 +36,25 @@ def test_a_timing_cheat_ends_in_its_own_word(tmp_path, monkeypatch, name, cheat,
     assert doc["decision_code"] == "reject"
     assert impls["eager"]["status"] == "ok" and impls["eager"]["timings"]  # the baseline's timings are kept
     assert not any(c["candidate"] == "user" for c in doc["result"]["comparisons"])  # no speed verdict
+
+
+@pytest.mark.gpu
+def test_patched_events_in_cold_mode_disagree_with_the_driver_event_pair(tmp_path, monkeypatch):
+    """Cold samples claim tens of microseconds, under what InferCrane's clock around a job can bound: there the second
+    timer (the driver-API event pair, out of reach of a patch of torch's events) is what keeps a speed claim out."""
+    monkeypatch.setenv("INFERCRANE_TEST_CHEAT", "patched_events")
+    out = tmp_path / "k.json"
+    rc = main(["kernel", "screen", "--rows", "1", "8", "--impls", "eager", "user", "--modes", "cold",
+               "--trials", "3", "--samples", "10", "--candidate", f"{FIXTURE}:patched_events", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    impls = {i["key"]: i for i in doc["result"]["implementations"]}
+    user = impls["user"]
+    cells = [c for c in user["timings"] if c["mode"] == "cold"]
+    assert cells and all(any(f.startswith("timer_disagreement") for f in c["flags"]) for c in cells), \
+        [c["flags"] for c in cells]
+    assert all(c["timer_disagreement"] < -0.5 for c in cells)  # torch's events read 10x fast; the driver's do not
+    assert doc["decision_code"] != "accept"
+    assert not any(c["candidate"] == "user" and c["verdict"] in ("FASTER", "SLOWER", "SAME")
+                   for c in doc["result"]["comparisons"])
+    assert impls["eager"]["status"] == "ok" and impls["eager"]["timings"]

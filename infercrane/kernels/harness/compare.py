@@ -12,17 +12,21 @@ not the sample, is the replicate. The confidence and the band come from the kern
 
 * ``void`` (every result before the rule was recorded: no ``flag_rule`` reads ``void``): a comparison with a flag
   on either cell, of any kind, is FLAGGED: no verdict.
-* ``widen`` (a new screen's): **a flag voids only what it could change.** When the flags of the two cells are
-  ONLY timer disagreements (kind ``timer_disagreement``: the primary timer and the independent second timer differ
-  by more than the limit; the cell's ``timer_disagreement`` holds the signed fraction ``d``), the timers could be
-  wrong by ``|d|`` either way, so the interval is widened by ``k = (1 + |d_candidate|) * (1 + |d_reference|)``
-  (``d = 0`` for a cell without that flag) to ``[ci_lo / k, ci_hi * k]`` (``Comparison.widened``). The verdict is
+* ``widen_ratio`` (a new screen's): **a flag voids only what it could change.** When the flags of the two cells
+  are ONLY timer disagreements (kind ``timer_disagreement``: the primary timer and the independent second timer
+  differ by more than the limit; the cell's ``timer_disagreement`` holds the signed fraction ``d``, primary over
+  second less one), either timer could be the right one, so a cell's time is known only within the ratio of the
+  two, ``r = max(1 + d, 1 / (1 + d))``, and the interval is widened by ``k = r_candidate * r_reference`` (``r = 1``
+  for a cell without that flag) to ``[ci_lo / k, ci_hi * k]`` (``Comparison.widened``). A primary that reads 10x
+  fast (``d = -0.9``) widens by 10, not 1.9. The verdict is
   kept when it still holds on the widened interval (FASTER: lower end > 1 + m; SLOWER: upper end < 1 - m; SAME:
   inside [1 - m, 1 + m]; AMBIGUOUS stays AMBIGUOUS: widening cannot make it a claim), otherwise the comparison is
   FLAGGED. Any other kind (``below_floor``, ``no_second_timer``, ``outputs_not_finite``, ``timer_fault``, or one
   this rule does not know) is a fault the interval cannot absorb: FLAGGED, as under ``void``. An INSUFFICIENT
   comparison (too few paired trials) has no verdict for a flag to void and stays INSUFFICIENT. The Holm adjustment
   of the family reads the own verdicts after the rule and the unwidened p-values.
+* ``widen`` (results made before ``widen_ratio``; re-derived as they were made): the same, with ``r = 1 + |d|``,
+  which under-widens a primary that reads fast.
 
 ``receipts.validate`` makes every comparison again under the rule the result records (``with_comparisons``), so a
 receipt whose verdicts do not follow from its cells under its own rule does not validate.
@@ -54,7 +58,7 @@ if TYPE_CHECKING:
 
 FLAG_RULES: tuple[str, ...] = get_args(FlagRule)
 LEGACY_FLAG_RULE = "void"  # what a result without a recorded rule was compared under
-NEW_SCREEN_FLAG_RULE = "widen"  # what a new screen compares under
+NEW_SCREEN_FLAG_RULE = "widen_ratio"  # what a new screen compares under
 
 
 def _flags(candidate: str, mine: "TimingCell", reference: str, theirs: "TimingCell") -> list[str]:
@@ -66,12 +70,17 @@ def flag_kind(cell_flag: str) -> str:
     return cell_flag.split(":", 1)[0].strip()
 
 
-def timer_disagreement(cell: "TimingCell") -> float | None:
-    """``|d|`` of a cell flagged for a timer disagreement (its ``timer_disagreement`` field), 0 for a cell without
-    that flag, None for a flagged cell without the figure (it cannot be widened)."""
+def widening(cell: "TimingCell", rule: str) -> float | None:
+    """What a cell contributes to the widening factor under ``rule`` (module docstring): 1 for a cell not flagged for
+    a timer disagreement, None for a flagged cell without the figure or with timers of opposite sign."""
     if not any(flag_kind(f) == TIMER_DISAGREEMENT for f in cell.flags):
-        return 0.0
-    return None if cell.timer_disagreement is None else abs(cell.timer_disagreement)
+        return 1.0
+    d = cell.timer_disagreement
+    if d is None:
+        return None
+    if rule == "widen":
+        return 1.0 + abs(d)
+    return max(1.0 + d, 1.0 / (1.0 + d)) if d > -1.0 else None
 
 
 def apply_flag_rule(speedup: "TrialSpeedup", mine: "TimingCell", theirs: "TimingCell",
@@ -89,10 +98,10 @@ def apply_flag_rule(speedup: "TrialSpeedup", mine: "TimingCell", theirs: "Timing
         return Verdict.INSUFFICIENT, None
     if any(flag_kind(f) != TIMER_DISAGREEMENT for f in mine.flags + theirs.flags):
         return Verdict.FLAGGED, None
-    d_cand, d_ref = timer_disagreement(mine), timer_disagreement(theirs)
-    if d_cand is None or d_ref is None:
+    r_cand, r_ref = widening(mine, rule), widening(theirs, rule)
+    if r_cand is None or r_ref is None:
         return Verdict.FLAGGED, None
-    widened = WidenedInterval.of(speedup, (1.0 + d_cand) * (1.0 + d_ref))
+    widened = WidenedInterval.of(speedup, r_cand * r_ref)
     return (speedup.verdict if widened.holds else Verdict.FLAGGED), widened
 
 
@@ -178,7 +187,7 @@ def comparison_policy(policy: "KernelPolicy", flag_rule: str | None = NEW_SCREEN
 
 def with_comparisons(result: "ScreenResult", policy: "KernelPolicy", flag_rule: str | None = None) -> "ScreenResult":
     """``result`` with every comparison made (again) under ``policy`` and ``flag_rule``: the screen's last step (a new
-    screen passes ``flag_rule="widen"``), and the first of deciding again under another policy or validating a
+    screen passes ``NEW_SCREEN_FLAG_RULE``), and the first of deciding again under another policy or validating a
     receipt. ``flag_rule`` None: the rule the result records (``comparison_policy["flag_rule"]``), else ``void``
     (and the record stays without one, as it was). Pairs left uncompared are named in ``comparison_notes``."""
     from infercrane.kernels.result import ScreenResult

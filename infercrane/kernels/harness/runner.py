@@ -176,17 +176,17 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         own = [t for i, t in enumerate(trial.samples_us) if i not in set(trial.rejected)] or trial.samples_us
         # graph mode with placements: the second timer replayed the trial's last graph; held against its median
         reference = trial.second_timer_reference_us or statistics.median(own)
-        # cold mode: CUPTI's marker span plus what the event pair itself adds (measured on the empty kernel), so
-        # that both timers measure the event-bracketed time
+        # receipts whose cold second timer was CUPTI's marker span: plus what the event pair adds beyond it
+        # (the calibration's cold_second_offset_us, measured on the empty kernel); None since the driver-API pair
         held = second + (second_offset_us or 0.0)
         disagreement = reference / held - 1.0
     # cold samples are single calls bracketed by events: a difference below their resolution is no disagreement
-    # (for the marker-span second timer; a receipt whose cold cells were held against the call's last activity keeps
-    # the limit it was decided under)
-    from infercrane.kernels.harness.timing import COLD_RESOLUTION_US
+    # (for second timers that read event timestamps; a receipt whose cold cells were held against CUPTI's last
+    # activity keeps the limit it was decided under)
+    from infercrane.kernels.harness.timing import COLD_RESOLUTION_METHODS, COLD_RESOLUTION_US
 
     limit = TIMER_AGREEMENT_MAX
-    if second and mode == "cold" and "marker kernel" in (method or ""):
+    if second and mode == "cold" and any(k in (method or "") for k in COLD_RESOLUTION_METHODS):
         limit = max(TIMER_AGREEMENT_MAX, COLD_RESOLUTION_US / held)
     if second is None:
         why = "; ".join(sorted({b.second_timer_error for b in blocks if b.second_timer_error})) or "not run"
@@ -296,23 +296,6 @@ def _handshake_cost(worker: Any, modes: list[str], samples: int, timeout_s: floa
     return out
 
 
-def _cold_second_offset(worker: Any, calibration: Calibration, timeout_s: float) -> float | None:
-    """What a CUDA event pair adds to a cold call beyond CUPTI's span (``Calibration.cold_second_offset_us``): the
-    empty kernel's cold floor by events minus its CUPTI span, both in the calibration worker; None without a figure."""
-    import statistics
-
-    from infercrane.kernels.harness.isolation import WorkerFailure
-
-    floor = next((b for b in calibration.floors if b.mode == "cold"), None)
-    try:
-        got = worker.request({"op": "second_cold_empty", "device": "cuda"}, timeout_s, "the empty kernel's CUPTI span")
-    except WorkerFailure:  # no offset: cold cells are held against CUPTI's span alone, as before
-        return None
-    if floor is None or not floor.samples_us or got.get("second_timer_us") is None:
-        return None
-    return statistics.median(floor.samples_us) - float(got["second_timer_us"])
-
-
 class _Impl:
     """Mutable bookkeeping for one implementation during a screen."""
 
@@ -376,7 +359,7 @@ def screen(
     """
     from infercrane.kernels.harness import correctness as corr_mod
     from infercrane.kernels.harness.calibration import device_info
-    from infercrane.kernels.harness.compare import with_comparisons
+    from infercrane.kernels.harness.compare import NEW_SCREEN_FLAG_RULE, with_comparisons
     from infercrane.kernels.harness.correctness import check_in_worker
     from infercrane.kernels.harness.isolation import InProcessWorker, SubprocessWorker, WorkerFailure, spec_to_json
     from infercrane.kernels.harness.placement import DRAW_METHOD, GRAPHS_PER_TRIAL, draw
@@ -460,9 +443,6 @@ def screen(
                     timeout_s, "calibration"))
                 calibration = calibration.model_copy(update={"parent_overhead_us": _handshake_cost(
                     calib_worker, timed_modes, samples_per_trial, timeout_s)})
-                if "cold" in timed_modes:  # last: once CUPTI is attached it slows the worker's launches
-                    calibration = calibration.model_copy(update={
-                        "cold_second_offset_us": _cold_second_offset(calib_worker, calibration, timeout_s)})
             except WorkerFailure as e:
                 calibration_note = f"calibration failed: {e.message}"
             finally:
@@ -531,21 +511,6 @@ def screen(
                         if fault and im.info.get("kind") == "candidate":
                             im.fail("timer_fault", fault)
                             drop(im, f"{im.key}: timer fault")
-        # 4b. cold mode's second timer (CUPTI), after every trial: once attached it slows the worker's later launches
-        for im in impls:
-            if not im.active or "cold" not in timed_modes:
-                continue
-            for r in rows:
-                blocks = im.blocks.get((r, "cold"))
-                if not blocks:
-                    continue
-                try:
-                    got = im.worker.request({"op": "second_cold", "rows": r, "seed": timing_seed}, timeout_s,
-                                            f"second timer of {im.key} rows={r} cold")
-                except WorkerFailure as e:
-                    got = {"second_timer_us": None, "second_timer_method": None,
-                           "second_timer_error": f"{e.kind}: {e.message[:300]}"}
-                blocks[-1] = blocks[-1].model_copy(update=got)
         # 5. provenance as it stands after the run (configurations compiled, library versions)
         for im in impls:
             if im.active and im.worker is not None:
@@ -600,4 +565,4 @@ def screen(
     finished = datetime.now(timezone.utc)
     result = ScreenResult(**base, comparisons=[], started_at=started, finished_at=finished,
                           wall_s=time.perf_counter() - t0)
-    return with_comparisons(result, policy, flag_rule="widen") if timed else result
+    return with_comparisons(result, policy, flag_rule=NEW_SCREEN_FLAG_RULE) if timed else result

@@ -301,36 +301,6 @@ class WorkerSession:
             pack.close()
             self._visit = None
 
-    def _do_second_cold(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Cold mode's second timer (CUPTI), asked for after every trial of this worker."""
-        from infercrane.kernels.harness.timing import SECOND_TIMER_METHODS, time_second, warm_up
-
-        self._cuda_ready()
-        placed = self._timed_call(int(job["rows"]), int(job["seed"]))
-        attribute(lambda: warm_up(placed.call, placed.restore), f"warm-up at rows={job['rows']} cold", self.guarded)
-        value, error = time_second("cold", placed.call, calls=1, restore=placed.restore, flush=self._flush)
-        return {"second_timer_us": value, "second_timer_error": error,
-                "second_timer_method": SECOND_TIMER_METHODS["cold"] if value is not None else None}
-
-    def _do_second_cold_empty(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Cold mode's second timer (CUPTI) on calibration's empty kernel, in the calibration worker, after
-        everything else it does (CUPTI slows the launches that follow)."""
-        import torch
-
-        from infercrane.kernels.harness.calibration import _empty_kernel_call
-        from infercrane.kernels.harness.timing import time_second, warm_up
-
-        if self.device is None:
-            self.device = self._device(str(job.get("device", "cuda")))
-        self._cuda_ready(need_impl=False)
-        tiny = torch.zeros(1, dtype=torch.float32, device=self.device)
-        call = _empty_kernel_call(tiny)
-        if call is None:
-            return {"second_timer_us": None, "second_timer_error": "no Triton: no empty kernel"}
-        warm_up(call)
-        value, error = time_second("cold", call, calls=1, restore=None, flush=self._flush)
-        return {"second_timer_us": value, "second_timer_error": error}
-
     def _do_calibrate(self, job: dict[str, Any]) -> dict[str, Any]:
         from infercrane.kernels.harness.calibration import calibrate
 

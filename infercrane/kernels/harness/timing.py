@@ -38,7 +38,8 @@ L2_FLUSH_MULTIPLE = 2  # cold mode writes a buffer of this many times the L2 siz
 # ~1 ms at 2 GHz: the GPU stays busy while the CPU enqueues the timed call (see time_cold). 200 000 cycles (~100 us)
 # were too short on the H200 for torch.compile's and eager PyTorch's host side once CUPTI had been attached to the
 # process (events 27 us against 3.8 us with the longer spin; benchmarks/cold_probe.py,
-# docs/benchmarks/2026-12-03-h200-cold-timers/), and both timers must start from the same queued state.
+# docs/benchmarks/2026-12-03-h200-kernel-decides/, cold-probe-spins.jsonl), and both timers must start from the
+# same queued state.
 COLD_SPIN_CYCLES = 2_000_000
 # Graph mode: calls per graph are sized from a graph-mode estimate (``estimate_graph``), so that a sample lasts about
 # TARGET_SAMPLE_US of device time and the replay's fixed cost stays under GRAPH_FIXED_COST_MAX_FRACTION of a sample.
@@ -51,26 +52,26 @@ GRAPH_FIXED_COST_SIZING_FRACTION = 0.005  # sized to half the limit: the interce
 # The second, independent timer of a cell (``second_timer``): milliseconds of repetition it may spend.
 SECOND_TIMER_REP_MS = 20
 SECOND_TIMER_SAMPLES = 5
-COLD_SECOND_SPIN_CYCLES = COLD_SPIN_CYCLES  # the same queued start as the events (under CUPTI the host is slower)
+COLD_SECOND_SPIN_CYCLES = COLD_SPIN_CYCLES  # the same queued start as the events
+COLD_SECOND_SAMPLES = 25  # a cold sample is one call (~1 ms of spin): cheap, and single calls scatter more
 # A cold sample is one call bracketed by two CUDA events, whose resolution is about 0.5 us (CUDA Runtime API,
 # cudaEventElapsedTime): a cold cell's two timers are held to agree within that much or TIMER_AGREEMENT_MAX,
 # whichever is larger; a timer that moves a ~4 us cell by more than 0.5 us still disagrees.
 COLD_RESOLUTION_US = 0.5
+# Cold second timers that read event timestamps, and so are held within COLD_RESOLUTION_US: the driver-API event
+# pair (now) and, in receipts made before it, CUPTI's span to a marker kernel.
+COLD_RESOLUTION_METHODS = ("CUDA driver API", "marker kernel")
 SECOND_TIMER_METHODS = {
     "launch": "host wall clock (time.perf_counter) around the same back-to-back burst, closed by a device "
               "synchronize; median over bursts",
     "graph": "host wall clock (time.perf_counter) around back-to-back replays of the trial's last timed graph (the "
              "same graph on the same buffers, in-place inputs restored between replays), opened and closed by a "
              "device synchronize; held against that graph's own median",
-    "cold": "CUPTI activity timestamps (torch.profiler): from the end of the spin kernel to the start of a marker "
-            "kernel queued right after the call and the same event pair the first timer records (whose timestamps "
-            "it does not read: the stream reaches the marker once the end event is done, the call's writes "
-            "drained), after the same L2 flush and the same spin as the events (the call's device time from a "
-            "queued start); median over samples; run after every trial of the worker, because once "
-            "CUPTI is attached it slows every later launch and graph replay of the process; held against the events "
-            "less what the event pair itself adds beyond the marker (the calibration's cold_second_offset_us: the "
-            "empty kernel's cold floor by events minus its marker span), within 5 % or the events' 0.5 us "
-            "resolution, whichever is larger",
+    "cold": "CUDA driver API event pair (cuEventRecord / cuEventElapsedTime called through ctypes on libcuda, not "
+            "torch's event API) around one call on the same buffers, after the same L2 flush and the same spin as "
+            "the primary's samples, right after them in the same trial: the same quantity read through another "
+            "path, so a candidate that patches torch's timing API in its worker disagrees; median over "
+            "COLD_SECOND_SAMPLES samples, held within 5 % or the events' 0.5 us resolution, whichever is larger",
 }
 # InferCrane's own clock around each sample job (``parent_bound``): a block whose samples the worker claims took
 # far less than what that clock saw, beyond the handshake cost measured on the empty kernel, is a timer fault.
@@ -364,37 +365,67 @@ def _second_graph(graph: Any, calls: int, restore: Callable[[], None] | None, sa
     return (time.perf_counter() - t0) * 1e6 / (replays * calls)
 
 
+class _DriverEvents:
+    """A timing event pair of the CUDA driver API, called through ctypes on libcuda (``SECOND_TIMER_METHODS['cold']``):
+    the GPU's event timestamps read through a path other than torch's ``torch.cuda.Event``."""
+
+    def __init__(self) -> None:
+        import ctypes
+        import ctypes.util
+
+        name = "libcuda.so.1" if ctypes.util.find_library("cuda") is None else ctypes.util.find_library("cuda")
+        self._lib = lib = ctypes.CDLL(name)
+        self._c = ctypes
+        elapsed = getattr(lib, "cuEventElapsedTime_v2", None) or lib.cuEventElapsedTime
+        self._elapsed = elapsed
+        self._destroy = getattr(lib, "cuEventDestroy_v2", None) or lib.cuEventDestroy
+        self.events = []
+        for _ in range(2):
+            ev = ctypes.c_void_p()
+            self._check(lib.cuEventCreate(ctypes.byref(ev), ctypes.c_uint(0)), "cuEventCreate")  # timing enabled
+            self.events.append(ev)
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise RuntimeError(f"{what} returned CUresult {rc}")
+
+    def record(self, which: int, stream: int) -> None:
+        self._check(self._lib.cuEventRecord(self.events[which], self._c.c_void_p(stream)), "cuEventRecord")
+
+    def elapsed_us(self) -> float:
+        self._check(self._lib.cuEventSynchronize(self.events[1]), "cuEventSynchronize")
+        ms = self._c.c_float()
+        self._check(self._elapsed(self._c.byref(ms), self.events[0], self.events[1]), "cuEventElapsedTime")
+        return float(ms.value) * 1e3
+
+    def close(self) -> None:
+        for ev in self.events:
+            self._destroy(ev)
+        self.events = []
+
+
 def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, flush: Any) -> float:
+    """The driver-API event pair around one call, after the same restore, L2 flush and spin as ``time_cold``."""
     import statistics
 
     import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
 
-    marker = torch.empty(1, device=flush.device)
-    # the events' own pair, recorded as ``time_cold`` records it: the stream reaches the marker only once the end event
-    # is done (the call's writes drained, the point the first timer reads), so both timers span the same work
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    spans = []
-    for _ in range(SECOND_TIMER_SAMPLES):
-        if restore is not None:
-            restore()
-        flush.zero_()
-        _sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    pair = _DriverEvents()
+    try:
+        stream = int(torch.cuda.current_stream(flush.device).cuda_stream)
+        times = []
+        for _ in range(COLD_SECOND_SAMPLES):
+            if restore is not None:
+                restore()
+            flush.zero_()
             torch.cuda._sleep(COLD_SECOND_SPIN_CYCLES)
-            start.record()
+            pair.record(0, stream)
             call()
-            end.record()
-            marker.zero_()  # the stream reaches it once the call and the end event are done
-            _sync()
-        gpu = sorted(((e.start_ns(), e.start_ns() + e.duration_ns()) for e in prof.profiler.kineto_results.events()
-                      if e.device_type() == DeviceType.CUDA), key=lambda t: t[0])
-        if len(gpu) < 2:
-            raise RuntimeError(f"CUPTI recorded {len(gpu)} GPU activities; expected the spin, the call and a marker")
-        spin_end, marker_start = gpu[0][1], gpu[-1][0]  # the first activity is the spin, the last the marker
-        spans.append((marker_start - spin_end) / 1e3)
-    return statistics.median(spans)
+            pair.record(1, stream)
+            times.append(pair.elapsed_us())
+        return statistics.median(times)
+    finally:
+        pair.close()
 
 
 def time_second(mode: str, call: Callable[[], Any], *, calls: int, restore: Callable[[], None] | None,
@@ -627,9 +658,7 @@ class CellTimer:
             checks.append(finite_check)
         finite = None if not checks else all(bool(f()) for f in checks)
         reference = None
-        if self.mode == "cold":
-            second, second_error = None, "cold: timed by CUPTI after every trial of the worker"
-        elif self.second_timer:
+        if self.second_timer:
             last = self.placed[-1]
             sample_us = statistics.median(self.times) * self.n_calls if self.times else TARGET_SAMPLE_US
             second, second_error = time_second(self.mode, last.call, calls=self.n_calls, restore=last.restore,
@@ -721,7 +750,7 @@ def time_cell(
     later trials so every trial of a cell does the same work. ``flush`` (cold) is a preallocated buffer of
     ``l2_flush_bytes`` bytes; one is allocated when not given. With ``second_timer`` a launch or graph cell is also
     timed by an independent timer (``SECOND_TIMER_METHODS``) right after its samples, so the two figures share the
-    trial's conditions; cold mode's second timer (CUPTI) runs after every trial instead (``time_second``).
+    trial's conditions (cold mode: the driver-API event pair, ``time_second``).
     ``graph_fixed_us`` is the calibration's replay fixed cost: the first trial sizes its graph against the larger of
     it and the cell's own intercept; the fraction recorded is of the calibration's figure.
     """
