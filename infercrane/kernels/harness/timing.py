@@ -410,9 +410,10 @@ def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, fl
 
     import torch
 
+    stream = int(torch.cuda.current_stream(flush.device).cuda_stream)
+    torch.cuda.synchronize(flush.device)  # the runtime has made its context current in this thread: the driver's
     pair = _DriverEvents()
     try:
-        stream = int(torch.cuda.current_stream(flush.device).cuda_stream)
         times = []
         for _ in range(COLD_SECOND_SAMPLES):
             if restore is not None:
