@@ -30,7 +30,7 @@ def test_the_shipped_configs_load():
     assert seed.paired.recipes == ["eager", "compiled"] and seed.paired.workload == "seed-paired"
     assert seed.paired.runs == 4 and seed.public.runs == 10  # 12 and 10 window pairs: the policy's min_pairs
     assert seed.public.workload_overrides()["window_s"] == 10  # the public shape in time windows
-    assert seed.paired.workload_overrides()["window_s"] == 8
+    assert seed.paired.workload_overrides()["window_s"] == 10  # the seed's own windows
     assert seed.public.recipes == ["balanced", "throughput"] and seed.public.workload == "public-1000"
     functional, _ = load_config("functional")
     assert functional.functional and functional.paired.recipes == ["testserver", "testserver-fast"]
