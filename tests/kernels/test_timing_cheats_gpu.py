@@ -42,10 +42,16 @@ def test_a_timing_cheat_ends_in_its_own_word(tmp_path, monkeypatch, name, cheat,
 def test_patched_events_in_cold_mode_disagree_with_the_driver_event_pair(tmp_path, monkeypatch):
     """Cold samples claim tens of microseconds, under what InferCrane's clock around a job can bound: there the second
     timer (the driver-API event pair, out of reach of a patch of torch's events) is what keeps a speed claim out."""
+    from importlib import resources
+
     monkeypatch.setenv("INFERCRANE_TEST_CHEAT", "patched_events")
+    policy = tmp_path / "cold.yaml"  # the shipped kernel policy, deciding on cold timings
+    shipped = resources.files("infercrane.decide.policies").joinpath("kernel.yaml").read_text()
+    policy.write_text(shipped.replace("timing_mode: graph", "timing_mode: cold"))
     out = tmp_path / "k.json"
     rc = main(["kernel", "screen", "--rows", "1", "8", "--impls", "eager", "user", "--modes", "cold",
-               "--trials", "3", "--samples", "10", "--candidate", f"{FIXTURE}:patched_events", "--out", str(out)])
+               "--policy", str(policy), "--trials", "3", "--samples", "10",
+               "--candidate", f"{FIXTURE}:patched_events", "--out", str(out)])
     assert rc == 0
     doc = json.loads(out.read_text())
     impls = {i["key"]: i for i in doc["result"]["implementations"]}
