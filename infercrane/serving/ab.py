@@ -254,17 +254,25 @@ class EnginePool:
                 failed[key] = exc
 
         fixed = [v for v in kv.values() if v]
+        delays = launch_delays({key: recipe for key, (recipe, _) in todo.items()})
+        later = [engines[k].label for k, d in delays.items() if d]
         say(f"engines: starting {len(engines)} at once ({', '.join(e.label for e in engines.values())}), each "
-            f"with {share:g} of GPU memory" + (f" and a fixed KV cache of {max(fixed) / 2**30:.1f} GiB" if fixed else ""))
-        for key, engine in engines.items():  # launched from this thread: an engine dies with the thread that
-            try:                               # started it (the parent-death signal), so only the waits are threads
-                engine.launch()
-            except BaseException as exc:  # noqa: BLE001 - said below
-                failed[key] = exc
-        threads = [threading.Thread(target=up, args=(k,), name=f"infercrane-start-{engines[k].label}", daemon=True)
-                   for k in engines if k not in failed]
-        for t in threads:
-            t.start()
+            f"with {share:g} of GPU memory" + (f" and a fixed KV cache of {max(fixed) / 2**30:.1f} GiB" if fixed else "")
+            + (f"; {', '.join(later)} {max(delays.values()):.0f} s after the others (no compilation nor graph "
+               "capture: up sooner)" if later else ""))
+        threads = []
+        for delay in sorted(set(delays.values())):
+            if delay:
+                time.sleep(max(0.0, t0 + delay - time.monotonic()))
+            for key in [k for k, d in delays.items() if d == delay]:
+                try:  # launched from this thread: an engine dies with the thread that started it (the parent-death
+                    engines[key].launch()  # signal), so only the waits are threads
+                except BaseException as exc:  # noqa: BLE001 - said below
+                    failed[key] = exc
+                    continue
+                threads.append(threading.Thread(target=up, args=(key,), name=f"infercrane-start-{engines[key].label}",
+                                                daemon=True))
+                threads[-1].start()
         pending = first
 
         def first_ahead(when: str) -> None:
@@ -339,6 +347,24 @@ class EnginePool:
         for engine in self.live.values():
             engine.stop()
         self.live.clear()
+
+
+# Engines started together for a sitting (``EnginePool.start_ahead``): one that skips compilation and CUDA graph
+# capture (``--enforce-eager``) is launched this long after the others, so that they come up about together and
+# the first one up does not wait, unmeasured, for the rest. On the H200 with Qwen3-0.6B all launched at once, the
+# eager engine was up 25-27 s before the compiled ones (docs/benchmarks/2026-12-03-h200-poc-one-sitting-second-try/
+# and -third-try/, poc.log).
+EAGER_LAUNCH_DELAY_S = 25.0
+
+
+def launch_delays(recipes: dict[str, Any]) -> dict[str, float]:
+    """Per launch key, seconds after the first launches to launch that engine (``EAGER_LAUNCH_DELAY_S``): eager vLLM
+    engines wait when some engine compiles; otherwise every engine starts at once."""
+    eager = {k for k, r in recipes.items()
+             if getattr(r, "engine", None) == "vllm" and "--enforce-eager" in (getattr(r, "engine_args", None) or [])}
+    if not eager or len(eager) == len(recipes):
+        return {k: 0.0 for k in recipes}
+    return {k: EAGER_LAUNCH_DELAY_S if k in eager else 0.0 for k in recipes}
 
 
 KV_HEADROOM = 1.5  # a fixed KV cache holds 1.5 times the tokens the sitting's largest batch has in flight

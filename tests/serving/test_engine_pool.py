@@ -92,3 +92,14 @@ def test_no_engine_starts_ahead_when_the_fixed_cache_does_not_fit(tmp_path, monk
     lines: list[str] = []
     pool.start_ahead([([eager, compiled], workload("w"))], out_dir=tmp_path, startup_timeout_s=1, say=lines.append)
     assert not pool.live and lines and "started one after the other (a fixed KV cache of" in lines[0]
+
+
+def test_an_eager_engine_is_launched_after_the_compiling_ones_so_that_they_come_up_together(ts_recipe):
+    from infercrane.serving.ab import EAGER_LAUNCH_DELAY_S, launch_delays
+
+    eager, compiled, throughput = load_recipe("eager"), load_recipe("compiled"), load_recipe("throughput")
+    got = launch_delays({"e": eager, "c": compiled, "t": throughput})
+    assert got == {"e": EAGER_LAUNCH_DELAY_S, "c": 0.0, "t": 0.0}
+    assert set(launch_delays({"e": eager, "x": load_recipe("eager-triton")}).values()) == {0.0}  # nothing compiles
+    assert set(launch_delays({"c": compiled, "t": throughput}).values()) == {0.0}
+    assert set(launch_delays({"a": ts_recipe("--ttft-ms", "1"), "b": ts_recipe("--itl-ms", "2")}).values()) == {0.0}
