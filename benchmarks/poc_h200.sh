@@ -2,7 +2,9 @@
 # The shipped seed-reproduction PoC on one GPU machine, driven in pieces: a PoC outlasts one remote command, so it
 # runs in its own session and later commands wait on it and pack what it has written.
 #   bash benchmarks/poc_h200.sh start OUTDIR [CONFIG]   # launch `infercrane poc` detached; returns at once
-#   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS     # wait up to SECONDS for it to end; print its log's tail
+#   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS [DEST]  # wait up to SECONDS for it to end; print its log's
+#                                                       # tail; with DEST, then pack what is on disk into it (a
+#                                                       # machine lost before the next call then loses no receipt)
 #   bash benchmarks/poc_h200.sh pack OUTDIR DEST        # receipts + console log, and the artifacts, as tarballs
 #   bash benchmarks/poc_h200.sh run OUTDIR -- CMD...     # any other long command the same way (e.g. kernel apply)
 # An OUTDIR that already holds poc.json is resumed (`--resume OUTDIR/poc.json`): its finished sections are reused.
@@ -55,6 +57,7 @@ wait)
   while ((SECONDS < end)) && ! grep -q '^=== .* all done' "$log"; do sleep 5; done
   tail -c 6000 "$log"
   grep -q '^=== .* all done' "$log" && echo "PoC ended" || echo "PoC still running"
+  if [ -n "${4:-}" ]; then bash "$0" pack "$out" "$4" >/dev/null; fi
   ;;
 pack)
   dest=${3:?usage: poc_h200.sh pack OUTDIR DEST}
