@@ -13,8 +13,8 @@ Each comparison carries its own verdict and, inside the family, a family verdict
 * own verdict: FASTER / SLOWER / SAME / AMBIGUOUS from its one-sided p-values at ``alpha / 2`` (``alpha = 1 -
   confidence``; the same as its interval lying above, below or inside the SAME band); INSUFFICIENT below 3 paired
   trials; FLAGGED, no verdict, when a flag of either timing cell voids it under the screen's flag rule
-  (``kernels/harness/compare.py``: under ``void`` any flag; under ``widen_ratio`` a fault the interval cannot absorb, or
-  a timer disagreement the verdict does not survive once the interval is widened by it). The comparison's own
+  (``kernels/harness/compare.py``: under ``void`` any flag; under ``widen_ratio`` a fault the interval cannot
+  absorb, or a timer disagreement the verdict does not survive once the interval is widened by it). The comparison's own
   verdict is read as the comparison gives it (``BaselineTiming.verdict``), never recomputed from its flags;
 * family verdict: SLOWER only when the Holm-adjusted ``p_slower`` over the family's comparisons that have a verdict
   is below ``alpha / 2``; an own SLOWER that does not survive the adjustment reads AMBIGUOUS; otherwise the own one.
@@ -239,9 +239,9 @@ class KernelDecisionInputs(BaseModel):
     failure_detail: str | None = Field(default=None, description="the first line of its error")
     interrupted: str | None = Field(default=None, description="the screen was stopped before it finished: why")
     flag_rule: FlagRule | None = Field(
-        default="widen_ratio", description="the flag rule the comparisons were made under (``kernels/harness/compare.py``); "
-        "None: a screen from before the rule was recorded, whose reasons quote every flag of a FLAGGED comparison "
-        "as they did then, so that its receipt decides again to the letter")
+        default="widen_ratio", description="the flag rule the comparisons were made under "
+        "(``kernels/harness/compare.py``); None: a screen from before the rule was recorded, whose reasons quote "
+        "every flag of a FLAGGED comparison as they did then, so that its receipt decides again to the letter")
 
     @model_validator(mode="after")
     def _distinct_rows(self) -> "KernelDecisionInputs":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -233,7 +233,7 @@ class FamilyMark(Strict):
 
 # The rules that widen an interval by the timers' disagreement instead of voiding the verdict (``harness/compare.py``):
 # 'widen' (results before 'widen_ratio') by 1 + |d| a cell, 'widen_ratio' by the ratio of the two timers either way.
-WIDENING_RULES: tuple[str, ...] = ("widen", "widen_ratio")
+WIDENING_RULES: tuple[str, ...] = tuple(r for r in get_args(FlagRule) if r != "void")
 # The flag kind the widening rules can absorb: the two timers disagree (``TimingCell.timer_disagreement``).
 TIMER_DISAGREEMENT = "timer_disagreement"
 

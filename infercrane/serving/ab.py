@@ -257,7 +257,8 @@ class EnginePool:
         delays = launch_delays({key: recipe for key, (recipe, _) in todo.items()})
         later = [engines[k].label for k, d in delays.items() if d]
         say(f"engines: starting {len(engines)} at once ({', '.join(e.label for e in engines.values())}), each "
-            f"with {share:g} of GPU memory" + (f" and a fixed KV cache of {max(fixed) / 2**30:.1f} GiB" if fixed else "")
+            f"with {share:g} of GPU memory"
+            + (f" and a fixed KV cache of {max(fixed) / 2**30:.1f} GiB" if fixed else "")
             + (f"; {', '.join(later)} {max(delays.values()):.0f} s after the others (no compilation nor graph "
                "capture: up sooner)" if later else ""))
         threads = []

@@ -19,6 +19,7 @@ Common to every mode:
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
@@ -365,19 +366,25 @@ def _second_graph(graph: Any, calls: int, restore: Callable[[], None] | None, sa
     return (time.perf_counter() - t0) * 1e6 / (replays * calls)
 
 
+@functools.cache
+def _libcuda() -> Any:
+    """The CUDA driver library, loaded once per process (``find_library`` asks the system's linker cache)."""
+    import ctypes
+    import ctypes.util
+
+    return ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+
+
 class _DriverEvents:
     """A timing event pair of the CUDA driver API, called through ctypes on libcuda (``SECOND_TIMER_METHODS['cold']``):
     the GPU's event timestamps read through a path other than torch's ``torch.cuda.Event``."""
 
     def __init__(self) -> None:
         import ctypes
-        import ctypes.util
 
-        name = "libcuda.so.1" if ctypes.util.find_library("cuda") is None else ctypes.util.find_library("cuda")
-        self._lib = lib = ctypes.CDLL(name)
+        self._lib = lib = _libcuda()
         self._c = ctypes
-        elapsed = getattr(lib, "cuEventElapsedTime_v2", None) or lib.cuEventElapsedTime
-        self._elapsed = elapsed
+        self._elapsed = getattr(lib, "cuEventElapsedTime_v2", None) or lib.cuEventElapsedTime
         self._destroy = getattr(lib, "cuEventDestroy_v2", None) or lib.cuEventDestroy
         self.events = []
         for _ in range(2):
@@ -411,8 +418,8 @@ def _second_cold(call: Callable[[], Any], restore: Callable[[], None] | None, fl
     import torch
 
     stream = int(torch.cuda.current_stream(flush.device).cuda_stream)
-    torch.cuda.synchronize(flush.device)  # the runtime has made its context current in this thread: the driver's
-    pair = _DriverEvents()
+    torch.cuda.synchronize(flush.device)  # the runtime's context is now current in this thread, where the driver's
+    pair = _DriverEvents()                # events are created
     try:
         times = []
         for _ in range(COLD_SECOND_SAMPLES):
