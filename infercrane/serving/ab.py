@@ -197,8 +197,8 @@ class EnginePool:
     def start_ahead(self, plans: list[tuple[list[Any], Any]], *, out_dir: Path, startup_timeout_s: float,
                     say: Callable[[str], None], first: ABPlan | None = None) -> None:
         """Start every engine the sitting's A/Bs need at the same time, each warmed for every workload it will serve
-        (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, rather than one after the
-        other when each A/B comes. ``plans``: (recipes, workload) per A/B, in order. vLLM sizes its KV cache from
+        (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, the workloads of one engine
+        together (``warm_together``), rather than one after the other when each A/B comes. ``plans``: (recipes, workload) per A/B, in order. vLLM sizes its KV cache from
         the memory it sees taken while it profiles, and engines starting together would count each other's
         allocations, so each gets a fixed cache (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch
         needs); where that cannot be worked out (no model config) or does not fit the engine's share, nothing is
@@ -246,10 +246,9 @@ class EnginePool:
             engine = engines[key]
             try:
                 engine.wait_ready()
-                for workload in serves[key][1]:  # every workload it will serve, the first one's record kept
-                    warmed = warm_engine(engine, workload) | {"workload": workload.name}
-                    engine.record.warmup = engine.record.warmup or warmed
-                    engine.warmed_for = {**engine.warmed_for, workload.name: warmed}
+                warmed = warm_together(engine, serves[key][1], warm_engine)
+                engine.record.warmup = engine.record.warmup or warmed[0]  # the first one's record kept
+                engine.warmed_for = {**engine.warmed_for, **{w["workload"]: w for w in warmed}}
             except BaseException as exc:  # noqa: BLE001 - said below, and the engine is started again alone
                 failed[key] = exc
 
@@ -345,9 +344,42 @@ class EnginePool:
         for pre in self.ahead.values():  # a block started ahead whose A/B never came: nothing of it may linger
             pre.kill()
         self.ahead.clear()
-        for engine in self.live.values():
-            engine.stop()
+        stop_together(list(self.live.values()))
         self.live.clear()
+
+
+def warm_together(engine: Any, workloads: list[Any],
+                  warm: Callable[[Any, Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Warm ``engine`` for every workload in ``workloads`` at the same time, one thread each (``warm``:
+    ``warmup.warm_engine``); their records in ``workloads``' order, each naming its workload. Nothing is measured
+    while an engine warms, so its workloads need not wait for one another: on the H200 the seed PoC's engines were up
+    97.2-125.3 s after their start but all warmed only at 158.7 s, the compiled engine warming the paired workload
+    and then the public one (docs/benchmarks/2026-12-03-h200-poc-one-sitting-third-try/poc.log). Each record's rounds (``round_s``) were
+    timed beside the other workloads' requests, so they read slower than alone: they size a first AIPerf block's
+    prompts with ``workload.WARMUP_RATE_MARGIN`` to spare. The first failure is raised once every warm-up has ended."""
+    if len(workloads) == 1:
+        return [warm(engine, workloads[0]) | {"workload": workloads[0].name}]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(workloads), thread_name_prefix="infercrane-warm") as pool:
+        futures = [pool.submit(warm, engine, w) for w in workloads]
+    return [f.result() | {"workload": w.name} for f, w in zip(futures, workloads)]
+
+
+def stop_together(engines: list[Any]) -> None:
+    """Stop ``engines`` at the same time, one thread each (each waits out its own shut-down, up to
+    ``engine.stop_process_group``'s grace), so that the sitting's end waits for the slowest, not for their sum; the
+    first failure is raised once every engine has been stopped or has failed to stop."""
+    if len(engines) <= 1:
+        for engine in engines:
+            engine.stop()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="infercrane-stop") as pool:
+        futures = [pool.submit(engine.stop) for engine in engines]
+    for f in futures:
+        f.result()
 
 
 # Engines started together for a sitting (``EnginePool.start_ahead``): one that skips compilation and CUDA graph

@@ -103,3 +103,65 @@ def test_an_eager_engine_is_launched_after_the_compiling_ones_so_that_they_come_
     assert set(launch_delays({"e": eager, "x": load_recipe("eager-triton")}).values()) == {0.0}  # nothing compiles
     assert set(launch_delays({"c": compiled, "t": throughput}).values()) == {0.0}
     assert set(launch_delays({"a": ts_recipe("--ttft-ms", "1"), "b": ts_recipe("--itl-ms", "2")}).values()) == {0.0}
+
+
+def test_an_engines_workloads_are_warmed_at_the_same_time_and_the_first_failure_is_raised_after_all():
+    import threading
+    import time
+
+    import pytest
+
+    from infercrane.serving.ab import warm_together
+
+    both = threading.Barrier(2, timeout=5)  # broken (an error) unless the two warm-ups run at once
+    ended: list[str] = []
+
+    def warm(engine, w):
+        both.wait()
+        ended.append(w.name)
+        return {"round_s": {"1": [0.1]}}
+
+    got = warm_together(object(), [workload("w1"), workload("w2")], warm)
+    assert [r["workload"] for r in got] == ["w1", "w2"] and all(r["round_s"] for r in got)
+    assert [r["workload"] for r in warm_together(object(), [workload("w3")], lambda e, w: {})] == ["w3"]
+
+    def fails_first(engine, w):
+        if w.name == "w1":
+            raise RuntimeError("answered 500 to every try")
+        time.sleep(0.2)
+        ended.append("slow " + w.name)
+        return {}
+
+    ended.clear()
+    with pytest.raises(RuntimeError, match="every try"):
+        warm_together(object(), [workload("w1"), workload("w2")], fails_first)
+    assert ended == ["slow w2"]  # the other warm-up was let end before the failure was raised
+
+
+def test_the_pool_stops_its_engines_at_the_same_time_and_says_a_failure_after_all_have_stopped():
+    import threading
+
+    import pytest
+
+    from infercrane.serving.ab import stop_together
+
+    both = threading.Barrier(2, timeout=5)
+    stopped: list[str] = []
+
+    class Eng:
+        def __init__(self, name, fail=False):
+            self.name, self.fail = name, fail
+
+        def stop(self):
+            both.wait()
+            stopped.append(self.name)
+            if self.fail:
+                raise RuntimeError(f"engine {self.name!r}: process group survived SIGKILL")
+
+    stop_together([Eng("a"), Eng("b")])
+    assert sorted(stopped) == ["a", "b"]
+    both.reset()
+    stopped.clear()
+    with pytest.raises(RuntimeError, match="'a': process group survived"):
+        stop_together([Eng("a", fail=True), Eng("b")])
+    assert sorted(stopped) == ["a", "b"]
