@@ -11,7 +11,8 @@
 # AGREE=1 adds, after the PoC, the two drivers on one compiled engine at c = 8 with shared prompts
 # (`serve bench compiled --workload seed-paired-two-drivers`), written to OUTDIR/drivers-c8.json.
 # Needs vllm==0.22.1 and aiperf==0.12.0 importable by python3 and one GPU. On a tree copied without .git, set
-# INFERCRANE_GIT_COMMIT so the receipts name the commit. Every section's receipt is written as it finishes, so a
+# INFERCRANE_GIT_COMMIT so the receipts name the commit. The PoC receipt is signed with a key made in OUTDIR/keys.
+# Every section's receipt is written as it finishes, so a
 # PoC stopped part-way keeps what it measured (`infercrane poc CONFIG --resume OUTDIR/poc.json` continues it).
 set -uo pipefail
 verb=${1:?usage: poc_h200.sh start|wait|pack OUTDIR ...}
@@ -42,8 +43,10 @@ start)
   config=${3:-seed-reproduction}
   mkdir -p "$out"
   if [ -f "$out/poc.json" ]; then where=(--resume "$out/poc.json"); else where=(--out "$out/poc.json"); fi
+  # the PoC receipt is signed as it is written, with a key made for this machine (its public half is packed)
+  [ -f "$out/keys/infercrane.key" ] || python3 -m infercrane receipt keygen --out "$out/keys" >/dev/null
   {
-    printf '%q ' python3 -m infercrane poc "$config" "${where[@]}"; echo
+    printf '%q ' python3 -m infercrane poc "$config" "${where[@]}" --sign-key "$out/keys/infercrane.key"; echo
     if [ -n "${AGREE:-}" ]; then
       printf '%q ' python3 -m infercrane serve bench compiled --stand-in --workload seed-paired-two-drivers \
         --drivers aiperf vllm-bench --runs 3 --concurrency 8 --out "$out/drivers-c8.json"; echo
@@ -64,6 +67,8 @@ pack)
   mkdir -p "$dest"
   cp "$log" "$out/command.txt" "$dest/" 2>/dev/null
   [ -f "$out/poc.json" ] && cp "$out/poc.json" "$dest/"
+  [ -f "$out/poc.json.dsse.json" ] && cp "$out/poc.json.dsse.json" "$dest/"
+  [ -f "$out/keys/infercrane.pub" ] && cp "$out/keys/infercrane.pub" "$dest/"
   # every receipt of the run and every log; AIPerf's per-request records and inputs stay behind (tens of MB)
   (cd "$out" && find . \( -name '*.json' -o -name '*.log' -o -name '*.txt' -o -name '*.csv' \) \
      ! -name 'profile_export.jsonl' ! -name 'inputs.json' ! -path './stand-in*' -print0 \

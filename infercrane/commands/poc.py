@@ -80,6 +80,7 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     plan = prepare(config, out=out, resume=resume, sign_key=sign_key, con=con, say=say)
     if chosen:
         say(chosen)
+    say(f"every input checked in {time.monotonic() - t0:.1f} s")
     cfg = plan.config
     engines = sorted({r.engine for p in plan.serving.values() for r in p.recipes})
     label = (f"FUNCTIONAL PoC: kernel correctness on the CPU only, nothing timed; serving on {', '.join(engines)}; "

@@ -86,6 +86,19 @@ def _out_and_run_id(out: Path | None, resume: Path | None) -> tuple[Path, str, b
     return target, run_id, False
 
 
+def _ask_engines_ahead(cfg: PocConfig, path: Path) -> None:
+    """Start asking the serving engines of the config's recipes for their flags (``serving.recipes.ask_help_ahead``)
+    while the GPU and the kernel section are checked; a recipe that does not load is left to its own check."""
+    from ..errors import InfercraneError
+    from ..serving.recipes import ask_help_ahead, load_recipe
+
+    for name in [*cfg.paired.recipes, *cfg.public.recipes]:
+        try:
+            ask_help_ahead(load_recipe(resolve_ref(name, path)).engine)
+        except InfercraneError:
+            continue
+
+
 def _check_gpu(cfg: PocConfig, path: Path) -> None:
     from ..errors import UnavailableError
     from .gpus import gpu_key
@@ -297,6 +310,7 @@ def prepare(config_ref: str | Path, *, out: Path | None, resume: Path | None, si
     check_output_file(target, "--out")
     check_sign_key(sign_key)
     sections_dir = target.with_suffix("")
+    _ask_engines_ahead(cfg, path)
     _check_gpu(cfg, path)
     kernel, kernel_sha = _kernel_prepared(cfg, path, sections_dir, con)
     serving, model_prov = _serving_plans(cfg, path, sections_dir)

@@ -316,8 +316,7 @@ class EnginePool:
         from .workload import aiperf_block, engine_warmup, plan_runs, resolve_tokenizer
 
         workload = plan.workload
-        if (plan.out in self.ahead or list(plan.drivers) != ["aiperf"] or workload.window_s is None
-                or workload.prompts == "shared"):
+        if plan.out in self.ahead or list(plan.drivers) != ["aiperf"] or workload.prompts == "shared":
             return False
         runs = plan_runs([r.name for r in plan.recipes], workload, plan.order or workload.arm_order)
         first = [p for p in runs if p.segment == runs[0].segment]

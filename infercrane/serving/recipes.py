@@ -348,11 +348,52 @@ def check_engine_args(args: list[str], known: EngineFlags, *, engine: str, under
         i += 1
 
 
+_HELP_AHEAD: dict[str, dict[str, Any]] = {}  # engine -> {"text": ...} or {"error": ...} once its thread has ended
+
+
+def ask_help_ahead(engine: str) -> None:
+    """Start asking ``engine`` for its flags (its ``--help``, what ``check_recipe`` reads) in a background thread, so
+    that the answer overlaps the checks made before the first ``check_recipe`` of this process (vLLM imports itself to
+    answer). Nothing is started for an engine unknown or not installed here: ``check_recipe`` says so in its turn.
+    The thread is a daemon: a process that fails before it needs the answer does not wait for it."""
+    import threading
+
+    from infercrane.errors import InfercraneError
+    from infercrane.serving.engine_kinds import get_engine_kind
+
+    if engine in _HELP_AHEAD:
+        return
+    try:
+        kind = get_engine_kind(engine)
+        if not kind.available()[0]:
+            return
+    except InfercraneError:
+        return
+    slot: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            slot["text"] = kind.help_text()
+        except BaseException as exc:  # noqa: BLE001 - raised where the answer is needed (_cached_help_flags)
+            slot["error"] = exc
+
+    thread = threading.Thread(target=ask, name=f"infercrane-{engine}-help", daemon=True)
+    slot["thread"] = thread
+    _HELP_AHEAD[engine] = slot
+    thread.start()
+
+
 @functools.lru_cache(maxsize=8)
 def _cached_help_flags(engine: str) -> EngineFlags:
     from infercrane.serving.engine_kinds import get_engine_kind
 
-    return parse_help_flags(get_engine_kind(engine).help_text())
+    ahead = _HELP_AHEAD.pop(engine, None)
+    if ahead is None:
+        return parse_help_flags(get_engine_kind(engine).help_text())
+    ahead["thread"].join()
+    if "error" in ahead:
+        raise ahead["error"]
+    return parse_help_flags(ahead["text"])
 
 
 def check_recipe(recipe: Recipe, *, help_text: str | None = None, kernel_probe: str | None = None) -> None:

@@ -342,6 +342,17 @@ PRESTART_MARGIN_S = 10.0
 CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
 
 
+def window_estimate_s(workload: Workload, runs: Sequence[Any]) -> float:
+    """How long one window of ``workload`` lasts, to know how many windows ahead of a block's end its successor must
+    start: ``window_s`` for time windows; for windows of a request count, the shortest ok window measured so far in
+    the plan (``runs``; the shortest, so that the successor starts early rather than late), or MIN_WINDOW_S before
+    any has been measured."""
+    if workload.window_s is not None:
+        return workload.window_s
+    seen = [m.duration_s for m in runs if m.ok and m.requests_completed and m.duration_s > 0]
+    return min(seen) if seen else MIN_WINDOW_S
+
+
 def block_prompt_entries(workload: Workload, concurrencies: Sequence[int], runs: int, rates: Mapping[int, float],
                          warmup: Mapping[str, Any] | None) -> int:
     """Synthetic prompts AIPerf makes for one block of ``runs`` runs at ``concurrencies``, so that no prompt repeats
@@ -562,7 +573,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     next_visit = dict(zip(seg_order, seg_order[1:]))
     prestarted: dict[int, Any] = {}
     prestart_tried: set[int] = set()
-    can_prestart = (grid and workload.prompts != "shared" and workload.window_s is not None
+    can_prestart = (grid and workload.prompts != "shared"
                     and bool(getattr(drvs[0], "supports_prestart", lambda: False)()))
 
     def visit(engine: Any, seg: int, runs: list[PlannedRun]) -> None:
@@ -669,8 +680,9 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         return max(seen) + PRESTART_MARGIN_S if seen else PRESTART_FIRST_LEAD_S
 
     def near_end(windows_left: int) -> bool:
-        """Whether a block with ``windows_left`` windows to go is near enough its end to start what follows it."""
-        return windows_left <= math.ceil(prestart_lead_s() / workload.window_s)
+        """Whether a block with ``windows_left`` windows to go is near enough its end to start what follows it: within
+        ``prestart_lead_s`` of it at the window's length (``window_estimate_s``)."""
+        return windows_left <= math.ceil(prestart_lead_s() / window_estimate_s(workload, result.runs))
 
     then_called: list[bool] = []
 

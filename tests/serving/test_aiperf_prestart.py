@@ -200,13 +200,16 @@ def test_a_prestarted_block_sends_nothing_until_its_gate_opens(tmp_path, ts_reci
 @needs_aiperf
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir, offline_env, prestarts):
+@pytest.mark.parametrize("windows", ["time", "requests"])
+def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir, offline_env, prestarts, windows):
     from infercrane.serving.engine import group_alive
     from infercrane.serving.workload import load_workload, run_plan
 
     slow = ts_recipe("--ttft-ms", "20", "--itl-ms", "2", name="slow", model=str(stand_in_dir))
     fast = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="fast", model=str(stand_in_dir))
     w = load_workload("quick")
+    if windows == "requests":  # windows of a request count: how far ahead to start is read from the windows measured
+        w = w.with_overrides(window_s=None, request_count=40)
     progress: list[str] = []
     result = run_plan([slow, fast], w, out_dir=tmp_path / "art", drivers="aiperf", startup_timeout_s=60,
                       coresident=True, on_progress=progress.append)

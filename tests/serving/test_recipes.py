@@ -193,3 +193,44 @@ def test_help_parser_python313_layout():
     # Python 3.13 argparse prints the metavar (here: the choices) once, after the last alias
     known = parse_help_flags("options:\n  --performance-mode, -pm {balanced,throughput}\n                        help\n")
     assert known.choices == {"--performance-mode": ("balanced", "throughput"), "-pm": ("balanced", "throughput")}
+
+
+def test_an_engines_flags_asked_ahead_are_asked_once_and_its_failure_is_raised_where_they_are_needed(monkeypatch):
+    import threading
+
+    from infercrane.errors import RunFailed
+    from infercrane.serving import engine_kinds, recipes
+
+    asked: list[str] = []
+    released = threading.Event()
+
+    class Kind:
+        def __init__(self, name, fails=False):
+            self.name, self.fails = name, fails
+
+        def available(self):
+            return (self.name != "absent", "not installed")
+
+        def help_text(self):
+            asked.append(self.name)
+            released.wait(5)
+            if self.fails:
+                raise RunFailed("`fake serve --help=all` exited with 1")
+            return VLLM_HELP
+
+    monkeypatch.setattr(engine_kinds, "get_engine_kind", lambda name: Kind(name, fails=name == "broken"))
+    monkeypatch.setattr(recipes, "_HELP_AHEAD", {})
+    recipes._cached_help_flags.cache_clear()
+    try:
+        for name in ("fake", "broken", "absent"):
+            recipes.ask_help_ahead(name)
+        recipes.ask_help_ahead("fake")  # asked once however often it is asked ahead
+        assert "absent" not in recipes._HELP_AHEAD  # not installed: left to check_recipe, which says so
+        released.set()
+        assert "--enforce-eager" in recipes._cached_help_flags("fake").flags  # the answer asked ahead, parsed
+        assert recipes._cached_help_flags("fake") is recipes._cached_help_flags("fake")
+        with pytest.raises(RunFailed, match="exited with 1"):
+            recipes._cached_help_flags("broken")
+        assert sorted(asked) == ["broken", "fake"]
+    finally:
+        recipes._cached_help_flags.cache_clear()

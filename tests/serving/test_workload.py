@@ -146,3 +146,16 @@ def test_a_blocks_prompts_follow_the_rate_measured_else_the_warm_up_else_a_guess
     counts = workload(concurrency=[1, 8])
     assert block_prompt_entries(counts, [1, 8], 2, {1: 99.0}, warm) == max(
         MIN_PROMPT_ENTRIES, math.ceil(1.25 * 2 * (counts.requests_at(1) + counts.requests_at(8))))
+
+
+def test_a_window_of_a_request_count_is_estimated_from_the_shortest_measured_so_far():
+    from types import SimpleNamespace
+
+    from infercrane.serving.workload import MIN_WINDOW_S, load_workload, window_estimate_s
+
+    timed = load_workload("quick")
+    counted = timed.with_overrides(window_s=None, request_count=40)
+    run = lambda d, ok=True, n=40: SimpleNamespace(duration_s=d, ok=ok, requests_completed=n)  # noqa: E731
+    assert window_estimate_s(timed, [run(9.0)]) == timed.window_s  # a time window is what it says
+    assert window_estimate_s(counted, []) == MIN_WINDOW_S  # nothing measured yet
+    assert window_estimate_s(counted, [run(11.7), run(10.2), run(3.0, ok=False), run(2.0, n=0)]) == 10.2
