@@ -107,6 +107,8 @@ class ABSection(BaseModel):
                                                            "request counts (AIPerf only)")
     warmup_s: float | None = Field(None, gt=0, description="seconds of warm-up before a block's first window "
                                                            "(with window_s)")
+    warmup_requests: int | None = Field(None, ge=0, description="requests of warm-up before each point, or before a "
+                                                               "block's first window (workload default)")
 
     @field_validator("recipes")
     @classmethod
@@ -118,7 +120,8 @@ class ABSection(BaseModel):
     def workload_overrides(self) -> dict[str, Any]:
         pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "concurrency": self.concurrency,
                  "request_count": self.request_count, "requests_per_slot": self.requests_per_slot,
-                 "min_requests": self.min_requests, "window_s": self.window_s, "warmup_s": self.warmup_s}
+                 "min_requests": self.min_requests, "window_s": self.window_s, "warmup_s": self.warmup_s,
+                 "warmup_requests": self.warmup_requests}
         return {k: v for k, v in pairs.items() if v is not None}
 
 

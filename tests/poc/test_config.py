@@ -28,10 +28,11 @@ def test_the_shipped_configs_load():
     assert seed.kernel.candidates == ["triton", "cuda"]
     assert seed.kernel.baselines == ["eager", "torch_compile", "vllm_vendor"]
     assert seed.paired.recipes == ["eager", "compiled"] and seed.paired.workload == "seed-paired"
-    assert seed.paired.runs == 4 and seed.public.runs == 10  # 12 and 10 window pairs: the policy's min_pairs
+    assert seed.paired.runs == 4 and seed.public.runs == 12  # 12 and 12 window pairs: above the policy's min_pairs
     public = seed.public.workload_overrides()  # the public shape in windows of three rounds of 100 requests
-    assert public["request_count"] == 300 and "window_s" not in public and public["warmup_s"] == 4
-    assert seed.paired.workload_overrides()["window_s"] == 10  # the seed's own windows
+    assert public["request_count"] == 300 and public["warmup_requests"] == 100  # and one round of warm-up
+    assert "window_s" not in public and "warmup_s" not in public
+    assert seed.paired.workload_overrides()["window_s"] == 8
     assert seed.public.recipes == ["balanced", "throughput"] and seed.public.workload == "public-1000"
     functional, _ = load_config("functional")
     assert functional.functional and functional.paired.recipes == ["testserver", "testserver-fast"]

@@ -209,7 +209,7 @@ def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir
     fast = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="fast", model=str(stand_in_dir))
     w = load_workload("quick")
     if windows == "requests":  # windows of a request count: how far ahead to start is read from the windows measured
-        w = w.with_overrides(window_s=None, request_count=40)
+        w = w.with_overrides(window_s=None, warmup_s=None, request_count=40, warmup_requests=8)
     progress: list[str] = []
     result = run_plan([slow, fast], w, out_dir=tmp_path / "art", drivers="aiperf", startup_timeout_s=60,
                       coresident=True, on_progress=progress.append)
