@@ -555,7 +555,14 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     grid = _grid_fits(workload, drivers)
 
     def record(metrics: RunMetrics, label: str) -> None:
+        from infercrane.serving.drivers.aiperf import DRAIN_NOTE, DRAIN_NOTE_SHARE
+
         result.runs.append(metrics)
+        said = "time windows waited on requests in flight after their end"
+        if any(n.startswith(DRAIN_NOTE) for n in metrics.notes) and not any(n.startswith(said) for n in result.notes):
+            result.notes.append(f"{said} for more than {DRAIN_NOTE_SHARE:.0%} of their length (first: {label}; each "
+                                "window's notes say by how much): their throughput depends on where the requests' "
+                                "rounds ended; windows of a request count have no such tail")
         if metrics.requests_completed and metrics.duration_s < MIN_WINDOW_S:
             result.notes.append(f"{label} ({metrics.driver}): the measurement window was {metrics.duration_s:.2f} s "
                                 f"(< {MIN_WINDOW_S:g} s); raise request_count or window_s")

@@ -155,6 +155,35 @@ def test_phase_watch_reads_each_window_once_in_order_when_its_records_are_on_dis
     assert got == [(3, 1, 2)] and len(watch.delivered) == 1
 
 
+def test_a_time_window_that_waited_long_on_requests_in_flight_says_so(tmp_path):
+    # on the H200 at c = 100, 1000 -> 500 tokens: 10 s windows drained 0.27-1.73 s, and the longest drains read low
+    from infercrane.serving.drivers import RunSpec
+    from infercrane.serving.drivers.aiperf import DRAIN_NOTE, LOG_FILE, RECORDS_FILE, PhaseWatch, RunGrid
+
+    spec = RunSpec(base_url="http://127.0.0.1:1", served_model="m", tokenizer="t", endpoint="completions",
+                   streaming=True, ignore_eos=True, input_tokens=8, output_tokens=4, concurrency=1, request_count=1,
+                   warmup_requests=0, seed=0, token_count_source="server", request_timeout_s=10.0,
+                   artifact_dir=tmp_path / "v", timeout_s=60.0, arm="a", recipe_sha256="0" * 64, run_index=0)
+    grid = RunGrid(spec=spec, run_indices=(0, 1), concurrencies=(1,), window_s=10.0)
+    (spec.artifact_dir / LOG_FILE).parent.mkdir(parents=True)
+    short = _phase_done_line("r00_c1", 0, 10_300_000_000, 1).replace("sent_end_ns=10299999995",
+                                                                      "sent_end_ns=10000000000")
+    long = _phase_done_line("r01_c1", 11_000_000_000, 22_700_000_000, 1).replace("sent_end_ns=22699999995",
+                                                                                 "sent_end_ns=21000000000")
+    (spec.artifact_dir / LOG_FILE).write_text(short + long)
+    (spec.artifact_dir / RECORDS_FILE).write_text(_record("r00_c1", 1.0) + _record("r01_c1", 1.0))
+    watch = PhaseWatch(grid, driver_version="0.12.0")
+    watch.scan()
+    first, second = watch.delivered
+    assert not any(n.startswith(DRAIN_NOTE) for n in first.notes)  # 0.3 s of 10: under DRAIN_NOTE_SHARE
+    said = [n for n in second.notes if n.startswith(DRAIN_NOTE)]
+    assert said and "for 1.70 s (17% of its 10 s)" in said[0] and "request_count" in said[0]
+    counted = RunGrid(spec=spec, run_indices=(0, 1), concurrencies=(1,), request_counts={1: 1})
+    watch = PhaseWatch(counted, driver_version="0.12.0")
+    watch.scan()
+    assert not any(n.startswith(DRAIN_NOTE) for m in watch.delivered for n in m.notes)  # a request count: no tail
+
+
 def test_phase_watch_callback_errors_stop_the_block(tmp_path):
     from infercrane.serving.drivers import RunSpec
     import json

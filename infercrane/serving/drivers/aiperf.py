@@ -50,6 +50,14 @@ SUMMARY_FILE = "profile_export_aiperf.json"
 RECORDS_FILE = "profile_export.jsonl"
 MANIFEST_FILE = "phase_manifest.json"
 MIN_WINDOW_REQUESTS = 20  # below this, a time window's p95 is close to its maximum
+# A time window ends when AIPerf stops sending; it then waits for the requests in flight (the window's drain). A drain
+# above this share of the window is said in the window's notes: the throughput then depends on where the requests'
+# rounds ended. On the H200 at c = 100, 1000 -> 500 tokens, 10 s windows drained 0.27-0.98 s, and four drained
+# 1.61-1.73 s and read about a tenth low; eager vLLM's 2 s requests at c = 32 drained up to 1.88 s
+# (docs/benchmarks/2026-12-03-h200-poc-one-sitting-fourth-try/, the blocks' driver.log). Windows of a request count
+# have no such tail.
+DRAIN_NOTE_SHARE = 0.15
+DRAIN_NOTE = "AIPerf waited on the requests in flight after this time window's end"
 
 # InferCrane field prefix -> AIPerf metric tag (see infercrane.serving.metrics for the definitions).
 METRIC_TAGS = {"ttft": "time_to_first_token", "tpot": "inter_token_latency", "e2e": "request_latency"}
@@ -456,6 +464,12 @@ class PhaseWatch:
             notes.append("AIPerf logged or recorded this window's phase without its name; matched by its phase index")
         if fields.get("was_cancelled"):
             notes.append("AIPerf reports the window as cancelled")
+        if self.grid.window_s is not None and fields.get("requests_end_ns") and fields.get("sent_end_ns"):
+            drain = (int(fields["requests_end_ns"]) - int(fields["sent_end_ns"])) / 1e9
+            if drain > DRAIN_NOTE_SHARE * self.grid.window_s:
+                notes.append(f"{DRAIN_NOTE} for {drain:.2f} s ({drain / self.grid.window_s:.0%} of its "
+                             f"{self.grid.window_s:g} s): its throughput depends on where the requests' rounds ended; "
+                             "windows of a request count (request_count instead of window_s) have no such tail")
         got, want = len(self.records.get(w.name, [])), int(fields.get("final_requests_completed") or 0)
         if got < want:
             notes.append(f"{got} of the {want} requests AIPerf counted in this window have a record on disk (its "
