@@ -69,8 +69,10 @@ pack)
   [ -f "$out/poc.json" ] && cp "$out/poc.json" "$dest/"
   [ -f "$out/poc.json.dsse.json" ] && cp "$out/poc.json.dsse.json" "$dest/"
   [ -f "$out/keys/infercrane.pub" ] && cp "$out/keys/infercrane.pub" "$dest/"
-  # every receipt of the run and every log; AIPerf's per-request records and inputs stay behind (tens of MB)
-  (cd "$out" && find . \( -name '*.json' -o -name '*.log' -o -name '*.txt' -o -name '*.csv' \) \
+  # every receipt of the run, every log and the report's page (its figures are inside it); AIPerf's per-request
+  # records and inputs stay behind (tens of MB)
+  (cd "$out" && find . \( -name '*.json' -o -name '*.log' -o -name '*.txt' -o -name '*.csv' \
+                          -o -path './poc.report/index.html' \) \
      ! -name 'profile_export.jsonl' ! -name 'inputs.json' ! -path './stand-in*' -print0 \
      | tar --null -cJf "$dest/poc-evidence.tar.xz" -T -)
   ls -la "$dest"
