@@ -4,7 +4,8 @@ A fresh vLLM engine still compiles code the first time a batch shape or configur
 H200 (vLLM 0.22.1, Qwen3-0.6B, compiled mode) the sampler's Triton top-k/top-p kernel was JIT-compiled in the first
 c = 8 point of each arm and stalled it for seconds (``docs/benchmarks/2026-12-01-h200-kernel-in-vllm``), longer than
 the warm-up the driver gives each point. So before an engine's first measured point InferCrane sends, at each of the
-workload's concurrencies in ascending order, ``ROUNDS`` rounds of ``c`` concurrent requests shaped like the
+workload's concurrencies in ascending order, ``rounds_for(workload)`` rounds (two for time windows, one for windows
+of a request count) of ``c`` concurrent requests shaped like the
 workload's (endpoint, streaming, prompt length, output length, ``ignore_eos``; no sampling parameters, so the server
 applies the same defaults it applies to the driver's requests). Nothing of it is measured; what it did is recorded
 on the engine (``EngineRecord.warmup``).
@@ -32,12 +33,19 @@ from collections.abc import Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-ROUNDS = 2
+ROUNDS = 2  # for time windows: the fastest round sizes a first AIPerf block's prompts (warmed_rate)
+# For windows of a request count nothing is sized from the rounds: one round meets every batch shape (and the Triton
+# compilations) the second would, and on the H200 the public workload's second round at c = 100 cost 8.2 s more of
+# warm-up on the engine that was the last to be ready (docs/benchmarks/2026-12-03-h200-poc-one-sitting-fourth-try/).
+COUNTED_ROUNDS = 1
 RETRIES = 3  # times a request answered with a 5xx is sent again while the engine lives
 RETRY_PAUSE_S = 0.5  # before the first retry; doubled before each next one
 MAX_IN_FLIGHT = 1024  # warm-up requests (threads) in flight at once, whatever the concurrency
 _log = logging.getLogger("infercrane.serving.engine")  # the engine lines the serve commands print as they come
-FILLER = "warm"  # one token per word for common BPE tokenizers: the prompt is about input_tokens long
+# One token per word in common BPE vocabularies, so that the prompt is about input_tokens long: " the" is one token
+# in Qwen3-0.6B's offline stand-in (the H200 sittings' tokenizer), where " warm" (used before) was two, which made
+# the public workload's warm-up prompts twice its length and filled the engine's fixed KV cache.
+FILLER = "the"
 
 
 def warmup_body(workload: Any, served_model: str, index: int) -> tuple[str, dict[str, Any]]:
@@ -94,6 +102,7 @@ def send(engine: Any, path: str, body: dict[str, Any], *, timeout_s: float, what
 def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
     """Warm ``engine`` for ``workload`` (module docstring); returns the record ``EngineRecord.warmup`` holds."""
     concurrencies = sorted(set(workload.concurrency))
+    rounds = rounds_for(workload)
     t0 = time.monotonic()
     tally = _Tally()
     in_flight = min(max(concurrencies), MAX_IN_FLIGHT)
@@ -103,7 +112,7 @@ def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
     try:
         for c in concurrencies:
             what = f"a warm-up request at concurrency {c}"
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 t_round = time.monotonic()
                 futures = [pool.submit(send, engine, *warmup_body(workload, engine.served_model, sent + i),
                                        timeout_s=workload.request_timeout_s, what=what, tally=tally)
@@ -115,7 +124,7 @@ def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    record: dict[str, Any] = {"concurrencies": concurrencies, "rounds": ROUNDS, "requests": sent,
+    record: dict[str, Any] = {"concurrencies": concurrencies, "rounds": rounds, "requests": sent,
                               "seconds": round(time.monotonic() - t0, 3), "round_s": round_s}
     if tally.failures:
         record |= {"failures": tally.failures, "retries": tally.retries}
@@ -125,6 +134,11 @@ def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
               getattr(engine, "label", "?"), sent, ", ".join(map(str, concurrencies)), record["seconds"],
               f"; sent again after {tally.failures} answers of 5xx" if tally.failures else "")
     return record
+
+
+def rounds_for(workload: Any) -> int:
+    """Rounds of warm-up at each concurrency: ROUNDS for time windows, COUNTED_ROUNDS for windows of a request count."""
+    return ROUNDS if getattr(workload, "window_s", None) is not None else COUNTED_ROUNDS
 
 
 def _wait_all(futures: list[Future]) -> None:

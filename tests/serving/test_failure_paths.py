@@ -32,6 +32,11 @@ def workload(**kw) -> Workload:
     return Workload(**data)
 
 
+# time windows: the engine warm-up sends two rounds at each concurrency (warmup.rounds_for), the sequence the seeded
+# faults below are chosen over
+TIMED = workload(window_s=2.0, warmup_s=1.0)
+
+
 def stats(engine) -> dict:
     with urllib.request.urlopen(f"{engine.base_url}/stats", timeout=5) as resp:
         return json.loads(resp.read())
@@ -75,7 +80,7 @@ def test_a_warm_up_request_answered_500_is_sent_again_and_counted(tmp_path, ts_r
     with Engine(ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--fail-rate", "0.5", "--seed", "0"), log_dir=tmp_path,
                 startup_timeout_s=30) as engine:
         before = stats(engine)["failures_sent"]
-        record = warm_engine(engine, workload())
+        record = warm_engine(engine, TIMED)  # two rounds at c = 1
         sent_500 = stats(engine)["failures_sent"] - before
     assert sent_500 >= 1
     assert record["failures"] == sent_500 and record["retries"] == sent_500
@@ -89,7 +94,7 @@ def test_an_engine_that_answers_500_to_every_try_fails_the_arm_with_its_words(tm
     with Engine(ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--fail-rate", "0.5", "--seed", "16"), log_dir=tmp_path,
                 startup_timeout_s=30) as engine:
         with pytest.raises(RunFailed) as err:
-            warm_engine(engine, workload())
+            warm_engine(engine, TIMED)  # two rounds at c = 1
         assert engine.alive()
     msg = str(err.value)
     assert msg.startswith(f"engine 'ts' (testserver) answered 500 to a warm-up request at concurrency 1 on each of "
@@ -271,7 +276,7 @@ def test_the_warm_up_keeps_at_most_max_in_flight_threads(monkeypatch):
     monkeypatch.setattr(warmup_mod, "MAX_IN_FLIGHT", 4)
     server = _CountsInFlight()
     threads_before = threading.active_count()
-    record = warm_engine(server, workload(concurrency=[2, 16]))
+    record = warm_engine(server, workload(concurrency=[2, 16], window_s=2.0, warmup_s=1.0))  # two rounds each
     assert server.most == 4 and record["max_in_flight"] == 4
     assert record["requests"] == 2 * (2 + 16)
     assert threading.active_count() == threads_before  # the pool is gone

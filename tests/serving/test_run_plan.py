@@ -119,15 +119,18 @@ def test_run_arm_is_one_engine(tmp_path, ts_recipe, probe):
 
 
 def test_engine_crash_stops_plan_with_partial_results(tmp_path, ts_recipe, probe):
-    # readiness uses 1 request, the engine warm-up 2 (2 rounds at c=1), each probe run 2: the engine exits right after
+    from infercrane.serving.warmup import rounds_for
+
+    # readiness uses 1 request, the engine warm-up one a round (at c=1), each probe run 2: the engine exits right after
     # the first run
-    crashy = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--crash-after", "5", name="crashy")
+    w = workload(concurrency=[1])
+    n = 1 + rounds_for(w) + 2
+    crashy = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", "--crash-after", str(n), name="crashy")
     with pytest.raises(RunFailed) as err:
-        run_plan([crashy], workload(concurrency=[1]), out_dir=tmp_path, drivers="probe", tokenizer="unused",
-                 order="sequential")
+        run_plan([crashy], w, out_dir=tmp_path, drivers="probe", tokenizer="unused", order="sequential")
     partial = err.value.partial
     assert not partial.complete and len(partial.runs) == 1 and partial.runs[0].ok
-    assert "crashy" in str(err.value) and "crashing after 5 requests" in str(err.value)  # the log tail
+    assert "crashy" in str(err.value) and f"crashing after {n} requests" in str(err.value)  # the log tail
     assert partial.engines[0].returncode is not None and not group_alive(partial.engines[0].pid)
     assert any("stopped part-way" in n for n in partial.notes)
 
@@ -284,11 +287,12 @@ def test_a_finished_plan_accounts_for_its_wall_time(tmp_path, ts_recipe, probe):
 def test_each_engine_is_warmed_once_before_its_first_measured_run(tmp_path, ts_recipe, probe):
     from infercrane.receipts.models_v2 import EngineRecord as ReceiptEngine
     from infercrane.serving.receipt import engine_record
-    from infercrane.serving.warmup import ROUNDS
+    from infercrane.serving.warmup import rounds_for
 
     a = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="a", model="model-a")
     b = ts_recipe("--ttft-ms", "0", "--itl-ms", "0", name="b", model="model-b")
     w = workload(concurrency=[1, 2])
+    ROUNDS = rounds_for(w)  # noqa: N806 - one round: windows of a request count
     result = run_plan([a, b], w, out_dir=tmp_path, drivers="probe", tokenizer="unused", coresident=True)
     assert len(result.engines) == 2  # co-resident: a's two visits (sandwich) are one engine
     for rec in result.engines:

@@ -33,7 +33,7 @@ def test_a_warm_up_request_has_the_workloads_shape_and_no_sampling_parameters():
 def test_the_warm_up_loads_every_concurrency_and_says_what_it_sent(tmp_path, ts_recipe):
     with Engine(ts_recipe("--ttft-ms", "0", "--itl-ms", "1"), log_dir=tmp_path, startup_timeout_s=30) as engine:
         before = _stats(engine)["finished_requests"]
-        record = warm_engine(engine, workload())
+        record = warm_engine(engine, workload(window_s=2.0, warmup_s=1.0))  # time windows: ROUNDS rounds
         after = _stats(engine)["finished_requests"]
     assert record["concurrencies"] == [1, 4] and record["rounds"] == ROUNDS
     assert record["requests"] == ROUNDS * (1 + 4) == after - before
@@ -42,6 +42,20 @@ def test_the_warm_up_loads_every_concurrency_and_says_what_it_sent(tmp_path, ts_
     assert set(record["round_s"]) == {"1", "4"} and all(len(t) == ROUNDS for t in record["round_s"].values())
     assert all(0.004 < t < record["seconds"] for times in record["round_s"].values() for t in times)
     assert warmed_rate(record, 4) == 4 / min(record["round_s"]["4"])
+
+
+def test_windows_of_a_request_count_are_warmed_with_one_round(tmp_path, ts_recipe):
+    from infercrane.serving.warmup import COUNTED_ROUNDS, rounds_for
+
+    counted = workload(request_count=8)
+    assert counted.window_s is None and rounds_for(counted) == COUNTED_ROUNDS == 1
+    assert rounds_for(workload(window_s=2.0, warmup_s=1.0)) == ROUNDS  # time windows: prompts sized from the rounds
+    with Engine(ts_recipe("--ttft-ms", "0", "--itl-ms", "1"), log_dir=tmp_path, startup_timeout_s=30) as engine:
+        before = _stats(engine)["finished_requests"]
+        record = warm_engine(engine, counted)
+        after = _stats(engine)["finished_requests"]
+    assert record["rounds"] == 1 and record["requests"] == 1 + 4 == after - before
+    assert all(len(t) == 1 for t in record["round_s"].values())
 
 
 def test_the_warm_up_rate_is_c_requests_over_the_fastest_round():
@@ -80,3 +94,12 @@ def test_an_engine_that_does_not_answer_a_warm_up_request_fails_naming_why():
 def _stats(engine) -> dict:
     with urllib.request.urlopen(f"{engine.base_url}/stats", timeout=5) as resp:
         return json.loads(resp.read())
+
+
+def test_a_warm_up_prompt_is_about_the_workloads_length_in_the_stand_ins_tokens(stand_in_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(stand_in_dir))
+    for n in (16, 128, 1000):
+        _, body = warmup_body(workload(input_tokens=n), "m", 12345)
+        assert abs(len(tok(body["prompt"])["input_ids"]) - n) <= 2, n  # not twice as long
