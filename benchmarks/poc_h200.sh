@@ -12,8 +12,8 @@
 # (`serve bench compiled --workload seed-paired-two-drivers`), written to OUTDIR/drivers-c8.json.
 # Needs vllm==0.22.1 and aiperf==0.12.0 importable by python3 and one GPU. On a tree copied without .git, set
 # INFERCRANE_GIT_COMMIT so the receipts name the commit. The PoC receipt is signed with a key made in OUTDIR/keys.
-# Every section's receipt is written as it finishes, so a
-# PoC stopped part-way keeps what it measured (`infercrane poc CONFIG --resume OUTDIR/poc.json` continues it).
+# Every section's receipt is written as it finishes, so a PoC stopped part-way keeps what it measured
+# (`infercrane poc CONFIG --resume OUTDIR/poc.json` continues it).
 set -uo pipefail
 verb=${1:?usage: poc_h200.sh start|wait|pack OUTDIR ...}
 out=${2:?usage: poc_h200.sh start|wait|pack OUTDIR ...}

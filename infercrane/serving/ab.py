@@ -14,6 +14,7 @@ is in its engine record.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,15 +199,15 @@ class EnginePool:
                     say: Callable[[str], None], first: ABPlan | None = None) -> None:
         """Start every engine the sitting's A/Bs need at the same time, each warmed for every workload it will serve
         (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, the workloads of one engine
-        together (``warm_together``), rather than one after the other when each A/B comes. ``plans``: (recipes, workload) per A/B, in order. vLLM sizes its KV cache from
-        the memory it sees taken while it profiles, and engines starting together would count each other's
-        allocations, so each gets a fixed cache (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch
-        needs); where that cannot be worked out (no model config) or does not fit the engine's share, nothing is
-        started here and the A/Bs start their engines one after the other as before. An engine that fails to start
-        here is stopped and started again alone when its A/B comes; the failure is said, not hidden. ``first``: the
-        sitting's first A/B, whose first AIPerf block is started ahead (``prestart_first``) as soon as the engine
-        serving it is up and warmed for its workload, so that its start-up overlaps the other engines' start-ups and
-        warm-ups."""
+        together (``warm_together``), rather than one after the other when each A/B comes. ``plans``: (recipes,
+        workload) per A/B, in order. vLLM sizes its KV cache from the memory it sees taken while it profiles, and
+        engines starting together would count each other's allocations, so each gets a fixed cache
+        (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch needs); where that cannot be worked out (no
+        model config) or does not fit the engine's share, nothing is started here and the A/Bs start their engines one
+        after the other as before. An engine that fails to start here is stopped and started again alone when its A/B
+        comes; the failure is said, not hidden. ``first``: the sitting's first A/B, whose first AIPerf block is started
+        ahead (``prestart_first``) as soon as the engine serving it is up and warmed for its workload, so that its
+        start-up overlaps the other engines' start-ups and warm-ups."""
         import threading
 
         from .warmup import warm_engine
@@ -347,38 +348,34 @@ class EnginePool:
         self.live.clear()
 
 
-def warm_together(engine: Any, workloads: list[Any],
-                  warm: Callable[[Any, Any], dict[str, Any]]) -> list[dict[str, Any]]:
-    """Warm ``engine`` for every workload in ``workloads`` at the same time, one thread each (``warm``:
-    ``warmup.warm_engine``); their records in ``workloads``' order, each naming its workload. Nothing is measured
-    while an engine warms, so its workloads need not wait for one another: on the H200 the seed PoC's engines were up
-    97.2-125.3 s after their start but all warmed only at 158.7 s, the compiled engine warming the paired workload
-    and then the public one (docs/benchmarks/2026-12-03-h200-poc-one-sitting-third-try/poc.log). Each record's rounds (``round_s``) were
-    timed beside the other workloads' requests, so they read slower than alone: they size a first AIPerf block's
-    prompts with ``workload.WARMUP_RATE_MARGIN`` to spare. The first failure is raised once every warm-up has ended."""
-    if len(workloads) == 1:
-        return [warm(engine, workloads[0]) | {"workload": workloads[0].name}]
+def _at_once(calls: list[Callable[[], Any]], name: str) -> list[Any]:
+    """Run ``calls`` at the same time, one thread each (threads named ``infercrane-NAME``); their results in order.
+    The first failure (in ``calls``' order) is raised once every call has ended."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=len(workloads), thread_name_prefix="infercrane-warm") as pool:
-        futures = [pool.submit(warm, engine, w) for w in workloads]
-    return [f.result() | {"workload": w.name} for f, w in zip(futures, workloads)]
+    with ThreadPoolExecutor(max_workers=max(1, len(calls)), thread_name_prefix=f"infercrane-{name}") as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [f.result() for f in futures]
+
+
+def warm_together(engine: Any, workloads: list[Any],
+                  warm: Callable[[Any, Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Warm ``engine`` for every workload in ``workloads`` at the same time (``warm``: ``warmup.warm_engine``); their
+    records in ``workloads``' order, each naming its workload. Nothing is measured while an engine warms, so its
+    workloads need not wait for one another: on the H200 the seed PoC's engines were up 97.2-125.3 s after their
+    start but all warmed only at 158.7 s, the compiled engine warming the paired workload and then the public one
+    (docs/benchmarks/2026-12-03-h200-poc-one-sitting-third-try/poc.log). Each record's rounds (``round_s``) were
+    timed beside the other workloads' requests, so they read slower than alone: they size a first AIPerf block's
+    prompts with ``workload.WARMUP_RATE_MARGIN`` to spare. The first failure is raised once every warm-up has ended."""
+    records = _at_once([functools.partial(warm, engine, w) for w in workloads], "warm")
+    return [r | {"workload": w.name} for r, w in zip(records, workloads)]
 
 
 def stop_together(engines: list[Any]) -> None:
-    """Stop ``engines`` at the same time, one thread each (each waits out its own shut-down, up to
-    ``engine.stop_process_group``'s grace), so that the sitting's end waits for the slowest, not for their sum; the
-    first failure is raised once every engine has been stopped or has failed to stop."""
-    if len(engines) <= 1:
-        for engine in engines:
-            engine.stop()
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="infercrane-stop") as pool:
-        futures = [pool.submit(engine.stop) for engine in engines]
-    for f in futures:
-        f.result()
+    """Stop ``engines`` at the same time (each waits out its own shut-down, up to ``engine.stop_process_group``'s
+    grace), so that the sitting's end waits for the slowest, not for their sum; the first failure is raised once
+    every engine has been stopped or has failed to stop."""
+    _at_once([engine.stop for engine in engines], "stop")
 
 
 # Engines started together for a sitting (``EnginePool.start_ahead``): one that skips compilation and CUDA graph
