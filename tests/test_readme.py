@@ -67,7 +67,7 @@ def test_the_runnable_blocks_run_as_printed(tmp_path):
     assert any(c.startswith("infercrane serve ab") for c in ran)
     # what the commands said they wrote is there, and says what the README says it says
     doc = json.loads((tmp_path / "runs/try/serve-ab.json").read_text())
-    assert doc["complete"] is True and doc["paired_aiperf"]["decision"].startswith("accept testserver-fast")
+    assert doc["complete"] is True and doc["paired_aiperf"]["decision"].startswith("accept recipe testserver-fast")
     pa = doc["paired_aiperf"]
     assert {m["recipe"] for m in pa["measurements"]} == {"testserver", "testserver-fast"}
     assert doc["model"]["weights"] == "dummy" and doc["model"]["tokenizer"] == "stand-in"

@@ -192,7 +192,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
     from ..serving.drivers import get_driver
     from ..serving.receipt import model_provenance
     from ..serving.recipes import check_recipe, load_recipe
-    from ..serving.workload import load_workload, resolve_tokenizer
+    from ..serving.workload import check_tokenizer, load_workload, resolve_tokenizer
     from ..serving.ab import ABPlan
 
     s = cfg.serving
@@ -223,6 +223,9 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
                              "a public-workload reproduction is one concurrency point, as its published example is",
                              hint="set public.concurrency: [N]")
         loaded[section] = (recs, workload)
+    if s.tokenizer is not None:
+        with about(f"{path}: serving.tokenizer"):
+            check_tokenizer(s.tokenizer)
     stand_in = _stand_in(cfg.model) if s.stand_in else None
     plans: dict[str, Any] = {}
     for section, (loaded_recs, workload) in loaded.items():
