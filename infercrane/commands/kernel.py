@@ -11,7 +11,7 @@ from cyclopts import Parameter
 from cyclopts.validators import Number
 
 from ..kernels.config import OpOptions, ScreenConfig
-from .options import check_sign_key, plain, sign_written
+from .options import check_sign_key, plain, program, sign_written
 
 
 def list_impls(*, config: Annotated[OpOptions, Parameter(name="*")] = OpOptions()) -> int:
@@ -141,7 +141,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     interrupted = (receipt.document.get("result") or {}).get("interrupted")
     if interrupted:  # stopped by Ctrl-C / SIGTERM: what finished is in the (partial) receipt
         return _interrupted_exit(str(interrupted), receipt.path)
-    con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
+    con.print(f"receipt: {plain(receipt.path)}  ({plain(program())} receipt show {plain(receipt.path)})")
     return 0
 
 
