@@ -101,8 +101,11 @@ def safe(text: Any) -> str:
 def console() -> Console:
     """The console the other commands print to: the terminal's width; on a file or a pipe ``COLUMNS`` when set, else
     ``PIPE_WIDTH`` columns, as ``receipt show`` (a line a log keeps is one a reader can read without scrolling
-    sideways). ``receipt show`` and ``diff`` also fit their tables' columns (``fitted_console``)."""
-    return fitted_console()
+    sideways). Tables fit that width; a line of text is never broken (``soft_wrap``), so a progress line stays one
+    line in a log. ``receipt show`` and ``diff`` also fit their tables' columns (``fitted_console``)."""
+    con = fitted_console()
+    con.soft_wrap = True
+    return con
 
 
 def fitted_console(*, wide: bool = False) -> Console:
