@@ -80,4 +80,4 @@ def test_the_runnable_blocks_run_as_printed(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == len(doc["runs"])
     kernel = json.loads((tmp_path / "runs/try/kernel.json").read_text())
-    assert kernel["evidence_class"] == "functional-check"
+    assert kernel["evidence_class"] == "cpu-functional-check"

@@ -99,12 +99,12 @@ def safe(text: Any) -> str:
 
 
 def console() -> Console:
-    """The console the other commands print to: the terminal's width; on a file or a pipe ``COLUMNS`` when set, else
-    ``PIPE_WIDTH`` columns, as ``receipt show`` (a line a log keeps is one a reader can read without scrolling
-    sideways). Tables fit that width; a line of text is never broken (``soft_wrap``), so a progress line stays one
-    line in a log. ``receipt show`` and ``diff`` also fit their tables' columns (``fitted_console``)."""
-    con = fitted_console()
-    con.soft_wrap = True
+    """The console the other commands print to: their tables kept whole when the output is a file or a pipe (at least
+    200 columns there); a line of text is never broken (``soft_wrap``), so a progress line stays one line in a log.
+    ``receipt show`` and ``diff`` fit their tables to the terminal and use ``fitted_console``."""
+    con = Console(soft_wrap=True)
+    if not con.is_terminal:
+        con = Console(soft_wrap=True, width=max(con.width, 200))
     return con
 
 

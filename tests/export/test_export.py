@@ -278,7 +278,10 @@ def test_the_serving_summary_names_the_decision_and_the_comparison_it_turns_on()
 def test_a_paired_window_ab_exports_its_decision_family(paired_ab: Path) -> None:
     r = load_receipt(paired_ab)
     pa = r.model.paired_aiperf
-    assert len(_csv(r)) == len(r.model.runs) == 2 * 5 * 2
+    from infercrane.serving.workload import load_workload
+
+    w = load_workload("quick")  # the synthetic A/B's design: every run of both arms at every concurrency
+    assert len(_csv(r)) == len(r.model.runs) == 2 * w.runs_per_arm * len(w.concurrency)
     rows = _csv(r, "comparisons")
     assert len(rows) == len(pa.statistics) + len(pa.family.tests)
     tests = _of(rows, "family_test")
