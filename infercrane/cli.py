@@ -66,6 +66,10 @@ app.command(serve)
 app.command("infercrane.commands.report:report", name="report",
             help="Draw receipts as one self-contained HTML page plus its PNGs.")
 
+app.command("infercrane.commands.export:export", name="export",
+            help="Export a receipt as CSV (one row per measured unit, or per comparison with its verdicts, each with "
+                 "its conditions) or a JSON summary.")
+
 app.command("infercrane.commands.poc:poc", name="poc",
             help="Run a PoC config: kernel screen, paired A/B and public-workload A/B, joined in one receipt.")
 

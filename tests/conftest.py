@@ -28,7 +28,16 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Session fixtures that take minutes: under pytest-xdist (scripts/test runs -n auto --dist loadgroup) every test that
+# uses one runs in the same worker, so each is made once, as in a serial run.
+SHARED_EXPENSIVE = ("functional_run",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in SHARED_EXPENSIVE:
+            if name in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(name))
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible)")
@@ -45,3 +54,26 @@ def seed_poc() -> Path:
 @pytest.fixture
 def seed_screening() -> Path:
     return EXAMPLES / "cuda-kernel-screening-v1.seed.json"
+
+
+@pytest.fixture(scope="session")
+def functional_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``infercrane poc functional`` run once for the whole session (a few minutes on a CPU): (its config, its
+    receipt). Shared by the PoC tests and the report tests, which read what it wrote and never change it. The working
+    directory and the hub variables are changed only while the PoC runs (its stand-in goes under runs/stand-ins
+    there)."""
+    from infercrane.cli import main
+    from infercrane.poc.config import CONFIGS_DIR
+
+    tmp = tmp_path_factory.mktemp("poc")
+    config = CONFIGS_DIR / "functional.yaml"
+    out = tmp / "run" / "poc.json"
+    mp = pytest.MonkeyPatch()
+    mp.chdir(tmp)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
+        mp.delenv(var, raising=False)
+    try:
+        assert main(["poc", str(config), "--out", str(out)]) == 0
+    finally:
+        mp.undo()
+    return config, out

@@ -11,7 +11,7 @@ from cyclopts import Parameter
 from cyclopts.validators import Number
 
 from ..kernels.config import OpOptions, ScreenConfig
-from .options import check_sign_key, plain, sign_written
+from .options import check_sign_key, plain, program, sign_written
 
 
 def list_impls(*, config: Annotated[OpOptions, Parameter(name="*")] = OpOptions()) -> int:
@@ -35,8 +35,12 @@ def list_impls(*, config: Annotated[OpOptions, Parameter(name="*")] = OpOptions(
                 ok, reason = impl.probe_cpu()
         if not ok:
             what = f"skipped: {reason}"
-            if device == "cpu" and _ptx_compiler(config.op, impl.key) is not None:
-                what += " (the screen compiles it to PTX with NVRTC instead)"
+            if device == "cpu":  # what the screen does instead, by the check the screen reads (_ptx_fallback)
+                compile_ptx, why_not = _ptx_fallback(config.op, impl.key)
+                if compile_ptx is not None:
+                    what += " (the screen compiles it to PTX with NVRTC instead)"
+                elif why_not:
+                    what += f" (nor compiled to PTX without a GPU: {why_not})"
         elif device == "cuda":
             what = "timed on the GPU (after its correctness checks)"
         elif interpret and not base_ok:
@@ -137,7 +141,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     interrupted = (receipt.document.get("result") or {}).get("interrupted")
     if interrupted:  # stopped by Ctrl-C / SIGTERM: what finished is in the (partial) receipt
         return _interrupted_exit(str(interrupted), receipt.path)
-    con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
+    con.print(f"receipt: {plain(receipt.path)}  ({plain(program())} receipt show {plain(receipt.path)})")
     return 0
 
 
@@ -183,6 +187,15 @@ class PreparedScreen:
     candidate: Any
     decode_step: Any
     device: str
+
+    def plan(self) -> str:
+        """What this screen will do where it runs, in one line (``runner.plan_summary``): a functional one says
+        nothing is timed, and what it checks."""
+        from ..kernels.harness.runner import plan_summary
+
+        c = self.config
+        return plan_summary(self.device, modes=list(c.modes), trials=c.trials, samples_per_trial=c.samples,
+                            checks=c.checks)
 
 
 def prepare_screen(config: ScreenConfig, *, out: Path, con: Any) -> PreparedScreen:
@@ -246,7 +259,7 @@ def run_prepared_screen(prepared: PreparedScreen, *, run_id: str, con: Any,
     config, spec, out = prepared.config, prepared.spec, prepared.out
     _interpret_triton_without_gpu(config.device, con)
     con.print(f"[bold]kernel screen[/bold] {plain(config.op)} {plain(spec.model_id)} hidden={spec.hidden_size} "
-              f"eps={spec.eps:g} {spec.dtype} rows={list(spec.rows)} modes={list(config.modes)} → {plain(out)}")
+              f"eps={spec.eps:g} {spec.dtype} rows={list(spec.rows)}: {prepared.plan()} → {plain(out)}")
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=con, transient=False) as bar:
         task = bar.add_task("starting", total=None)
@@ -404,23 +417,39 @@ def _ptx_compiler(op: str, key: str) -> Any:
     return getattr(module, "compile_ptx", None)
 
 
+def _ptx_fallback(op: str, key: str) -> tuple[Any, str]:
+    """What a screen without a GPU does with implementation ``key`` of ``op``, which it cannot run: ``(compile_ptx,
+    "")`` when the op has an NVRTC-to-PTX compiler for it and NVRTC can compile here; ``(None, why not)`` when it
+    has one that cannot work here; ``(None, "")`` when it has none. Availability is ``nvrtc.ptx_compile_available``:
+    ``kernel list`` predicts with this, ``kernel screen`` acts on it."""
+    compile_ptx = _ptx_compiler(op, key)
+    if compile_ptx is None:
+        return None, ""
+    from ..kernels.ops.nvrtc import ptx_compile_available
+
+    ok, why_not = ptx_compile_available()
+    return (compile_ptx, "") if ok else (None, why_not)
+
+
 def _compile_cuda_without_gpu(result: Any, spec: Any, con: Any, op: str) -> None:
     """Without a GPU the CUDA candidate cannot run, but NVRTC can still compile it to PTX for sm_90 at every screened
     row count's configuration: a note on the implementation says whether it did (it is not a correctness check)."""
     impl = next((i for i in result.implementations if i.key == "cuda" and i.status == "skipped"), None)
-    compile_ptx = _ptx_compiler(op, "cuda")
-    if impl is None or compile_ptx is None:
+    compile_ptx, why_not = _ptx_fallback(op, "cuda")
+    if impl is None or (compile_ptx is None and not why_not):
         return
     from ..errors import InfercraneError
 
-    try:
-        for rows in spec.rows:
-            compile_ptx(spec.hidden_size, "compute_90", rows=rows)
-    except InfercraneError as e:
-        note = f"not compiled without a GPU either: {e.message.splitlines()[0]}"
-    else:
-        note = (f"compiled to PTX for compute_90 by NVRTC at hidden {spec.hidden_size} for every screened row count "
-                "(not run: no GPU)")
+    note = f"not compiled without a GPU either: {why_not}"
+    if compile_ptx is not None:
+        try:
+            for rows in spec.rows:
+                compile_ptx(spec.hidden_size, "compute_90", rows=rows)
+        except InfercraneError as e:  # a compile error: NVRTC is there, the source or its configuration is wrong
+            note = f"not compiled without a GPU either: {e.message.splitlines()[0]}"
+        else:
+            note = (f"compiled to PTX for compute_90 by NVRTC at hidden {spec.hidden_size} for every screened row "
+                    "count (not run: no GPU)")
     impl.notes.append(note)
     con.print(f"  cuda: {plain(note)}")
 

@@ -43,6 +43,30 @@ def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+def program() -> str:
+    """How to call InferCrane again from here, as a user would type it: ``infercrane`` when that name on PATH is the
+    installation running now; else the path of the script that ran (``.venv/bin/infercrane``, relative to the current
+    folder when under it); else ``PYTHON -m infercrane`` with the interpreter running now. Every "next, run …" line
+    the commands print starts with it, so that it works when copied."""
+    import shutil
+    import sys
+
+    def shown(path: str) -> str:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+
+    script = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "infercrane" else None
+    on_path = shutil.which("infercrane")
+    here = script or str(Path(sys.executable).with_name("infercrane"))
+    if on_path and os.path.exists(here) and os.path.samefile(on_path, here):
+        return "infercrane"
+    if script and os.path.exists(script):
+        return shown(os.path.abspath(script))
+    if os.path.exists(here):
+        return shown(here)
+    return f"{shown(sys.executable)} -m infercrane"
+
+
 def plain(text: Any) -> str:
     """``text`` made safe to print through rich: markup in it (``[/oops]``) is shown, not interpreted."""
     from rich.markup import escape

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..executors.options import ExecutorOptions
+from .options import program
 
 
 def default_config() -> tuple[str, str]:
@@ -88,7 +89,7 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     say(f"{cfg.name} ({plan.config_path}, sha256 {plan.config_sha256[:12]}): {cfg.model}; {label} → {plan.out}")
     k = cfg.kernel
     say(f"kernel: {k.op} candidates {', '.join(k.candidates)} vs {', '.join(k.baselines)} at rows "
-        f"{', '.join(map(str, plan.kernel.spec.rows))}, {k.trials} trials")
+        f"{', '.join(map(str, plan.kernel.spec.rows))}: {plan.kernel.plan()}")
     for section in ("paired", "public"):
         p = plan.serving[section]
         w = p.workload
@@ -97,9 +98,19 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
             f"{', '.join(p.drivers)}")
     for note in plan.notes:
         say(f"note: {note}")
-    receipt = run(plan, con=con, say=say)
+    try:
+        receipt = run(plan, con=con, say=say)
+    except BaseException as exc:
+        from ..errors import InfercraneError, InputError
+
+        if isinstance(exc, (InfercraneError, KeyboardInterrupt)) and not isinstance(exc, InputError):
+            import shlex
+
+            say(f"continue with: {program()} poc {shlex.quote(config)} --resume "
+                f"{shlex.quote(str(plan.resume_arg()))}")
+        raise
     _print_summary(con, receipt.document)
-    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} (infercrane receipt show {receipt.path})")
+    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} ({program()} receipt show {receipt.path})")
     say(_write_report(Path(receipt.path)))
     return 0
 
@@ -107,16 +118,16 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
 def _write_report(receipt: Path) -> str:
     """The PoC's report beside its receipt (``poc.json`` -> ``poc.report/index.html``); the receipt stands whatever
     happens here, and the line says where the page is or why there is none."""
-    from ..report import INSTALL_HINT, missing_dependency, write_report
+    from ..report import INSTALL_HINT, default_out, missing_dependency, write_report
 
     if (missing := missing_dependency()) is not None:
         return f"report: not written ({missing} is missing: {INSTALL_HINT})"
 
-    out = receipt.with_name(receipt.stem + ".report")
+    out = default_out([receipt])
     try:
         page = write_report([receipt], out)
     except Exception as exc:  # the receipt is written; a drawing failure must not hide it
-        return (f"report: not written ({type(exc).__name__}: {exc}); the receipt stands: infercrane report "
+        return (f"report: not written ({type(exc).__name__}: {exc}); the receipt stands: {program()} report "
                 f"{receipt} --out {out}")
     return f"report: {page}"
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..serving.config import ServeConfig
-from .options import check_output_file, check_sign_key, plain, sign_written
+from .options import check_output_file, check_sign_key, plain, program, sign_written
 
 
 def recipes() -> int:
@@ -120,7 +120,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from ..receipts.render import console
     from ..serving.receipt import model_provenance
     from ..serving.recipes import load_recipe
-    from ..serving.workload import load_workload, plan_runs
+    from ..serving.workload import check_tokenizer, load_workload, plan_runs, resolve_tokenizer
 
     con = console()
     # every input before any engine starts
@@ -129,6 +129,9 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     config = config.model_copy(update={"workload": config.workload_for(kind)})  # the receipt records the one run
     with about("--workload"):
         workload = load_workload(config.workload)
+    if config.arrival_pattern is not None and config.request_rate is None and workload.request_rate is None:
+        raise InputError(f"--arrival-pattern {config.arrival_pattern} spaces requests at a request rate, and workload "
+                         f"{workload.name} has none", hint="give --request-rate R (requests per second) too")
     if config.workload_overrides():
         workload = workload.with_overrides(**config.workload_overrides())
     if config.model is not None:
@@ -159,9 +162,23 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     if model is not None:
         recs = [r.with_overrides(model=model) for r in recs]
     model_prov = model_provenance(recs[0])
+    with about("--tokenizer"):
+        if config.tokenizer is not None:
+            check_tokenizer(config.tokenizer)
+        for r in recs:  # the drivers' tokenizer, before any server is asked anything
+            resolve_tokenizer(r.resolved(), config.tokenizer)
+    access = config.access()
+    if config.url is None and config.headers:
+        raise InputError(f"--header {', '.join(access.header_names())}: headers go to servers given with --url (a "
+                         "gateway in front of a server wants them); the engines InferCrane launches are asked "
+                         "directly", hint="give --url for a server that wants them, or drop --header")
+    if config.url is None and config.api_key is not None and not any(_sets_api_key(r) for r in recs):
+        raise InputError("--api-key: the key goes to servers given with --url, or to a launched engine whose recipe "
+                         f"sets --api-key; no recipe of {', '.join(r.name for r in recs)} does",
+                         hint="give --url for a server that wants the key, or drop --api-key")
     engines: dict[str, Any] | None = None
     if config.url is not None:
-        engines = _connect_servers(recs, config.url)
+        engines = _connect_servers(recs, config.url, access)
     plan = plan_runs([r.name for r in recs], workload, "sequential" if kind == "bench" else None)
     design = None
     if kind == "ab":  # what this design can decide, before any engine starts; one that cannot decide is refused
@@ -179,18 +196,23 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         con.print(f"  {plain(design)}")
     for note in [*notes, *workload.notes()]:
         con.print(f"  note: {plain(note)}")
+    if access or config.tokenizer:
+        con.print(f"  requests carry: {plain(access.describe())}"
+                  + (f"; tokenizer {plain(config.tokenizer)}" if config.tokenizer else ""))
     for eng in (engines or {}).values():
         rec = eng.record
         con.print(f"  server {plain(eng.label)}: {plain(eng.base_url)} (not launched by InferCrane), serves "
                   f"{plain(', '.join(rec.served_models))}, version {plain(rec.version or 'unknown')}; prefix-cache "
                   f"reset {'offered: reset before every run' if rec.prefix_cache_reset_offered else 'not offered: runs share the server cache'}")
+        if getattr(eng, "note", None):
+            con.print(f"  note: {plain(eng.note)}")
 
     from ..serving.ab import ABPlan, run_ab
 
     ab = ABPlan(section=f"serve {kind}", recipes=recs, workload=workload, drivers=list(config.drivers), policy=policy,
                 startup_timeout_s=config.startup_timeout_s, out=out, section_sha256="",
                 options=config.model_dump(mode="json"), kind=kind, order="sequential" if kind == "bench" else None,
-                sign_key=config.sign_key, model_provenance=model_prov)
+                sign_key=config.sign_key, model_provenance=model_prov, tokenizer=config.tokenizer, access=access)
     # The bar appears once preflight has passed, so a recipe or driver error is printed on its own.
     bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), console=con)
@@ -222,7 +244,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         engine_log.removeHandler(engine_lines)
         engine_log.setLevel(level)
     _print_summary(con, receipt.document)
-    con.print(f"receipt: {plain(receipt.path)}  (infercrane receipt show {plain(receipt.path)})")
+    con.print(f"receipt: {plain(receipt.path)}  ({plain(program())} receipt show {plain(receipt.path)})")
     return 0
 
 
@@ -245,11 +267,18 @@ def _testserver_on_catalog_model(recs: list[Any]) -> bool:
     return all(r.engine == "testserver" and not r.model_is_local() and r.model in list_models() for r in recs)
 
 
-def _connect_servers(recs: list[Any], urls: tuple[str, ...]) -> dict[str, Any]:
-    """arm -> ExternalEngine for each --url, probed (an InputError of one line when one is not a usable server)."""
+def _sets_api_key(recipe: Any) -> bool:
+    """Whether the recipe's engine checks an API key (vLLM's ``--api-key`` among its engine arguments)."""
+    return any(a == "--api-key" or a.startswith("--api-key=") for a in recipe.engine_args)
+
+
+def _connect_servers(recs: list[Any], urls: tuple[str, ...], access: Any = None) -> dict[str, Any]:
+    """arm -> ExternalEngine for each --url, probed with ``access`` (the API key and headers every request carries);
+    an InputError of one line when one is not a usable server."""
     from ..serving.engine import ExternalEngine
 
-    return {r.name: ExternalEngine(url, recipe=r, label=r.name).connect() for r, url in zip(recs, urls, strict=True)}
+    return {r.name: ExternalEngine(url, recipe=r, label=r.name, access=access).connect()
+            for r, url in zip(recs, urls, strict=True)}
 
 
 def _check_not_being_written(out: Path) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from .. import __version__
 
 ABSENT = "absent"
+NO_GPU = "none"  # hardware.gpu (and compute_capability) of a machine without a GPU
 # Receipt key -> the distributions that provide it (first installed wins).
 SOFTWARE_DISTS: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
@@ -96,8 +97,8 @@ def hardware(*, probe_gpu: bool = True, gpu_request: str | None = None) -> dict[
     ``gpu_request`` defaults to what the executor asked for (``INFERCRANE_GPU_REQUEST``), if anything."""
     hw: dict[str, Any] = {
         "gpu_request": gpu_request if gpu_request is not None else os.environ.get(GPU_REQUEST_ENV) or None,
-        "gpu": "none",
-        "compute_capability": "none",
+        "gpu": NO_GPU,
+        "compute_capability": NO_GPU,
         "gpu_count": 0,
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count() or 1,

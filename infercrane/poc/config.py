@@ -21,10 +21,16 @@
     serving:
       stand_in: true                # serve an offline stand-in of the model (exact config, dummy weights)
 
-Every field is declared once below, with its type, bounds and default. Recipes, workloads and policies are shipped
-names or paths (a relative path is read from the config file's folder). The decode step of the kernel's end-to-end
-ceiling is the paired A/B's candidate recipe (B): at each concurrency ``c``, the median over its runs of TPOT p50,
-for the kernel's row count ``c`` (a decode batch of ``c`` sequences is ``c`` rows).
+The A/B sections also take the load options of ``serve ab`` under AIPerf's names (``request_rate``,
+``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.LoadOptions``), and ``serving`` the server
+options (``tokenizer``, ``api_key``, ``headers``: ``serving.config.ServerOptions``); those are declared there, once, for
+both. ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items. The PoC receipt records the
+config with the API key and the header values redacted.
+
+Every field is declared once below (or in those two option groups), with its type, bounds and default. Recipes,
+workloads and policies are shipped names or paths (a relative path is read from the config file's folder). The decode
+step of the kernel's end-to-end ceiling is the paired A/B's candidate recipe (B): at each concurrency ``c``, the median
+over its runs of TPOT p50, for the kernel's row count ``c`` (a decode batch of ``c`` sequences is ``c`` rows).
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from ..errors import InputError
+from ..serving.config import LoadOptions, ServerOptions
 from .gpus import KNOWN_GPU_TYPES
 
 POC_CONFIG_SCHEMA = "infercrane.poc-config/v1"
@@ -87,8 +94,9 @@ class KernelSection(BaseModel):
         return self
 
 
-class ABSection(BaseModel):
-    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides."""
+class ABSection(LoadOptions):
+    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (``LoadOptions``: the
+    load options of ``serve ab``, AIPerf's names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -122,11 +130,12 @@ class ABSection(BaseModel):
                  "request_count": self.request_count, "requests_per_slot": self.requests_per_slot,
                  "min_requests": self.min_requests, "window_s": self.window_s, "warmup_s": self.warmup_s,
                  "warmup_requests": self.warmup_requests}
-        return {k: v for k, v in pairs.items() if v is not None}
+        return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()
 
 
-class ServingSection(BaseModel):
-    """What both A/Bs share."""
+class ServingSection(ServerOptions):
+    """What both A/Bs share (``ServerOptions``: the drivers' tokenizer, the API key and headers, as ``serve ab``
+    takes them)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -47,6 +47,11 @@ class PocPlan:
     reusable: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
+    def resume_arg(self) -> Path:
+        """What ``--resume`` takes to continue this PoC: its run folder, or its receipt where that is not the folder's
+        ``poc.json``."""
+        return self.out.parent if self.out.name == "poc.json" else self.out
+
     def section_path(self, section: str) -> Path:
         return self.sections_dir / f"{section}.json"
 
@@ -187,7 +192,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
     from ..serving.drivers import get_driver
     from ..serving.receipt import model_provenance
     from ..serving.recipes import check_recipe, load_recipe
-    from ..serving.workload import load_workload, resolve_tokenizer
+    from ..serving.workload import check_tokenizer, load_workload, resolve_tokenizer
     from ..serving.ab import ABPlan
 
     s = cfg.serving
@@ -218,6 +223,9 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
                              "a public-workload reproduction is one concurrency point, as its published example is",
                              hint="set public.concurrency: [N]")
         loaded[section] = (recs, workload)
+    if s.tokenizer is not None:
+        with about(f"{path}: serving.tokenizer"):
+            check_tokenizer(s.tokenizer)
     stand_in = _stand_in(cfg.model) if s.stand_in else None
     plans: dict[str, Any] = {}
     for section, (loaded_recs, workload) in loaded.items():
@@ -236,7 +244,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
                                       f"stand-in of {cfg.model} with every recipe")
             with about(where):
                 check_recipe(r)
-                resolve_tokenizer(r)
+                resolve_tokenizer(r, s.tokenizer)
             recs.append(r)
         # a stand-in is named by the model it stands in for, not by where it lies: a PoC resumed from another folder
         # is the same PoC
@@ -245,7 +253,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
         sha = ab_section_sha(section, canon, workload, list(s.drivers), policy, s.startup_timeout_s, s.coresident)
         options = {"poc_section": {"name": section, "sha256": sha, "config": cfg.name},
                    "drivers": list(s.drivers), "stand_in": s.stand_in, "startup_timeout_s": s.startup_timeout_s,
-                   "order": None, "coresident": s.coresident}
+                   "order": None, "coresident": s.coresident, **s.recorded()}
         from ..serving.ab import design_of
 
         _, cannot = design_of(workload, policy)
@@ -253,7 +261,8 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
             raise InputError(f"{path}: {section}.workload {workload.name!r}: {cannot}")
         plans[section] = ABPlan(section=section, recipes=recs, workload=workload, drivers=list(s.drivers),
                                 policy=policy, startup_timeout_s=s.startup_timeout_s,
-                                out=sections_dir / f"{section}.json", section_sha256=sha, options=options)
+                                out=sections_dir / f"{section}.json", section_sha256=sha, options=options,
+                                tokenizer=s.tokenizer, access=s.access())
     return plans, model_provenance(plans["paired"].recipes[0])
 
 
@@ -292,6 +301,8 @@ def _reusable(plan: PocPlan, say: Any) -> None:
             continue
         if section != "kernel" and not doc.get("complete"):
             say(f"{section}: {path} is incomplete ({doc.get('incomplete_reason')}): runs again")
+        elif section == "kernel" and (doc.get("result") or {}).get("interrupted"):
+            say(f"{section}: {path} was stopped part-way ({doc['result']['interrupted']}): runs again")
         elif _section_sha_of(doc, section) != want:
             say(f"{section}: {path} was made from another {section} configuration: runs again")
         else:
@@ -411,6 +422,7 @@ def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
     pool = EnginePool([p.recipes for p in to_run]) if to_run and all(
         p.options.get("coresident") for p in to_run) else None
     began = time.time()
+    plan.sections_dir.mkdir(parents=True, exist_ok=True)  # the run folder the start line named, from the start
     try:
         _run_sections(plan, con=con, say=say, pool=pool, t0=t0, docs=docs, run_ab=run_ab, progress_of=progress_of)
     finally:
@@ -473,6 +485,13 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
                                               extra_config={"poc_section": {"name": "kernel",
                                                                             "sha256": plan.kernel_sha256,
                                                                             "config": plan.config.name}})
+                stopped = (receipt.document.get("result") or {}).get("interrupted")
+                if stopped:  # the screen kept what finished in a partial receipt; the PoC stops here all the same
+                    from ..kernels.harness.reaper import Terminated
+
+                    say(f"kernel: the screen's partial receipt is kept as {receipt.path}; it is screened again on "
+                        "--resume")
+                    raise Terminated() if "SIGTERM" in str(stopped) else KeyboardInterrupt()
             else:
                 if pool is not None and not pool.live:  # every engine of the sitting at once, warmed as it comes up
                     ahead = [plan.serving[s] for s in SECTIONS if s != "kernel" and s not in plan.reusable]
@@ -491,8 +510,11 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
                 done = ", ".join(docs)
                 r = write_poc(plan, docs, complete=False,
                               reason=f"section {section} stopped: {why}; finished: {done}; continue with "
-                                     f"infercrane poc {plan.config_path} --resume {plan.out}")
+                                     f"infercrane poc {plan.config_path} --resume {plan.resume_arg()}")
                 say(f"partial PoC receipt (complete: false; sections {done} kept): {r.path}")
+            else:
+                say(f"no section finished, so there is no PoC receipt yet (one needs a finished section); the run "
+                    f"folder {plan.out.parent} is kept for --resume {plan.resume_arg()}")
             raise
         docs[section] = receipt.document
         say(f"{section}: done in {time.monotonic() - start:.1f} s [{time.monotonic() - t0:.1f} s elapsed]: "

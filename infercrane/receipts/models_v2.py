@@ -643,6 +643,9 @@ class EngineRecord(Strict):
     started_by_sitting: bool = Field(default=False, description="started by a PoC sitting's engine pool before the "
                                                                "plan that uses it: its start-up is not in that plan's wall time")
     served_models: list[str] = Field(default_factory=list, description="the model ids its GET /v1/models listed")
+    served_model: str | None = Field(default=None, description="the model id requests named, where it is not the "
+                                                               "recipe's model (a --url server serving its model "
+                                                               "under another id); absent otherwise")
     program_env: dict[str, str] = Field(
         default_factory=dict, description="variables in the engine's environment that change which program or "
                                           "libraries run (PYTHONPATH, PATH, LD_PRELOAD, LD_LIBRARY_PATH, …)")

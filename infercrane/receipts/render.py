@@ -39,6 +39,8 @@ RAW_KEYS = frozenset({"samples_us", "kept_samples_us", "a_values", "b_values", "
 # The fields a section decides with; ``show`` prints them first, ``diff`` side by side.
 VERDICT_KEYS = ("decision", "decision_code", "reason", "qualification_boundary", "comparison_boundary")
 BOUNDARY_KEYS = ("qualification_boundary", "comparison_boundary")
+# The evidence classes of a receipt (a PoC's, a kernel screen's, one GPU's section) that support no speed claim.
+FUNCTIONAL_CLASSES = ("functional-check", "cpu-functional-check")
 # Keys that identify an element of a list of records, for aligned diffs and the first columns of a table.
 IDENTITY_KEYS = ("implementation", "candidate", "baseline", "reference", "recipe", "recipe_a", "recipe_b", "metric",
                  "driver", "mode", "rows", "concurrency", "run_index", "key", "vllm_op", "impl", "shape")
@@ -97,11 +99,12 @@ def safe(text: Any) -> str:
 
 
 def console() -> Console:
-    """A console that keeps wide tables whole when the output is a file or a pipe (at least 200 columns there).
-    The other commands' tables use it; ``receipt show`` and ``diff`` fit their tables and use ``fitted_console``."""
-    con = Console(soft_wrap=False)
+    """The console the other commands print to: their tables kept whole when the output is a file or a pipe (at least
+    200 columns there); a line of text is never broken (``soft_wrap``), so a progress line stays one line in a log.
+    ``receipt show`` and ``diff`` fit their tables to the terminal and use ``fitted_console``."""
+    con = Console(soft_wrap=True)
     if not con.is_terminal:
-        con = Console(soft_wrap=False, width=max(con.width, 200))
+        con = Console(soft_wrap=True, width=max(con.width, 200))
     return con
 
 
@@ -162,10 +165,25 @@ def _fmt(v: Any, key: str = "", limit: int | None = None) -> str:
     if isinstance(v, dict):
         if not v:
             return "{}"
-        if limit is not None and (len(v) > SHORT_LIST or not all(_is_scalar(x) for x in v.values())):
+        if _counted(v, limit):
             return f"{{{len(v)} entries}}"
-        return _cut(", ".join(f"{safe(k)}={_fmt(x, k, limit)}" for k, x in v.items()), limit)
+        return _cut(", ".join(f"{safe(k)}={_value(x, k, limit)}" for k, x in v.items()), limit)
     return _cut(safe(v), limit)
+
+
+def _counted(v: dict[str, Any], limit: int | None) -> bool:
+    """Whether the summary shows a dict by its size alone: too many entries, or entries that are not plain values."""
+    return limit is not None and (len(v) > SHORT_LIST or not all(_is_scalar(x) for x in v.values()))
+
+
+def _value(v: Any, key: str = "", limit: int | None = None) -> str:
+    """A value on the right of ``key=``: as ``_fmt``, but a dict in braces with ``:`` between its keys and values
+    (``requests_per_point={2: 96, 4: 192}``) and a list in brackets (``concurrency=[2, 4]``), so that neither reads
+    as more ``key=value`` pairs of the line."""
+    if isinstance(v, dict) and v and not _counted(v, limit):
+        return _cut("{" + ", ".join(f"{safe(k)}: {_value(x, k, limit)}" for k, x in v.items()) + "}", limit)
+    text = _fmt(v, key, limit)
+    return f"[{text}]" if isinstance(v, list) and not text.startswith("[") else text
 
 
 # -------------------------------------------------------------------------------------------------------- verdicts
@@ -311,8 +329,35 @@ def _decision_block(doc: dict[str, Any], view: View) -> list[RenderableType]:
 
 # ------------------------------------------------------------------------------------------------------ conditions
 
+def no_gpu(gpu: Any) -> bool:
+    """Whether a receipt's ``gpu`` (``hardware.gpu``, a section's ``gpu``) says the machine had none
+    (``env.capture.NO_GPU``)."""
+    from ..env.capture import NO_GPU
+
+    return isinstance(gpu, str) and gpu.strip().lower() == NO_GPU
+
+
+def is_functional(doc: dict[str, Any]) -> bool:
+    """Whether a receipt (or one GPU's section of it) says its evidence is a functional check: nothing timed on a
+    GPU, or a serving A/B against InferCrane's test server."""
+    return doc.get("evidence_class") in FUNCTIONAL_CLASSES
+
+
+def device_label(gpu: Any, *, functional: bool = False) -> str:
+    """How the device a receipt names reads in a title: the GPU's name; for a machine without one (``no_gpu``) the
+    CPU, as a functional check where the receipt says so (``is_functional``)."""
+    if no_gpu(gpu):
+        return "CPU (functional check)" if functional else "CPU (no GPU)"
+    return safe(gpu) if gpu else "GPU not recorded"
+
+
+def _gpu_text(gpu: str, doc: dict[str, Any]) -> str:
+    """A GPU condition's value: the name as recorded, with what it means where it is no GPU ("none: CPU …")."""
+    return f"{safe(gpu)}: {device_label(gpu, functional=is_functional(doc))}" if no_gpu(gpu) else safe(gpu)
+
+
 def _join(items: dict[str, Any], sep: str = " ") -> str:
-    return ", ".join(f"{safe(k)}{sep}{_fmt(v)}" for k, v in items.items() if v is not None)
+    return ", ".join(f"{safe(k)}{sep}{_value(v)}" for k, v in items.items() if v is not None)
 
 
 def conditions(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -321,7 +366,9 @@ def conditions(doc: dict[str, Any]) -> list[tuple[str, str]]:
     prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
     hw = doc.get("hardware") if isinstance(doc.get("hardware"), dict) else prov.get("hardware") or {}
     rows: list[tuple[str, str]] = []
-    if hw.get("gpu"):
+    if no_gpu(hw.get("gpu")):
+        rows.append(("GPU", _gpu_text(hw["gpu"], doc)))
+    elif hw.get("gpu"):
         extra = [hw.get("compute_capability"),
                  f"{hw['gpu_count']} GPUs" if (hw.get("gpu_count") or 1) > 1 else None,
                  f"{_fmt(hw['gpu_memory_gib'])} GiB" if hw.get("gpu_memory_gib") else None,
@@ -337,7 +384,7 @@ def conditions(doc: dict[str, Any]) -> list[tuple[str, str]]:
                     if isinstance(block.get("gpu"), str):
                         gpus.setdefault(block["gpu"], []).append(name)
         if gpus:
-            rows.append(("GPU", "; ".join(f"{safe(g)} ({', '.join(s)})" for g, s in gpus.items())))
+            rows.append(("GPU", "; ".join(f"{_gpu_text(g, doc)} ({', '.join(s)})" for g, s in gpus.items())))
     if hw.get("cpu") or hw.get("host"):
         host = [safe(hw[k]) for k in ("host", "cpu") if hw.get(k)]
         host += [f"{hw['cpu_count']} cores" if hw.get("cpu_count") else ""]

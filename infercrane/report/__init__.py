@@ -16,6 +16,18 @@ def missing_dependency() -> str | None:
     return next((m for m in NEEDS if importlib.util.find_spec(m) is None), None)
 
 
+def default_out(receipts: list[Path]) -> Path:
+    """Where a report goes when no folder is given: beside its receipt, named after it (``runs/RUN_ID/poc.json`` ->
+    ``runs/RUN_ID/poc.report/``, as ``infercrane poc`` writes its own); the report of several receipts under
+    ``runs/RUN_ID/report/`` (``runs/`` is where every InferCrane command writes, and git ignores it)."""
+    if len(receipts) == 1:
+        receipt = Path(receipts[0])
+        return receipt.with_name(receipt.stem + ".report")
+    from ..env.capture import new_run_id, run_id_from_env
+
+    return Path("runs") / (run_id_from_env() or new_run_id()) / "report"
+
+
 def write_report(receipts: list[Path], out: Path) -> Path:
     """Validate and draw ``receipts`` into ``out``; returns ``out/index.html``."""
     from .build import receipt_report

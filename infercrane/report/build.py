@@ -27,7 +27,7 @@ def _kind(doc: dict[str, Any]) -> str:
 def _head(file: str, doc: dict[str, Any]) -> ReceiptHead:
     """The page's head from the same reading of the receipt that ``receipt show`` leads with (``receipts.render``:
     every section's decision, reason and boundaries; the conditions its numbers hold under)."""
-    from ..receipts.render import conditions, verdicts
+    from ..receipts.render import conditions, is_functional, verdicts
 
     decisions = []
     for v in verdicts(doc):
@@ -40,7 +40,7 @@ def _head(file: str, doc: dict[str, Any]) -> ReceiptHead:
     warnings = []
     if doc.get("complete") is False:
         warnings.append(f"incomplete: {doc.get('incomplete_reason') or 'no reason recorded'}")
-    if doc.get("evidence_class") in ("functional-check", "cpu-functional-check"):
+    if is_functional(doc):
         warnings.append("functional check: some or all of this evidence comes from a CPU or InferCrane's test "
                         "server, not from a GPU; it supports no speed claim")
     return ReceiptHead(file=file, schema_version=doc["schema_version"], kind=_kind(doc), decisions=decisions,
@@ -49,13 +49,18 @@ def _head(file: str, doc: dict[str, Any]) -> ReceiptHead:
 
 
 def _poc_sections(doc: dict[str, Any]) -> list[Section]:
+    from ..poc.gpus import receipt_hardware
+    from ..receipts.render import device_label, is_functional, no_gpu
     from .serving import serving_sections
 
     sections = custom_kernel_sections(doc)
     for gpu, kernel_doc in ((doc.get("evidence") or {}).get("kernel") or {}).items():
         if isinstance(kernel_doc, dict) and kernel_doc.get("result"):
+            device = receipt_hardware(kernel_doc).get("gpu")
+            where = (f", {device_label(device, functional=is_functional(kernel_doc))}" if no_gpu(device) else
+                     f" ({gpu})")
             for s in kernel_sections(kernel_doc):
-                s.title = f"kernel screen ({gpu}): {s.title}"
+                s.title = f"kernel screen{where}: {s.title}"
                 for f in s.figures:
                     f.name = f"kernel-{gpu}-{f.name}"
                 sections.append(s)

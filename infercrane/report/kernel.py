@@ -1,5 +1,6 @@
 """The kernel lab's part of a report: a screening receipt (v3) drawn per timing mode, its verdict grid and its
-Amdahl ceiling; and a PoC's ``custom_kernel`` block, one panel per GPU type side by side.
+Amdahl ceiling, or, for a functional screen (nothing timed), what it checked: correctness per implementation and row
+count; and a PoC's ``custom_kernel`` block, one panel per GPU type that timed something, side by side.
 
 Every figure draws numbers the receipt holds: per-trial medians (each trial's median of its kept samples, the unit
 the comparisons pair), the floor the receipt records per cell, the speedups and intervals of its comparisons."""
@@ -14,10 +15,19 @@ VERDICT_COLOURS = {"FASTER": "#2e7d32", "SAME": "#607d8b", "SLOWER": "#c62828", 
 MARKERS = "osD^v<>ph*"
 
 
-def rows_axes(ax: Any, *, ylabel: str, title: str) -> None:
-    """The axes every kernel plot shares: rows on a log2 axis, a log y axis, a light grid."""
+def rows_axes(ax: Any, *, ylabel: str, title: str, rows: list[int], log_y: bool = True) -> None:
+    """The axes every kernel plot shares: rows on a log2 axis with a tick at, and room for, every row count in
+    ``rows`` (all the receipt measured, drawn or not), a log y axis (``log_y``) and a light grid."""
+    from matplotlib.ticker import NullLocator
+
+    rs = sorted(set(rows))
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    if rs:
+        ax.set_xlim(rs[0] / 1.5, rs[-1] * 1.5)
+        ax.set_xticks(rs, [str(r) for r in rs])
+        ax.xaxis.set_minor_locator(NullLocator())
+    if log_y:
+        ax.set_yscale("log")
     ax.set_xlabel("rows (tokens in the batch)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -65,7 +75,8 @@ def _timing_figure(result: dict[str, Any], mode: str) -> Figure | None:
         xs = sorted(floors)
         ax.plot(xs, [floors[x] for x in xs], linestyle="--", color="black", linewidth=1.0,
                 label="floor (per cell, as recorded)")
-    rows_axes(ax, ylabel="time per call (µs)", title=f"{mode} mode: time per call")
+    rows_axes(ax, ylabel="time per call (µs)", title=f"{mode} mode: time per call",
+              rows=[*(result.get("rows") or []), *(c["rows"] for i in impls for c in i["timings"])])
     ax.legend(fontsize=8)
     method = (result.get("methods") or {}).get(mode, "")
     caption = (f"Median time per call over every kept sample of the cell; whiskers: the lowest and highest of the "
@@ -114,7 +125,8 @@ def _speedup_figure(result: dict[str, Any], mode: str) -> Figure | None:
                         color=f"C{n}", label=f"vs {ref}")
         ax.axhspan(1 - margin, 1 + margin, color="grey", alpha=0.25, label=f"SAME band (±{margin:g})")
         ax.axhline(1.0, color="black", linewidth=0.8)
-        rows_axes(ax, ylabel="speedup (baseline time / candidate time)", title=f"{cand}, {mode} mode")
+        rows_axes(ax, ylabel="speedup (baseline time / candidate time)", title=f"{cand}, {mode} mode",
+                  rows=[c["rows"] for c in comps])
         ax.legend(fontsize=7)
     sp = comps[0]["speedup"]
     caption = (f"Speedup and its {sp.get('confidence', 0.95) * 100:g} % interval per comparison, as the receipt "
@@ -206,11 +218,113 @@ def _amdahl_section(doc: dict[str, Any]) -> Section | None:
         tables=[table])
 
 
+def _worst(cell: dict[str, Any]) -> tuple[float | None, float | None, int]:
+    """One implementation's correctness at one row count, over every check (each of its phases: eager, reuse, graph
+    replay) and every output compared: the largest max relative error, the largest max absolute error (None where no
+    element was finite), the checks run (``check_index``es, as ``checks_per_rows`` counts them)."""
+    checks = cell.get("checks") or []
+    tensors = [t for c in checks for t in c.get("tensors") or []]
+    rel = [t["max_rel_err"] for t in tensors if t.get("max_rel_err") is not None]
+    abs_ = [t["max_abs_err"] for t in tensors if t.get("max_abs_err") is not None]
+    return (max(rel) if rel else None), (max(abs_) if abs_ else None), len({c.get("check_index") for c in checks})
+
+
+def _correctness_cell(cell: dict[str, Any]) -> str:
+    """A correctness table cell: PASS with the worst errors, or FAIL with the first failing check (as the receipt's
+    ``CorrectnessResult.failure_summary`` words it)."""
+    from ..kernels.result import CorrectnessResult
+
+    rel, abs_, checks = _worst(cell)
+    if not cell.get("passed"):
+        return f"FAIL: {CorrectnessResult.model_validate(cell).failure_summary()}"
+    errors = ", ".join(f"{name} {v:.2g}" for name, v in (("max rel", rel), ("max abs", abs_)) if v is not None)
+    return f"PASS ({_plural(checks, 'check', 'checks')}): {errors}"
+
+
+def _correctness_figure(result: dict[str, Any]) -> Figure | None:
+    """Per implementation that was checked: its worst max relative error over rows, the rule's rtol, failures
+    marked. None when nothing was checked (every implementation skipped): no empty axes."""
+    impls = [i for i in result["implementations"]
+             if any(_worst(c)[0] is not None for c in i.get("correctness") or [])]
+    if not impls:
+        return None
+    tol = result.get("tolerance") or {}
+    rows = [*(result.get("rows") or []), *(c["rows"] for i in impls for c in i["correctness"])]
+    fig, (ax,) = new_figure(8.0, 3.6)
+    ys_all: list[float] = []
+    failed_drawn = False
+    for n, impl in enumerate(impls):
+        cells = sorted((c for c in impl["correctness"] if _worst(c)[0] is not None), key=lambda c: c["rows"])
+        xs = [c["rows"] * 2 ** ((n - (len(impls) - 1) / 2) * 0.06) for c in cells]  # set apart for legibility
+        ys = [_worst(c)[0] for c in cells]
+        ys_all += ys
+        ax.plot(xs, ys, marker=MARKERS[n % len(MARKERS)], linewidth=1.0,
+                label=f"{impl['key']} ({impl.get('kind') or 'implementation'})")
+        bad = [(x, y) for x, y, c in zip(xs, ys, cells) if not c.get("passed")]
+        if bad:
+            ax.plot([x for x, _ in bad], [y for _, y in bad], "x", color=VERDICT_COLOURS["SLOWER"], markersize=11,
+                    markeredgewidth=2, linestyle="none",
+                    label=None if failed_drawn else "failed (the receipt's verdict)")
+            failed_drawn = True
+    rtol = tol.get("rtol")
+    if rtol:
+        ax.axhline(rtol, color="black", linestyle="--", linewidth=1.0, label=f"rtol of the rule ({rtol:g})")
+    top = max([*ys_all, rtol or 0.0])
+    log_y = min(ys_all) > 0 and top / min(ys_all) > 50  # a failure far above the rest: keep every point readable
+    rows_axes(ax, ylabel="max relative error (worst check)", title="Correctness against the op's oracle", rows=rows,
+              log_y=log_y)
+    if not log_y:
+        ax.set_ylim(0, top * 1.15)
+    ax.legend(fontsize=8)
+    caption = (f"Per implementation and row count: the largest max relative error (|got - ref| / |ref|, over the "
+               f"elements with |ref| > atol) over every check ({result.get('checks_per_rows', '?')} per row count on "
+               f"fresh inputs, each also rerun on refilled buffers) and every output compared, from the receipt's "
+               f"correctness records. Dashed: the rule's rtol. The rule is {tol.get('rule', 'not recorded')}, so an "
+               f"element near zero may pass above the line on atol: pass or fail is the receipt's own verdict "
+               f"(failures marked ×). Implementations not checked here are in the table.")
+    return Figure(name="correctness", title="Correctness per implementation and row count", caption=caption, fig=fig)
+
+
+def _correctness_section(result: dict[str, Any]) -> Section:
+    """A functional screen (nothing timed): what was checked, per implementation and row count, as a figure and a
+    table (pass or fail with the worst errors; skipped, with the reason and the implementation's notes)."""
+    rows_all = sorted({*(result.get("rows") or []),
+                       *(c["rows"] for i in result["implementations"] for c in i.get("correctness") or [])})
+    table_rows = []
+    for i in result["implementations"]:
+        by_rows = {c["rows"]: c for c in i.get("correctness") or []}
+        reason = ([r for r in (i.get("skip_reason"), _first_line(i.get("error"))) if r] + list(i.get("notes") or [])
+                  if i["status"] != "ok" else [])  # why it was not checked, or failed (its notes say what else ran)
+        table_rows.append([i["key"], i.get("kind") or "", i["status"],
+                           *(_correctness_cell(by_rows[r]) if r in by_rows else "not checked" for r in rows_all),
+                           "; ".join(reason)])
+    tol = result.get("tolerance") or {}
+    table = Table(title="Correctness per implementation and row count",
+                  columns=["implementation", "kind", "status", *(f"rows {r}" for r in rows_all),
+                           "reason / notes"], rows=table_rows,
+                  caption="worst max relative and absolute error over every check and output at each row count; a "
+                          "failure names its first failing check as the receipt records it")
+    note = (f"Nothing timed: {result.get('run_kind_reason') or 'a functional run'}. Checked: each implementation that "
+            f"runs here against the op's float32 oracle at rows {', '.join(map(str, rows_all))}, "
+            f"{result.get('checks_per_rows', '?')} checks per row count; rule: {tol.get('rule', 'not recorded')} "
+            f"(rtol {tol.get('rtol', '?')}, atol scale {tol.get('atol_scale', '?')}).")
+    figure = _correctness_figure(result)
+    return Section(title="Correctness, nothing timed", figures=[figure] if figure else [],
+                   tables=[table], notes=[note])
+
+
+def _first_line(text: Any) -> str:
+    return str(text).strip().splitlines()[0] if text else ""
+
+
 def kernel_sections(doc: dict[str, Any]) -> list[Section]:
-    """Sections for a kernel screening receipt (v3: ``result`` holds every implementation's cells)."""
+    """Sections for a kernel screening receipt (v3: ``result`` holds every implementation's cells). A functional
+    screen (nothing timed) is one correctness section: no timing figure is drawn for it."""
     result = doc.get("result")
     if not isinstance(result, dict) or "implementations" not in result:
         return [_measurements_section(doc)] if doc.get("measurements") else []
+    if result.get("run_kind") == "functional":
+        return [_correctness_section(result)]
     impl_rows = []
     for i in result["implementations"]:
         checked = [c["rows"] for c in i.get("correctness", []) if c.get("passed")]
@@ -246,17 +360,15 @@ def kernel_sections(doc: dict[str, Any]) -> list[Section]:
 
 
 def _draw_measurements(ax: Any, measurements: list[dict[str, Any]], title: str) -> None:
-    """The seed's measurement rows (``<impl>_ms`` per row count) as time per call over rows, one line each."""
+    """The seed's measurement rows (``<impl>_ms`` per row count) as time per call over rows, one line each. Only
+    measurements that time something are drawn: a functional check (no measurements) gets no timing axes at all."""
     ms = sorted(measurements, key=lambda m: m["rows"])
     series = sorted({k[:-3] for m in ms for k in m if k.endswith("_ms")})
     for n, s in enumerate(series):
         pts = [(m["rows"], m[f"{s}_ms"] * 1000) for m in ms if m.get(f"{s}_ms") is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[n % len(MARKERS)], label=s)
-    rows_axes(ax, ylabel="time per call (µs)", title=title)
-    if series:
-        ax.legend(fontsize=7)
-    else:  # a functional check times nothing
-        ax.text(0.5, 0.5, "nothing timed", transform=ax.transAxes, ha="center", va="center", color="grey")
+    rows_axes(ax, ylabel="time per call (µs)", title=title, rows=[m["rows"] for m in ms])
+    ax.legend(fontsize=7)
 
 
 def _measurements_section(doc: dict[str, Any]) -> Section:
@@ -275,17 +387,22 @@ def _measurements_section(doc: dict[str, Any]) -> Section:
 
 def _device_name(doc: dict[str, Any], key: str, block: dict[str, Any]) -> str:
     """The device a PoC's per-GPU kernel block was measured on, with its host index where the evidence records one
-    (two GPUs of one type, ``h200`` and ``h200__2``, are told apart by it)."""
+    (two GPUs of one type, ``h200`` and ``h200__2``, are told apart by it); a block measured without a GPU reads as
+    the CPU it ran on (``receipts.render.device_label``)."""
     from ..poc.gpus import receipt_hardware
+    from ..receipts.render import device_label, is_functional
 
     hw = receipt_hardware((((doc.get("evidence") or {}).get("kernel") or {}).get(key)) or {})
     index = hw.get("gpu_index")
-    return str(block.get("gpu", "")) + (f" (GPU {index})" if index is not None else "")
+    return device_label(block.get("gpu"), functional=is_functional(block)) + (
+        f" (GPU {index})" if index is not None else "")
 
 
 def custom_kernel_sections(doc: dict[str, Any]) -> list[Section]:
-    """A PoC's ``custom_kernel`` block: one panel per GPU side by side (time per call over rows for the
-    candidate and every baseline the block holds), and each GPU's decision in a table."""
+    """A PoC's ``custom_kernel`` block: one panel per GPU that timed something, side by side (time per call over
+    rows for the candidate and every baseline the block holds), and each GPU's decision in a table (its reason is
+    in the page's head, once). A functional check times nothing: it gets no timing panel; what it checked is drawn
+    under its kernel screen's section (``kernel_sections``)."""
     ck = doc.get("custom_kernel")
     if not isinstance(ck, dict):
         return []
@@ -293,12 +410,20 @@ def custom_kernel_sections(doc: dict[str, Any]) -> list[Section]:
     if not gpus:
         return []
     device = {k: _device_name(doc, k, g) for k, g in gpus.items()}
-    fig, axes = new_figure(min(5.0 * len(gpus), 15.0), 4.5, ncols=len(gpus))
-    for ax, (key, g) in zip(axes, gpus.items()):
-        _draw_measurements(ax, g["measurements"], f"{key}: {device[key]}")
-    table = Table(title="Per GPU", columns=["GPU", "device", "decision", "reason"],
-                  rows=[[k, device[k], g.get("decision", ""), g.get("reason", "")] for k, g in gpus.items()])
-    return [Section(title=f"Custom kernel: {ck.get('operator', '')}", figures=[Figure(
-        name="custom-kernel-per-gpu", title="Time per call per GPU type", fig=fig,
-        caption="The median time per call the block records per row count (custom = the candidate), one panel per "
-                "GPU type; the full per-trial evidence is in each GPU's kernel receipt.")], tables=[table])]
+    timed = {k: g for k, g in gpus.items() if g["measurements"]}
+    figures = []
+    if timed:
+        fig, axes = new_figure(min(5.0 * len(timed), 15.0), 4.5, ncols=len(timed))
+        for ax, (key, g) in zip(axes, timed.items()):
+            _draw_measurements(ax, g["measurements"], f"{key}: {device[key]}")
+        figures.append(Figure(
+            name="custom-kernel-per-gpu", title="Time per call per GPU type", fig=fig,
+            caption="The median time per call the block records per row count (custom = the candidate), one panel "
+                    "per GPU type that timed something; the full per-trial evidence is in each GPU's kernel "
+                    "receipt."))
+    notes = [f"{k}: {device[k]}, nothing timed; what was checked, per implementation and row count, is in its kernel "
+             "screen's correctness section below" for k in gpus if k not in timed]
+    table = Table(title="Per GPU", columns=["GPU", "device", "decision", "timing mode"],
+                  rows=[[k, device[k], g.get("decision", ""), g.get("timing_mode") or "nothing timed"]
+                        for k, g in gpus.items()])
+    return [Section(title=f"Custom kernel: {ck.get('operator', '')}", figures=figures, tables=[table], notes=notes)]

@@ -17,9 +17,9 @@ DPI = 110
 REASON_CHARS = 480   # a decision's reason longer than this opens folded (the whole of it one click away)
 CELL_CHARS = 240     # a table cell's text beyond this is cut, and says so: the receipt holds all of it
 # verdict words -> the colour class the page gives a table cell that starts with one (kernel, serving, drivers,
-# prediction against measurement)
-VERDICT_CLASSES = {"FASTER": "good", "BETTER": "good", "AGREE": "good", "CONSISTENT": "good",
-                   "SLOWER": "bad", "WORSE": "bad", "DISAGREE": "bad", "BELOW": "bad", "ABOVE": "bad",
+# prediction against measurement, correctness)
+VERDICT_CLASSES = {"FASTER": "good", "BETTER": "good", "AGREE": "good", "CONSISTENT": "good", "PASS": "good",
+                   "SLOWER": "bad", "WORSE": "bad", "DISAGREE": "bad", "BELOW": "bad", "ABOVE": "bad", "FAIL": "bad",
                    "SAME": "same", "EQUIVALENT": "same",
                    "FLAGGED": "flag", "AMBIGUOUS": "unsure", "INCONCLUSIVE": "unsure", "UNDECIDED": "unsure",
                    "INSUFFICIENT": "unsure"}

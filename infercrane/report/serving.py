@@ -61,6 +61,37 @@ def _axis_label(name: str) -> str:
     return f"{label} ({unit})" if unit else label
 
 
+# A drift[] entry (``serving.receipt.arm_drift``) is in one of three states: flagged, checked and not flagged, or
+# not checked at all, because the arm had fewer than 2 runs between its first and its last (no spread to set the
+# change against: ``other_runs_spread_percent`` is None, and ``flagged`` False means nothing).
+DRIFT_FLAGGED, DRIFT_CLEAN, DRIFT_UNCHECKED = "flagged", "not flagged", "could not run"
+DRIFT_STATES = (DRIFT_FLAGGED, DRIFT_CLEAN, DRIFT_UNCHECKED)
+DRIFT_RINGS = {DRIFT_FLAGGED: "#c62828", DRIFT_CLEAN: "#9e9e9e", DRIFT_UNCHECKED: "#1565c0"}
+DRIFT_LEGEND = {DRIFT_FLAGGED: "drift flagged: first and last run compared",
+                DRIFT_CLEAN: "drift checked, not flagged",
+                DRIFT_UNCHECKED: "drift check could not run: fewer than 2 other runs"}
+UNCHECKED_CELL = "not checked: fewer than 2 other runs"
+
+
+def drift_state(entry: dict[str, Any]) -> str:
+    """What a drift[] entry says: DRIFT_FLAGGED, DRIFT_CLEAN, or DRIFT_UNCHECKED where the receipt holds no spread of
+    other runs."""
+    if entry.get("other_runs_spread_percent") is None:
+        return DRIFT_UNCHECKED
+    return DRIFT_FLAGGED if entry.get("flagged") else DRIFT_CLEAN
+
+
+def drift_summary(drift: list[dict[str, Any]]) -> str:
+    """One sentence counting the drift[] entries in each state, naming why a check could not run."""
+    counts = {state: sum(1 for d in drift if drift_state(d) == state) for state in DRIFT_STATES}
+    text = (f"Drift check per arm and concurrency: {counts[DRIFT_FLAGGED]} flagged, {counts[DRIFT_CLEAN]} checked and "
+            f"not flagged, {counts[DRIFT_UNCHECKED]} could not run")
+    if counts[DRIFT_UNCHECKED]:
+        text += (": the check sets the first-to-last change against the spread of the runs between them, and "
+                 "needs at least 2 of those (4 ok runs in the arm at that concurrency)")
+    return text + "."
+
+
 # --- drawing helpers ---------------------------------------------------------------------------------------------
 
 def _new_figure(nrows: int, ncols: int) -> tuple[Any, list[Any]]:
@@ -336,7 +367,7 @@ def _ratio_figure(name: str, title: str, stats: list[dict[str, Any]], a: str, b:
             colour = VERDICT_COLOURS.get(s.get("verdict"), NO_VERDICT_COLOUR)
             _whisker(ax, s["concurrency"], s["ratio_b_over_a"], s["ci_low"], s["ci_high"], colour)
             p = f"\np = {s['p_value']:.2g}" if isinstance(s.get("p_value"), (int, float)) else ""
-            _label(ax, s["concurrency"], s["ratio_b_over_a"], f"{s.get('verdict', 'no verdict')}{p}", colour)
+            _label(ax, s["concurrency"], s["ratio_b_over_a"], f"{s.get('verdict') or 'no verdict'}{p}", colour)
         _concurrency_axis(ax, concurrencies)
         better = "higher" if mine[0].get("higher_is_better") else "lower"
         ax.set_ylabel(f"B/A of {_metric(metric)[1]}", fontsize=8)
@@ -385,7 +416,7 @@ def _drift_figure(name: str, title: str, arms: list[_Arm], concurrencies: list[i
     else:
         nrows, ncols = len(metrics), len(cs)
     fig, axes = _new_figure(nrows, ncols)
-    flagged_any = checked_any = False
+    states: set[str] = set()
     for ax, (metric, c) in zip(axes, panels):
         run_field = _metric(metric)[0]
         xs_all: list[int] = []
@@ -400,14 +431,13 @@ def _drift_figure(name: str, title: str, arms: list[_Arm], concurrencies: list[i
                 if (d.get("recipe"), d.get("concurrency"), d.get("metric")) != (arm.recipe, c, metric) or \
                         (arm.driver is not None and d.get("driver") not in (None, arm.driver)):
                     continue
-                flagged = bool(d.get("flagged"))
-                flagged_any |= flagged
-                checked_any |= not flagged
-                ring = "#c62828" if flagged else "#9e9e9e"
+                state = drift_state(d)
+                states.add(state)
+                ring = DRIFT_RINGS[state]
                 xs, ys = [d["first_run_index"], d["last_run_index"]], [d["first"], d["last"]]
                 ax.plot(xs, ys, "o", markersize=11, markerfacecolor="none", markeredgecolor=ring,
                         markeredgewidth=1.6, linestyle="none")
-                if flagged:
+                if state == DRIFT_FLAGGED:
                     _label(ax, d["last_run_index"], d["last"], f"{d.get('change_percent', 0):+.1f} %", ring)
         ax.set_title(f"c = {c}" + (f", {_metric(metric)[1]}" if len(metrics) > 1 else ""), fontsize=9)
         ax.set_xlabel("run_index (run order in the arm)", fontsize=8)
@@ -421,18 +451,17 @@ def _drift_figure(name: str, title: str, arms: list[_Arm], concurrencies: list[i
     handles = _legend_handles([(f"{a.label}: one run", {"colour": ARM_COLOURS[i % len(ARM_COLOURS)],
                                                         "marker": "o", "linestyle": "-", "markersize": 4})
                                for i, a in enumerate(arms)])
-    handles += _legend_handles(
-        [("drift flagged: first and last run compared", {"colour": "#c62828", "marker": "o", "face": "none",
-                                                         "markersize": 9})] * flagged_any
-        + [("drift checked, not flagged", {"colour": "#9e9e9e", "marker": "o", "face": "none",
-                                           "markersize": 9})] * checked_any)
+    handles += _legend_handles([(DRIFT_LEGEND[state], {"colour": DRIFT_RINGS[state], "marker": "o", "face": "none",
+                                                       "markersize": 9}) for state in DRIFT_STATES if state in states])
     _figure_legend(fig, handles)
     fig.suptitle(title, fontsize=10)
     if drift:
         marks = ("Rings: the first and last run the receipt's drift check compared (drift[]: first_run_index, "
                  "last_run_index, first, last); red where it is flagged (its |change_percent| exceeds the spread "
                  "of the arm's other runs, other_runs_spread_percent), labelled with its change_percent; grey where "
-                 "it is not.")
+                 "it is not" + ("; blue where the check could not run (fewer than 2 runs between the first and the "
+                                "last: no spread to set the change against)"
+                                if DRIFT_UNCHECKED in states else "") + f". {drift_summary(drift)}")
     else:
         marks = "The receipt records no drift check (drift[] is absent or empty), so nothing is marked."
     caption = (f"Each dot is one ok run's {', '.join(_metric(m)[1] for m in metrics)} at one concurrency, against "
@@ -571,6 +600,13 @@ def _kis_figure(name: str, title: str, rows: list[dict[str, Any]], arm_a: str, a
     return Figure(name=name, title=title, caption=caption, fig=fig)
 
 
+def _device(doc: dict[str, Any], block: dict[str, Any]) -> str:
+    """The device a serving block names (its ``gpu``), as a title says it (``receipts.render.device_label``)."""
+    from ..receipts.render import device_label, is_functional
+
+    return device_label(block.get("gpu"), functional=is_functional(doc))
+
+
 def _public_label(arm: dict[str, Any]) -> str:
     return f"{arm.get('recipe')} · {arm['driver']}" if arm.get("driver") else str(arm.get("recipe"))
 
@@ -653,10 +689,12 @@ def _drift_table(drift: list[dict[str, Any]]) -> Table:
                "change (%)", "other runs' spread (%)", "flagged"]
     rows = [[d.get("recipe"), d.get("driver"), d.get("concurrency"), d.get("metric"), d.get("first_run_index"),
              d.get("last_run_index"), d.get("first"), d.get("last"), d.get("change_percent"),
-             d.get("other_runs_spread_percent"), d.get("flagged")] for d in drift]
+             d.get("other_runs_spread_percent"),
+             d.get("flagged") if drift_state(d) != DRIFT_UNCHECKED else UNCHECKED_CELL] for d in drift]
     return Table(title="Warm-up drift: each arm's first run against its last", columns=columns, rows=rows,
                  caption="As the receipt's drift[] records it: flagged when |change| exceeds the spread "
-                         "((max - min) / median) of the arm's other runs.")
+                         "((max - min) / median) of the arm's other runs; with fewer than 2 other runs there is no "
+                         f"spread and the check could not run. {drift_summary(drift)}")
 
 
 def _agreement_table(agreement: list[dict[str, Any]]) -> Table:
@@ -712,8 +750,9 @@ def _public_table(block: dict[str, Any]) -> Table:
     if published:
         rows.append(["published example", "", None, None, published.get("output_tokens_per_second"),
                      published.get("request_throughput"), None, None, None])
-    return Table(title="Public workload: each arm's medians and the published example", columns=columns, rows=rows,
-                 caption=block.get("comparison_boundary") or "")
+    # the comparison boundary is part of the section's reason in the page's head (``build._head``): said once, there
+    return Table(title="Public workload: each arm's medians" + (" and the published example" if published else ""),
+                 columns=columns, rows=rows)
 
 
 # --- sections -----------------------------------------------------------------------------------------------------
@@ -758,10 +797,7 @@ def _paired_parts(prefix: str, block: dict[str, Any], runs: list[dict[str, Any]]
     tables = [_statistics_table(stats, a, b)] if stats else [_comparisons_table(comparisons)]
     if drift:
         tables.append(_drift_table(drift))
-    if block.get("decision"):
-        notes.insert(0, f"decision ({block.get('decision_code', 'no code')}): {block['decision']}")
-    if block.get("reason"):
-        notes.insert(1, f"reason: {block['reason']}")
+    # the block's decision and reason are the page's head's (``build._head``): said once, there
     return [f for f in figures if f is not None], tables, notes, (a, b)
 
 
@@ -772,7 +808,7 @@ def _paired_section(doc: dict[str, Any]) -> Section | None:
     recipes = {m.get("recipe") for m in block.get("measurements") or []}
     runs, source = _paired_runs(doc, block, recipes)
     figures, tables, notes, (a, b) = _paired_parts("paired", block, runs, source, "Paired A/B")
-    return Section(title=f"Serving A/B (paired_aiperf, {block.get('gpu', 'GPU not recorded')}): {b} over {a}",
+    return Section(title=f"Serving A/B (paired_aiperf, {_device(doc, block)}): {b} over {a}",
                    figures=figures, tables=tables, notes=notes)
 
 
@@ -791,7 +827,8 @@ def _kis_section(doc: dict[str, Any]) -> Section | None:
     runs_said = ("Runs per arm (A / B) per concurrency, from paired_aiperf's statistics: "
                  + ", ".join(f"c={c}: {na} / {nb}" for c, (na, nb) in sorted(runs.items())) + "."
                  if runs else "")
-    notes = [f"{k.replace('_', ' ')}: {prediction[k]}" for k in ("note", "verdict_rule") if prediction.get(k)]
+    # the verdict rule is the prediction's reason in the page's head: said once, there
+    notes = [f"note: {prediction['note']}"] if prediction.get("note") else []
     notes += [f"candidate {prediction.get('candidate')} against incumbent {prediction.get('incumbent')}, "
               f"{prediction.get('mode')} mode, {prediction.get('calls_per_step')} calls per decode step"]
     figure = _kis_figure("kis-prediction", "Kernel in serving: predicted against measured B/A", rows, arm_a, arm_b,
@@ -828,7 +865,7 @@ def _bench_section(doc: dict[str, Any]) -> Section | None:
         tables.append(_drift_table(drift))
     notes = [] if len(drivers) > 1 else [f"one driver ({', '.join(drivers) or 'none recorded'}): no agreement "
                                          "to show"]
-    return Section(title=f"Serving benchmark (bench, {block.get('gpu', 'GPU not recorded')}): {recipe} under "
+    return Section(title=f"Serving benchmark (bench, {_device(doc, block)}): {recipe} under "
                          f"{', '.join(drivers)}", figures=[f for f in figures if f is not None], tables=tables,
                    notes=notes)
 
@@ -858,9 +895,11 @@ def _public_section(doc: dict[str, Any]) -> Section | None:
             for a in recorded]
     figures: list[Figure] = []
     tables = [_public_table(block)]
-    notes = [f"{k.replace('_', ' ')}: {block[k]}" for k in ("decision", "reason") if block.get(k)]
-    notes += [f"driver agreement: {line}" for line in block.get("driver_agreement") or []]
-    fig = _public_arms_figure("public-arms", "Public workload: each arm against the published example", block, arms)
+    # the section's decision and reason are the page's head's (``build._head``): said once, there
+    notes = [f"driver agreement: {line}" for line in block.get("driver_agreement") or []]
+    title = ("Public workload: each arm against the published example" if block.get("published_example") else
+             "Public workload: each arm's runs and median (the workload has no published example)")
+    fig = _public_arms_figure("public-arms", title, block, arms)
     if fig is not None:
         fig.caption += (f" Runs from {source}." if any(a.runs for a in arms) else
                         " The receipt holds no per-run numbers for these arms: no dots.")
@@ -869,7 +908,7 @@ def _public_section(doc: dict[str, Any]) -> Section | None:
         more_figures, more_tables, more_notes, _ = _paired_parts("public", ab, runs, source, "Public-workload A/B")
         figures += more_figures
         tables += more_tables
-        notes += [n for n in more_notes if not n.startswith(("decision", "reason"))]
+        notes += more_notes
     return Section(title="Public workload reproduction", figures=figures, tables=tables, notes=notes)
 
 

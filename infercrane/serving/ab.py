@@ -15,6 +15,7 @@ is in its engine record.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,9 @@ from typing import Any, Callable
 @dataclass(frozen=True)
 class ABPlan:
     """A checked A/B (or, ``kind="bench"``, one recipe's benchmark), ready to run. ``options``: what the receipt
-    records as the command's options (``plan_config``); ``order``: the arm order if not the workload's."""
+    records as the command's options (``plan_config``; secrets redacted); ``order``: the arm order if not the
+    workload's; ``tokenizer``: the drivers' tokenizer instead of each recipe model's (``--tokenizer``); ``access``: the
+    API key and headers every request to the engines carries (``engine.ServerAccess``; never recorded)."""
 
     section: str
     recipes: list[Any]
@@ -41,6 +44,8 @@ class ABPlan:
     order: str | None = None
     sign_key: Path | None = None
     model_provenance: dict[str, Any] | None = None
+    tokenizer: str | None = None
+    access: Any = None
 
 
 def artifacts_dir(plan: ABPlan) -> Path:
@@ -68,6 +73,7 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     from ..errors import InfercraneError
     from ..receipts.validate import write_receipt
     from ..serving.progress import progress_reason
+    from ..serving.config import redact_argv
     from ..serving.receipt import build_document, model_provenance, plan_config
     from ..serving.workload import PlanResult, plan_runs, run_plan
 
@@ -83,7 +89,7 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
         for eng in reversed(list(external.values())):  # --url servers are engines of the plan too, once each
             if not any(rec is eng.record for rec in result.engines):
                 result.engines.insert(0, eng.record)
-        prov = provenance(config=config, run_id=run_id, model=model_prov)
+        prov = provenance(config=config, run_id=run_id, model=model_prov, command_line=redact_argv(sys.argv))
         doc = build_document(result, kind=plan.kind, policy=plan.policy, provenance=prov,
                              incomplete_reason=incomplete)
         if plan.decorate is not None and incomplete is None and result.complete:
@@ -115,11 +121,12 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     try:
         if pool is not None:
             external = {**pool.engines_for(recs, out_dir=art, startup_timeout_s=plan.startup_timeout_s, into=partial,
-                                           say=say), **external}
+                                           say=say, access=plan.access), **external}
         result = run_plan(recs, workload, out_dir=art, drivers=list(plan.drivers), order=plan.order,
                           startup_timeout_s=plan.startup_timeout_s, on_run=one_run, on_progress=progress,
                           into=partial, coresident=bool(plan.options.get("coresident")), on_start=on_start,
-                          engines=external or None, ahead=ahead, then=then)
+                          engines=external or None, ahead=ahead, then=then, tokenizer=plan.tokenizer,
+                          access=plan.access)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         if ahead is not None:
             ahead.kill()  # ended with the plan, if the plan had not taken it yet
@@ -153,9 +160,10 @@ class EnginePool:
         self.ahead: dict[Path, Any] = {}  # an A/B's receipt path -> its first AIPerf block, started ahead
 
     def engines_for(self, recipes: list[Any], *, out_dir: Path, startup_timeout_s: float, into: Any,
-                    say: Callable[[str], None]) -> dict[str, Any]:
+                    say: Callable[[str], None], access: Any = None) -> dict[str, Any]:
         """arm -> engine for one A/B: engines no A/B from this one on needs are stopped first, then those missing are
-        started one after the other (vLLM sizes its KV cache from the memory it sees taken at start-up)."""
+        started one after the other (vLLM sizes its KV cache from the memory it sees taken at start-up), each
+        carrying ``access`` (the A/B's API key and headers) on every request."""
         keys = [launch_key(r) for r in recipes]
         while self.plan and self.plan[0] != keys:
             self.plan.pop(0)  # an A/B that was reused or skipped
@@ -168,7 +176,8 @@ class EnginePool:
             engine = self.live.get(key)
             if engine is None:
                 others = [self.live[k].label for k in self.live]
-                engine = self._engine(recipe, out_dir=out_dir, startup_timeout_s=startup_timeout_s, others=others)
+                engine = self._engine(recipe, out_dir=out_dir, startup_timeout_s=startup_timeout_s, others=others,
+                                      access=access)
                 self.live[key] = engine
                 engine.start()
                 say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s"
@@ -183,14 +192,14 @@ class EnginePool:
         return out
 
     def _engine(self, recipe: Any, *, out_dir: Path, startup_timeout_s: float, others: list[str],
-                kv_cache_bytes: int | None = None) -> Any:
+                kv_cache_bytes: int | None = None, access: Any = None) -> Any:
         """A pool engine for ``recipe`` (not launched yet), with this pool's memory share, recorded as the sitting's."""
         from .engine import Engine
 
         engine = Engine(recipe, log_dir=out_dir / "engines", label=f"pool-{recipe.name}",
                         startup_timeout_s=startup_timeout_s,
                         gpu_memory_utilization=self.memory_share if recipe.engine == "vllm" else None,
-                        coresident_with=others, kv_cache_bytes=kv_cache_bytes)
+                        coresident_with=others, kv_cache_bytes=kv_cache_bytes, access=access)
         engine.record.started_by_sitting = True
         self.started.append(engine)
         return engine
@@ -207,7 +216,8 @@ class EnginePool:
         after the other as before. An engine that fails to start here is stopped and started again alone when its A/B
         comes; the failure is said, not hidden. ``first``: the sitting's first A/B, whose first AIPerf block is started
         ahead (``prestart_first``) as soon as the engine serving it is up and warmed for its workload, so that its
-        start-up overlaps the other engines' start-ups and warm-ups."""
+        start-up overlaps the other engines' start-ups and warm-ups. The engines carry ``first``'s ``access`` (a
+        sitting's A/Bs share one: a PoC's ``serving`` section)."""
         import threading
 
         from .warmup import warm_engine
@@ -238,7 +248,7 @@ class EnginePool:
         self.memory_share = share
         engines = {key: self._engine(recipe, out_dir=out_dir, startup_timeout_s=startup_timeout_s,
                                      others=[f"pool-{r.name}" for k, (r, _) in serves.items() if k != key],
-                                     kv_cache_bytes=kv[key])
+                                     kv_cache_bytes=kv[key], access=first.access if first is not None else None)
                    for key, (recipe, _) in todo.items()}
         failed: dict[str, BaseException] = {}
         t0 = time.monotonic()
@@ -268,7 +278,7 @@ class EnginePool:
             for key in [k for k, d in delays.items() if d == delay]:
                 try:  # launched from this thread: an engine dies with the thread that started it (the parent-death
                     engines[key].launch()  # signal), so only the waits are threads
-                except BaseException as exc:  # noqa: BLE001 - said below
+                except Exception as exc:  # noqa: BLE001 - said below; Ctrl-C and SIGTERM go on up
                     failed[key] = exc
                     continue
                 threads.append(threading.Thread(target=up, args=(key,), name=f"infercrane-start-{engines[key].label}",
@@ -331,7 +341,7 @@ class EnginePool:
         if not driver.supports_prestart():
             return False
         resolved = recipe if recipe.sha256 else recipe.resolved()
-        grid = aiperf_block(workload, resolved, resolve_tokenizer(resolved), engine, first,
+        grid = aiperf_block(workload, resolved, resolve_tokenizer(resolved, plan.tokenizer), engine, first,
                             artifacts_dir(plan) / first[0].arm / f"visit{first[0].segment:02d}", {})
         self.ahead[plan.out] = driver.prestart(grid)
         return True

@@ -2,22 +2,213 @@
 
 Layering: the recipe and workload files, then these overrides, then the frozen resolved objects whose hashes go into
 the receipt.
+
+Two groups of options are shared with the PoC config (``poc/config.py``), named as AIPerf names them, and declared
+here only: ``LoadOptions`` (what each request sends and how requests arrive: ``--request-rate``,
+``--arrival-pattern``, ``--isl``, ``--osl``, ``--extra-inputs``; overrides of the workload, so the receipt records
+them with it and both arms get the same), which a PoC's ``paired`` and ``public`` sections take; and
+``ServerOptions`` (how to reach the servers: ``--tokenizer``, ``--api-key``, ``--header``), which its ``serving``
+section takes. Secrets: ``--api-key`` and the header values are never written: every dump of these models (the
+receipt's recorded options, the PoC receipt's config) shows ``<redacted>`` in their place.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from cyclopts import Group, Parameter
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator
 
 from ..commands.options import Many, flag
 
 # The workload each command runs when --workload is not given.
 DEFAULT_WORKLOAD = {"ab": "seed-paired", "bench": "public-1000"}
 RUNS_RANGE = (3, 100)
+REDACTED = "<redacted>"  # as engine.REDACTED (not imported: --help must stay light)
+LOAD = Group("Load (AIPerf's names; override the workload)", sort_key=10)
+SERVER = Group("Server access", sort_key=11)
+T = TypeVar("T")
+# A repeated option whose values may hold commas (a header value, a JSON value): not split at them, unlike Many.
+Repeated = Annotated[tuple[T, ...], Parameter(consume_multiple=True, negative=())]
 
 
-class ServeConfig(BaseModel):
+def _as_pairs(value: object, as_json: bool = False) -> object:
+    """A mapping (a PoC config's ``extra_inputs: {temperature: 0.7}``, ``headers: {X-Tenant: a}``) as the
+    ``KEY:VALUE`` items of the CLI form, each value as JSON (``as_json``) or as text."""
+    if isinstance(value, dict):
+        return tuple(f"{k}:{json.dumps(v) if as_json else v}" for k, v in value.items())
+    if isinstance(value, str):
+        return (value,)
+    return value
+
+
+def parse_extra_input(text: str, flag_name: str = "--extra-inputs") -> tuple[str, Any]:
+    """``KEY:VALUE`` (AIPerf's ``--extra-inputs`` form) as (key, value): the value read as JSON when it is JSON
+    (``0.7``, ``true``, ``["a"]``, ``{"k": 1}``, ``null``), else kept as text; ValueError naming the flag otherwise."""
+    key, colon, raw = str(text).partition(":")
+    key, raw = key.strip(), raw.strip()
+    if not colon or not key:
+        raise ValueError(f"{flag_name} {text}: give KEY:VALUE (AIPerf's form, e.g. temperature:0.7; the value is read "
+                         "as JSON when it is JSON)")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
+SECRET_FLAGS = {"--api-key": "key", "--header": "header"}  # the flags whose values a command line may not keep
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` as a receipt may record it: the value of ``--api-key`` and the value part of each ``--header
+    NAME:VALUE`` (repeated, or several after one flag) replaced by ``<redacted>``, in the ``--flag value`` and
+    ``--flag=value`` forms."""
+    def hidden(kind: str, value: str) -> str:
+        return REDACTED if kind == "key" else f"{value.split(':', 1)[0]}:{REDACTED}"
+
+    out: list[str] = []
+    kind: str | None = None
+    for tok in argv:
+        if kind is not None and (kind == "key" or not tok.startswith("-")):
+            out.append(hidden(kind, tok))
+            kind = None if kind == "key" else kind
+            continue
+        kind = None
+        name, eq, value = tok.partition("=")
+        if name in SECRET_FLAGS and eq:
+            out.append(f"{name}={hidden(SECRET_FLAGS[name], value)}")
+            continue
+        kind = SECRET_FLAGS.get(tok)
+        out.append(tok)
+    return out
+
+
+class LoadOptions(BaseModel):
+    """What each request sends and how requests arrive: overrides of the workload (``load_overrides``), recorded with
+    it in the receipt and its identity, the same for both arms. A PoC's ``paired`` / ``public`` sections take them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request_rate: Annotated[float | None, Parameter(group=LOAD)] = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="Requests per second at every point (open loop, AIPerf's rate phases; vllm bench --request-rate); "
+                    "each concurrency then caps the requests in flight. Default: closed loop at the concurrency.")
+    arrival_pattern: Annotated[Literal["poisson", "constant"] | None, Parameter(group=LOAD)] = Field(
+        None, description="How arrivals are spaced at --request-rate: poisson (AIPerf's default) or constant.")
+    isl: Annotated[int | None, Parameter(group=LOAD)] = Field(
+        None, ge=1, description="Input (prompt) tokens per request: the workload's input_tokens.")
+    osl: Annotated[int | None, Parameter(group=LOAD)] = Field(
+        None, ge=2, description="Output tokens per request (>= 2, so TPOT is defined): the workload's output_tokens.")
+    extra_inputs: Annotated[Repeated[str] | None, Parameter(group=LOAD)] = Field(
+        None, description="KEY:VALUE merged into every request body (repeatable; the value read as JSON when it is "
+                          "JSON, e.g. temperature:0.7), the warm-up's too; recorded with the workload.")
+
+    @field_validator("extra_inputs", mode="before")
+    @classmethod
+    def _pairs(cls, value: object) -> object:
+        return _as_pairs(value, as_json=True)
+
+    @field_validator("extra_inputs")
+    @classmethod
+    def _extra_inputs_ok(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return value
+        from .workload import reserved_input
+
+        keys = [parse_extra_input(v)[0] for v in value]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"{flag('extra_inputs')}: {', '.join(twice)} given more than once; give each key once")
+        why = reserved_input(keys)
+        if why is not None:
+            raise ValueError(f"{flag('extra_inputs')} {why}")
+        return value
+
+    def extra_inputs_dict(self) -> dict[str, Any] | None:
+        return None if self.extra_inputs is None else dict(parse_extra_input(v) for v in self.extra_inputs)
+
+    def load_overrides(self) -> dict[str, Any]:
+        """The workload fields these options replace."""
+        pairs = {"request_rate": self.request_rate, "arrival_pattern": self.arrival_pattern,
+                 "input_tokens": self.isl, "output_tokens": self.osl, "extra_inputs": self.extra_inputs_dict()}
+        return {k: v for k, v in pairs.items() if v is not None}
+
+
+class ServerOptions(BaseModel):
+    """How to reach the servers: the drivers' tokenizer, and the API key and headers every request carries (every
+    probe, the warm-up, the drivers: ``engine.ServerAccess``). A PoC's ``serving`` section takes them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokenizer: Annotated[str | None, Parameter(group=SERVER)] = Field(
+        None, description="The drivers' tokenizer (a hub id in the local cache, or a tokenizer folder) instead of the "
+                          "recipe model's: needed for a test-server recipe, or a server whose model is not local.")
+    api_key: Annotated[str | None, Parameter(group=SERVER)] = Field(
+        None, repr=False, description="API key every request to the servers carries (Authorization: Bearer KEY): "
+                                      "AIPerf's --api-key, vllm bench's OPENAI_API_KEY. Never recorded: the receipt "
+                                      "says only that one was set.")
+    headers: Annotated[Repeated[str] | None, Parameter(name="--header", group=SERVER)] = Field(
+        None, repr=False, description="NAME:VALUE header every request to the servers carries (repeatable; AIPerf's "
+                                      "Header:Value form). The receipt records the names; the values are never "
+                                      "written. Not with vllm-bench.")
+
+    @field_validator("api_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        from .engine import ServerAccess
+
+        return None if value is None else ServerAccess.check_key(value, flag("api_key"))
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_list(cls, value: object) -> object:
+        return _as_pairs(value)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers_ok(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return value
+        from .engine import ServerAccess
+
+        names = [ServerAccess.parse_header(h)[0] for h in value]
+        lower = [n.lower() for n in names]
+        twice = sorted({n for n in names if lower.count(n.lower()) > 1})
+        if twice:
+            raise ValueError(f"--header {', '.join(twice)}: given more than once; give each header once")
+        return value
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> "ServerOptions":
+        if self.api_key is not None and any(h.split(":", 1)[0].strip().lower() == "authorization"
+                                            for h in self.headers or ()):
+            raise ValueError("--api-key is sent as the Authorization header, and --header Authorization sets it "
+                             "too; give one")
+        return self
+
+    @field_serializer("api_key")
+    def _no_key(self, value: str | None) -> str | None:
+        return None if value is None else REDACTED
+
+    @field_serializer("headers")
+    def _names_only(self, value: tuple[str, ...] | None) -> list[str] | None:
+        return None if value is None else [f"{h.split(':', 1)[0].strip()}:{REDACTED}" for h in value]
+
+    def access(self) -> Any:
+        """The ``engine.ServerAccess`` these options give (empty when neither key nor header is set)."""
+        from .engine import ServerAccess
+
+        return ServerAccess(api_key=self.api_key,
+                            headers=tuple(ServerAccess.parse_header(h) for h in self.headers or ()))
+
+    def recorded(self) -> dict[str, Any]:
+        """What a receipt's options hold of them (secrets redacted), the options given only."""
+        return {k: v for k, v in self.model_dump(mode="json", include=set(ServerOptions.model_fields)).items()
+                if v is not None}
+
+
+class ServeConfig(ServerOptions, LoadOptions):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str | None = Field(None, description="Workload preset (quick, seed-paired, public-1000; see `infercrane "
@@ -87,6 +278,9 @@ class ServeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ServeConfig":
+        if self.request_rate is not None and self.requests_per_slot is not None:
+            raise ValueError("--requests-per-slot sizes windows of a closed loop, and --request-rate sends open loop "
+                             "(a window's requests then follow from the rate); give --request-count, or drop one")
         if self.stand_in and self.model is not None:
             raise ValueError("--stand-in serves a stand-in of the recipes' model, --model another model; give one")
         if self.url and self.stand_in:
@@ -102,4 +296,4 @@ class ServeConfig(BaseModel):
         pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,
                  "requests_per_slot": self.requests_per_slot, "min_requests": self.min_requests,
                  "concurrency": list(self.concurrency) if self.concurrency else None}
-        return {k: v for k, v in pairs.items() if v is not None}
+        return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()

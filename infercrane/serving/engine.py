@@ -43,7 +43,12 @@ the engine is in after it, never a traceback.
 
 ``ExternalEngine`` is a server InferCrane did not start (``serve ... --url``): the same interface, no lifecycle; it
 is probed (``GET /v1/models``, one completion, ``GET /version``, whether ``POST /reset_prefix_cache`` is offered) and
-recorded with ``launched_by_infercrane: false``.
+recorded with ``launched_by_infercrane: false``; the model id requests name is found in its ``/v1/models``
+(``served_model_of``).
+
+Every request to an engine or a server carries its ``access`` (``ServerAccess``: ``--api-key`` as ``Authorization:
+Bearer``, ``--header``s): health, ``/v1/models``, the readiness completion, ``/version``, the prefix-cache reset, the
+warm-up; the drivers get the same through their environment.
 
 vLLM's ``POST /reset_prefix_cache`` exists only with ``VLLM_SERVER_DEV_MODE=1`` (vLLM 0.22.1,
 ``vllm/entrypoints/serve/cache/api_router.py``); the vLLM engine kind sets it, and it is recorded
@@ -57,6 +62,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -69,6 +75,7 @@ import urllib.parse
 import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from datetime import datetime, UTC
 from pathlib import Path
@@ -193,12 +200,14 @@ def _exc_text(exc: BaseException) -> str:
     return text if text.startswith(name) else f"{name}: {text}"
 
 
-def _http(method: str, url: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of one request; OSError when there is no whole answer: refused, reset, timed out, or
-    ``CutShort`` (the answer began and was cut off), or ConnectionError for an answer that is not HTTP."""
+def _http(method: str, url: str, body: dict | None = None, timeout_s: float = 5.0,
+          headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    """(status, body) of one request, with ``headers`` added (``ServerAccess.http_headers``); OSError when there is no
+    whole answer: refused, reset, timed out, or ``CutShort`` (the answer began and was cut off), or ConnectionError for
+    an answer that is not HTTP."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
+                                 headers={**({"Content-Type": "application/json"} if data else {}), **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read()
@@ -237,6 +246,80 @@ def _version_of(payload: bytes) -> str | None:
         return str(doc["version"])
     text = payload[:200].decode(errors="replace").strip()
     return text or None
+
+
+# -- what every request to a server carries (--api-key, --header) ---------------------------------------------
+REDACTED = "<redacted>"  # what a receipt or a log shows in place of a secret (AIPerf's word for it)
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+
+
+@dataclass(frozen=True)
+class ServerAccess:
+    """The API key and extra HTTP headers every request InferCrane makes to a server carries: its probes (health,
+    ``/v1/models``, the readiness completion, ``/version``, the prefix-cache reset), the engine warm-up and the
+    drivers (``drivers.Driver.secret_env``). The key is sent as ``Authorization: Bearer KEY``, as AIPerf's
+    ``--api-key`` and vLLM's ``--api-key`` check it. Secrets: neither is ever recorded; ``record()`` says only that a
+    key was set and which header names were sent (``describe``; a receipt's recorded options show ``<redacted>`` in
+    their place: ``serving.config.ServerOptions``), and ``repr`` shows no value."""
+
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def __bool__(self) -> bool:
+        return self.api_key is not None or bool(self.headers)
+
+    def __repr__(self) -> str:
+        return f"ServerAccess({self.describe()})"
+
+    def http_headers(self) -> dict[str, str]:
+        out = dict(self.headers)
+        if self.api_key is not None:
+            out["Authorization"] = f"Bearer {self.api_key}"
+        return out
+
+    def header_names(self) -> list[str]:
+        return [name for name, _ in self.headers]
+
+    def describe(self) -> str:
+        """In words, without a secret: ``API key set; headers X-Tenant (values not shown)``."""
+        parts = ["API key set"] if self.api_key is not None else []
+        if self.headers:
+            parts.append(f"header{'s' if len(self.headers) > 1 else ''} {', '.join(self.header_names())} "
+                         "(values not shown)")
+        return "; ".join(parts) or "no API key, no extra headers"
+
+    @classmethod
+    def parse_header(cls, text: str, flag: str = "--header") -> tuple[str, str]:
+        """``NAME:VALUE`` (AIPerf's ``--header`` form) as (name, value), spaces around both stripped; ValueError
+        naming ``flag`` and never the value (it may be a secret) otherwise."""
+        name, colon, value = str(text).partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not name:
+            raise ValueError(f"{flag}: give NAME:VALUE (AIPerf's Header:Value form, e.g. X-Request-Source:bench); "
+                             "the value given has no NAME: before it")
+        if not _HEADER_NAME.match(name):
+            raise ValueError(f"{flag} {name}: not an HTTP header name (letters, digits and !#$%&'*+.^_`|~- only)")
+        if not _printable(value):
+            raise ValueError(f"{flag} {name}: its value holds a line break, a control or a non-ASCII character; give "
+                             "printable ASCII")
+        return name, value
+
+    @classmethod
+    def check_key(cls, key: str, flag: str = "--api-key") -> str:
+        """An API key as given; ValueError (never showing it) when it is empty or not printable ASCII without spaces."""
+        if not key or not _printable(key) or " " in key:
+            raise ValueError(f"{flag}: give the key as one word of printable ASCII (it is sent as Authorization: "
+                             "Bearer KEY)")
+        return key
+
+
+def _printable(text: str) -> bool:
+    """Printable ASCII and spaces: what an HTTP header value may hold here (http.client sends latin-1, and names a
+    value it refuses in its error: a secret must not reach that message)."""
+    return all(" " <= c <= "~" for c in text)
+
+
+NO_ACCESS = ServerAccess()
 
 
 # -- who holds a port (Linux /proc) ---------------------------------------------------------------
@@ -392,6 +475,9 @@ class EngineRecord(BaseModel):
     started_by_sitting: bool = Field(default=False, description="started by a PoC sitting's engine pool before the "
                                                                "plan that uses it: its start-up is not in that plan's wall time")
     served_models: list[str] = Field(default_factory=list, description="the model ids its GET /v1/models listed")
+    served_model: str | None = Field(default=None, description="the model id requests named, where it is not the "
+                                                               "recipe's model (a --url server that serves its one "
+                                                               "model under another id)")
     program_env: dict[str, str] = Field(default_factory=dict, description="variables in the engine's environment that "
                                         "change which program or libraries run (recipes.PROGRAM_ENV_VARS)")
     program_env_from_recipe: list[str] = Field(default_factory=list,
@@ -435,9 +521,11 @@ class _Served:
     # (serving.ab.EnginePool)
     warmed_for: Mapping[str, dict[str, Any]] = MappingProxyType({})
 
+    access: ServerAccess = NO_ACCESS  # the API key and headers every request to it carries
+
     def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 5.0) -> tuple[int, bytes]:
-        """One HTTP request to this engine (``path`` below its base URL): (status, body)."""
-        return _http(method, f"{self.base_url}{path}", body, timeout_s)
+        """One HTTP request to this engine (``path`` below its base URL), with its ``access``: (status, body)."""
+        return _http(method, f"{self.base_url}{path}", body, timeout_s, headers=self.access.http_headers())
 
     def post(self, path: str, body: dict, *, timeout_s: float, what: str) -> bytes:
         """POST ``body`` to ``path`` and return the answer; the engine's failure (``failure``: RunFailed naming it,
@@ -488,8 +576,9 @@ class Engine(_Served):
     def __init__(self, recipe: Recipe, *, log_dir: str | Path, label: str | None = None, port: int | None = None,
                  startup_timeout_s: float = 900.0, grace_s: tuple[float, float, float] = (20.0, 10.0, 5.0),
                  gpu_memory_utilization: float | None = None, coresident_with: Sequence[str] = (),
-                 kv_cache_bytes: int | None = None) -> None:
+                 kv_cache_bytes: int | None = None, access: ServerAccess | None = None) -> None:
         self.recipe = recipe.resolved() if recipe.sha256 is None else recipe
+        self.access = access or NO_ACCESS  # an engine whose recipe sets --api-key checks it as a --url server does
         self.kind = get_engine_kind(recipe.engine)
         self.label = label or self.recipe.name
         if gpu_memory_utilization is not None:
@@ -656,7 +745,7 @@ class Engine(_Served):
         if self._exited(grace_s):
             return "dead", f"it {exit_text(self.proc.returncode)}"
         try:
-            status, _ = _http("GET", f"{self.base_url}/health", timeout_s=timeout_s)
+            status, _ = self.request("GET", "/health", timeout_s=timeout_s)
         except TimeoutError:
             return "hung", f"its process runs, but GET /health did not answer within {timeout_s:g} s"
         except OSError as exc:
@@ -718,7 +807,7 @@ class Engine(_Served):
             per_try = max(0.5, min(10.0, remaining))
             try:
                 if stage == "health":
-                    status, _ = _http("GET", f"{self.base_url}/health", timeout_s=per_try)
+                    status, _ = self.request("GET", "/health", timeout_s=per_try)
                     last = f"/health answered {status}"
                     if status == 200:
                         stage = "first completion"
@@ -726,7 +815,7 @@ class Engine(_Served):
                 else:
                     body = {"model": self.served_model, "prompt": "InferCrane readiness check", "max_tokens": 4,
                             "temperature": 0.0}
-                    status, payload = _http("POST", f"{self.base_url}/v1/completions", body,
+                    status, payload = self.request("POST", "/v1/completions", body,
                                             timeout_s=max(per_try, min(60.0, remaining)))
                     last = f"/v1/completions answered {status}: {payload[:200]!r}"
                     if status == 200:
@@ -755,7 +844,7 @@ class Engine(_Served):
                     ": the answers came from another server")
             self.record.port_owner = f"pid {holders[0]} (process group {self.pgid})"
         try:
-            status, payload = _http("GET", f"{self.base_url}/v1/models", timeout_s=30.0)
+            status, payload = self.request("GET", "/v1/models", timeout_s=30.0)
         except OSError as exc:
             if self._exited(grace_s=2.0):  # it died under the question: the death is the news, not the silence
                 raise self._died(died) from None
@@ -785,7 +874,7 @@ class Engine(_Served):
 
     def _read_version(self) -> str | None:
         try:
-            status, payload = _http("GET", f"{self.base_url}/version", timeout_s=5.0)
+            status, payload = self.request("GET", "/version", timeout_s=5.0)
             if status == 200:
                 return _version_of(payload)
         except OSError:
@@ -799,7 +888,7 @@ class Engine(_Served):
     def reset_prefix_cache(self) -> None:
         """``POST /reset_prefix_cache``; raises RunFailed unless the engine answers 200."""
         try:
-            status, payload = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=30.0)
+            status, payload = self.request("POST", "/reset_prefix_cache", timeout_s=30.0)
         except OSError as exc:
             raise self.failure_if_dead("at POST /reset_prefix_cache", grace_s=0.5) or \
                 self.failure(f"did not answer POST /reset_prefix_cache: {_exc_text(exc)}") from None
@@ -850,24 +939,56 @@ def parse_server_url(url: str) -> str:
     return f"{parsed.scheme}://{parsed.netloc}"
 
 
+def _last_part(model: str) -> str:
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+def served_model_of(models: Sequence[str], recipe: Recipe, requested: str | None = None) -> tuple[str | None, str]:
+    """The model id requests to a server listing ``models`` (``GET /v1/models``) name, and a sentence saying how it
+    was chosen when it is not the recipe's model ("" when it is): ``requested`` (an explicit model) when listed;
+    else the recipe's model as written or as a folder made absolute; else the one model listed; else the one listed
+    model whose last path part is the recipe model's (``Qwen/Qwen3-0.6B`` and ``/models/Qwen3-0.6B``). (None, why)
+    when none fits, listing what the server serves."""
+    listed = ", ".join(map(repr, models))
+    if requested is not None:
+        return (requested, "") if requested in models else (None, f"serves {listed}, not {requested!r}")
+    wanted = [recipe.model, recipe.resolved_model()]
+    exact = next((m for m in wanted if m in models), None)
+    if exact is not None:
+        return exact, ""
+    said = f"recipe {recipe.name!r} names model {recipe.model!r}"
+    if len(models) == 1:
+        return models[0], f"serves one model, {models[0]!r}, and requests name it ({said}; both recorded)"
+    same = [m for m in models if _last_part(m) == _last_part(recipe.model)]
+    if len(same) == 1:
+        return same[0], f"serves {listed}; requests name {same[0]!r}, the one named as the recipe's model ({said})"
+    return None, (f"serves {listed}, none of them the recipe's model {recipe.model!r} (recipe {recipe.name!r})"
+                  + (f"; {len(same)} end in {_last_part(recipe.model)!r}" if same else ""))
+
+
 class ExternalEngine(_Served):
     """A server InferCrane did not launch (``--url``), with ``Engine``'s interface and no lifecycle.
 
-    ``connect()`` (or entering the context) probes it: ``GET /v1/models`` must be an OpenAI model list that holds the
-    model requests will name (``model``; else the recipe's; else the one model listed), one real completion must
-    succeed, ``GET /version`` is recorded as it answers, and ``POST /reset_prefix_cache`` is tried once: when it
-    answers 200 the prefix cache is reset before every run (as for a launched engine), otherwise never, and the record
-    says which. ``stop()`` and the context exit leave the server running. Every failure to connect is an InputError
-    of one line naming ``--url``.
+    ``connect()`` (or entering the context) probes it: ``GET /v1/models`` must be an OpenAI model list, and the model
+    requests will name is chosen from it (``served_model_of``): ``model`` when given, else the recipe's model (its id,
+    or its folder made absolute), else the one model the server lists, else the one whose last path part is the
+    recipe model's; a choice other than the recipe's model is said in one line and recorded
+    (``EngineRecord.served_model``). Then one real completion must succeed, ``GET /version`` is recorded as it
+    answers, and ``POST /reset_prefix_cache`` is tried once: when it answers 200 the prefix cache is reset before every
+    run (as for a launched engine), otherwise never, and the record says which. Every request carries ``access`` (the
+    API key and headers). ``stop()`` and the context exit leave the server running. Every failure to connect is an
+    InputError of one line naming ``--url``.
     """
 
     def __init__(self, url: str, *, recipe: Recipe, label: str | None = None, model: str | None = None,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, access: ServerAccess | None = None) -> None:
         self.base_url = parse_server_url(url)
         self.recipe = recipe.resolved() if recipe.sha256 is None else recipe
         self.label = label or self.recipe.name
         self.requested_model = model
         self.timeout_s = timeout_s
+        self.access = access or NO_ACCESS
+        self.note: str | None = None  # the line saying the server's model id is not the recipe's, when it is not
         self.served_model: str = model or self.recipe.model
         parsed = urllib.parse.urlsplit(self.base_url)
         self.record = EngineRecord(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
@@ -900,41 +1021,48 @@ class ExternalEngine(_Served):
             return self
         not_openai = "give the root URL of an OpenAI-compatible server (vllm serve, …): GET /v1/models must list models"
         try:
-            status, payload = _http("GET", f"{self.base_url}/v1/models", timeout_s=self.timeout_s)
+            status, payload = self.request("GET", "/v1/models", timeout_s=self.timeout_s)
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise self._bad(f"nothing answers there ({reason})", "start the server first, or check host and port"
                             ) from None
         models = _listed_models(payload) if status == 200 else None
+        if status in (401, 403):
+            raise self._bad(f"GET /v1/models answered {status}: the server wants credentials"
+                            + (f" other than those given ({self.access.describe()})" if self.access else ""),
+                            "give the server's API key with --api-key KEY (sent as Authorization: Bearer KEY), or "
+                            "the headers it wants with --header NAME:VALUE")
         if models is None:
             shown = " ".join(payload[:120].decode(errors="replace").split())
             raise self._bad(f"not an OpenAI-compatible server: GET /v1/models answered {status} ({shown or 'empty'})",
                             not_openai)
         if not models:
             raise self._bad("GET /v1/models lists no model", "load a model into the server")
-        wanted = [m for m in (self.requested_model, self.recipe.model, self.recipe.resolved_model()) if m]
-        chosen = next((m for m in wanted if m in models), None)
+        chosen, how = served_model_of(models, self.recipe, self.requested_model)
         if chosen is None:
-            raise self._bad(f"serves {', '.join(map(repr, models))}, not {wanted[0]!r} (recipe {self.recipe.name!r})",
-                            "give a recipe whose model is the one the server serves (the receipt records the recipe's "
-                            "model)")
+            raise self._bad(how, "give a recipe whose model is one the server serves (the receipt records the "
+                                 "recipe's model and the id requests named)")
         self.served_model = chosen
         self.record.served_models = models
+        if how:
+            self.record.served_model = chosen
+            self.note = f"server {self.label} at {self.base_url}: {how}"
+            _log.info("%s", self.note)
         body = {"model": chosen, "prompt": "InferCrane readiness check", "max_tokens": 4, "temperature": 0.0}
         try:
-            status, payload = _http("POST", f"{self.base_url}/v1/completions", body, timeout_s=max(60.0, self.timeout_s))
+            status, payload = self.request("POST", "/v1/completions", body, timeout_s=max(60.0, self.timeout_s))
         except OSError as exc:
             raise self._bad(f"POST /v1/completions failed: {exc}", not_openai) from None
         if status != 200:
             raise self._bad(f"POST /v1/completions for {chosen!r} answered {status}: "
                             f"{' '.join(payload[:120].decode(errors='replace').split())}", not_openai)
         try:
-            status, payload = _http("GET", f"{self.base_url}/version", timeout_s=self.timeout_s)
+            status, payload = self.request("GET", "/version", timeout_s=self.timeout_s)
             self.record.version = _version_of(payload) if status == 200 else None
         except OSError:
             self.record.version = None
         try:
-            status, _ = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=self.timeout_s)
+            status, _ = self.request("POST", "/reset_prefix_cache", timeout_s=self.timeout_s)
         except OSError:
             status = None
         self.record.prefix_cache_reset_offered = status == 200
@@ -951,7 +1079,7 @@ class ExternalEngine(_Served):
     def alive(self) -> bool:
         """True while the server answers ``GET /v1/models``."""
         try:
-            status, _ = _http("GET", f"{self.base_url}/v1/models", timeout_s=10.0)
+            status, _ = self.request("GET", "/v1/models", timeout_s=10.0)
         except OSError:
             return False
         return status == 200
@@ -961,7 +1089,7 @@ class ExternalEngine(_Served):
         if not self.record.prefix_cache_reset_offered:
             return
         try:
-            status, payload = _http("POST", f"{self.base_url}/reset_prefix_cache", timeout_s=30.0)
+            status, payload = self.request("POST", "/reset_prefix_cache", timeout_s=30.0)
         except OSError as exc:
             raise self.failure(f"did not answer POST /reset_prefix_cache: {exc}") from None
         if status != 200:
@@ -983,7 +1111,7 @@ class ExternalEngine(_Served):
     def failed_answer(self, what: str) -> RunFailed:
         """The server's failure for an answer that did not come whole, with whether it still answers after it."""
         try:
-            status, _ = _http("GET", f"{self.base_url}/v1/models", timeout_s=PROBE_TIMEOUT_S)
+            status, _ = self.request("GET", "/v1/models", timeout_s=PROBE_TIMEOUT_S)
             after = f"it still answers GET /v1/models ({status})"
         except OSError as exc:
             after = f"it no longer answers GET /v1/models within {PROBE_TIMEOUT_S:g} s ({_exc_text(exc)})"

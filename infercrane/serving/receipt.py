@@ -71,6 +71,7 @@ def engine_record(e: Any) -> dict[str, Any]:
             "launched_by_infercrane": launched, **({"started_by_sitting": True} if getattr(
                 e, "started_by_sitting", False) else {}),
             "served_models": list(getattr(e, "served_models", [])),
+            **({"served_model": e.served_model} if getattr(e, "served_model", None) else {}),
             "program_env": dict(getattr(e, "program_env", {})),
             "gpu_memory_utilization": getattr(e, "gpu_memory_utilization", None),
             "coresident_with": list(getattr(e, "coresident_with", [])),

@@ -3,8 +3,8 @@
     python -m infercrane.serving.testserver --port 8123 --ttft-ms 40 --itl-ms 5
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE and
-non-streaming), ``GET /v1/models``, ``GET /health``, ``GET /version``, ``POST /reset_prefix_cache``
-(HTTP 404 with ``--no-prefix-cache-reset``, as vLLM without ``VLLM_SERVER_DEV_MODE=1``),
+non-streaming), ``GET /v1/models`` (``--model``, and each ``--also-serve``), ``GET /health``, ``GET /version``,
+``POST /reset_prefix_cache`` (HTTP 404 with ``--no-prefix-cache-reset``, as vLLM without ``VLLM_SERVER_DEV_MODE=1``),
 and ``GET /stats`` (counters for tests: requests seen, HTTP 500s sent, short outputs, answers cut, cache resets, and
 ``prompts``: sha256 hex of each prompt text -> how many requests sent it; chat: the messages' text parts joined
 with newlines).
@@ -31,6 +31,13 @@ Output tokens: token ``i`` is ``WORDS[i % 16]`` (its id ``i % 16``, returned as 
 whose numerics changed what greedy decoding picks.
 The short-output fault (``--short-output-rate``) returns ``max(1, n // 2)`` tokens even when
 ``ignore_eos`` asks for all of them, as a server that ignores the flag would.
+
+Access: with ``--api-key KEY`` every ``/v1/...`` request must carry ``Authorization: Bearer KEY`` (as vLLM's
+``--api-key`` checks it; ``/health``, ``/version`` and ``/reset_prefix_cache`` are open, as in vLLM); with
+``--require-header NAME:VALUE`` (repeatable) every request but ``GET /health`` and ``GET /stats`` must carry that
+header with that value, as a gateway in front of a server would. Others are answered 401 and counted in ``/stats``
+(``unauthorized``: path -> count). ``/stats`` also counts, over generation requests, the ``X-...`` header names seen
+(``header_names``) and the top-level body keys (``body_keys``), so that a test can see what reached the server.
 
 Faults, all deterministic: ``--fail-rate F`` answers HTTP 500 to a fraction F of generation requests,
 chosen by a seeded generator over the arrival order (``--seed``), so the number of failures among
@@ -80,6 +87,9 @@ class ServerConfig:
     seed: int = 0
     default_max_tokens: int = 16
     prefix_cache_reset: bool = True
+    api_key: str | None = None
+    require_header: list[str] = field(default_factory=list)  # NAME:VALUE each
+    also_serve: list[str] = field(default_factory=list)  # more model ids /v1/models lists (a multi-model server)
 
 
 @dataclass
@@ -95,6 +105,9 @@ class _State:
     prefix_cache_resets: int = 0
     hanging: bool = False
     prompts: dict[str, int] = field(default_factory=dict)
+    unauthorized: dict[str, int] = field(default_factory=dict)
+    header_names: dict[str, int] = field(default_factory=dict)
+    body_keys: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Two independent streams so that turning one fault on does not move the other's choices.
@@ -155,6 +168,21 @@ def build_app(cfg: ServerConfig):
 
     state = _State(cfg)
     never = asyncio.Event()  # never set: what a hung request waits on
+    required = [tuple(part.strip() for part in h.split(":", 1)) for h in cfg.require_header]
+
+    @web.middleware
+    async def access(request, handler):
+        """The module docstring's access rules: --api-key on /v1/..., --require-header on all but /health, /stats."""
+        path = request.path
+        ok = True
+        if cfg.api_key is not None and path.startswith("/v1"):
+            ok = request.headers.get("Authorization") == f"Bearer {cfg.api_key}"
+        if path not in ("/health", "/stats"):
+            ok = ok and all(request.headers.get(name) == value for name, value in required)
+        if not ok:
+            state.unauthorized[path] = state.unauthorized.get(path, 0) + 1
+            return web.json_response({"error": {"message": "Unauthorized", "code": 401}}, status=401)
+        return await handler(request)
 
     async def maybe_hang() -> None:
         if state.hanging:
@@ -172,7 +200,8 @@ def build_app(cfg: ServerConfig):
         await maybe_hang()
         return web.json_response({
             "object": "list",
-            "data": [{"id": cfg.model, "object": "model", "created": 0, "owned_by": "infercrane"}],
+            "data": [{"id": m, "object": "model", "created": 0, "owned_by": "infercrane"}
+                     for m in (cfg.model, *cfg.also_serve)],
         })
 
     async def reset_prefix_cache(_request):
@@ -191,6 +220,9 @@ def build_app(cfg: ServerConfig):
             "answers_cut": state.answers_cut,
             "prefix_cache_resets": state.prefix_cache_resets,
             "prompts": state.prompts,
+            "unauthorized": state.unauthorized,
+            "header_names": state.header_names,
+            "body_keys": state.body_keys,
         })
 
     def after_finish() -> None:
@@ -218,6 +250,11 @@ def build_app(cfg: ServerConfig):
         except (json.JSONDecodeError, UnicodeDecodeError):
             return web.json_response({"error": {"message": "body is not JSON", "code": 400}}, status=400)
         state.generation_requests += 1
+        for name in request.headers:
+            if name.lower().startswith("x-"):
+                state.header_names[name.lower()] = state.header_names.get(name.lower(), 0) + 1
+        for key in body if isinstance(body, dict) else ():
+            state.body_keys[key] = state.body_keys.get(key, 0) + 1
         digest = prompt_digest(body)
         state.prompts[digest] = state.prompts.get(digest, 0) + 1
         if cfg.hang_after is not None and state.generation_requests > cfg.hang_after:
@@ -319,7 +356,7 @@ def build_app(cfg: ServerConfig):
     async def chat_completions(request):
         return await generate(request, chat=True)
 
-    app = web.Application()
+    app = web.Application(middlewares=[access])
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/v1/models", models)
@@ -370,6 +407,12 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _header(text: str) -> str:
+    if ":" not in text or not text.split(":", 1)[0].strip():
+        raise argparse.ArgumentTypeError(f"{text} is not NAME:VALUE")
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m infercrane.serving.testserver", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -395,6 +438,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the fault choices")
     p.add_argument("--no-prefix-cache-reset", dest="prefix_cache_reset", action="store_false",
                    help="answer POST /reset_prefix_cache with 404 (vLLM without VLLM_SERVER_DEV_MODE=1)")
+    p.add_argument("--also-serve", action="append", default=[], metavar="MODEL",
+                   help="another model id /v1/models lists (repeatable): a server of several models")
+    p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/... (as vLLM)")
+    p.add_argument("--require-header", action="append", default=[], type=_header, metavar="NAME:VALUE",
+                   help="require this header on every request but GET /health and /stats (repeatable)")
     return p
 
 

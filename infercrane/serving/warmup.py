@@ -7,8 +7,14 @@ the warm-up the driver gives each point. So before an engine's first measured po
 workload's concurrencies in ascending order, ``rounds_for(workload)`` rounds (two for time windows, one for windows
 of a request count) of ``c`` concurrent requests shaped like the
 workload's (endpoint, streaming, prompt length, output length, ``ignore_eos``; no sampling parameters, so the server
-applies the same defaults it applies to the driver's requests). Nothing of it is measured; what it did is recorded
-on the engine (``EngineRecord.warmup``).
+applies the same defaults it applies to the driver's requests), the workload's ``extra_inputs`` merged into each
+body and the engine's ``access`` (API key, headers) on each request, as the drivers send them. Nothing of it is
+measured; what it did is recorded on the engine (``EngineRecord.warmup``).
+
+A workload with a request rate (``request_rate``: the drivers send open loop, the concurrency a cap) is warmed the
+same way, in closed-loop rounds of ``c`` requests: what the warm-up is for is meeting every batch shape up to ``c``
+(and the compiles they cause) before a measured window, which a rate below the engine's capacity might never reach;
+the drivers' own per-point warm-up then sends at the workload's rate.
 
 Failures. A request the engine refuses (an answer other than 200 or 5xx) or does not answer whole (refused, reset,
 timed out, its stream cut short) fails the arm there, with the engine's answer and its state after it: dead (how it
@@ -52,7 +58,8 @@ def warmup_body(workload: Any, served_model: str, index: int) -> tuple[str, dict
     """(path, body) of warm-up request ``index``: the workload's shape, a prompt of its length, unique per index
     (so that no two requests share a cached prefix)."""
     prompt = f"{index} " + " ".join([FILLER] * max(1, workload.input_tokens - 1))
-    body: dict[str, Any] = {"model": served_model, "max_tokens": workload.output_tokens, "stream": workload.streaming}
+    body: dict[str, Any] = {**(getattr(workload, "extra_inputs", None) or {}), "model": served_model,
+                            "max_tokens": workload.output_tokens, "stream": workload.streaming}
     if workload.ignore_eos:
         body |= {"ignore_eos": True, "min_tokens": workload.output_tokens}
     if workload.endpoint == "chat":

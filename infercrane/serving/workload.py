@@ -12,6 +12,16 @@ Defaults derived from the concurrency ``c`` when not given:
     compiled vLLM and 37-46 s for eager, not a burst. A run whose window is shorter than
     ``MIN_WINDOW_S`` gets a note in the plan result.
   * ``warmup_requests = max(2 * c, 4)``: sent at the same concurrency before the window, excluded.
+  * With a request rate (``request_rate``, AIPerf's ``--request-rate``: open loop, arrivals ``poisson`` or
+    ``constant`` at that rate, the concurrency only a cap on the requests in flight) the slots no longer send back to
+    back, so the count follows from the rate instead: ``request_count = max(ceil(rate * RATE_WINDOW_S),
+    min_requests)``, about 10 s of load when the server keeps up. The drivers' warm-up requests are sent at the rate
+    too (AIPerf's warm-up takes the profiling load's shape); the engine warm-up (``serving/warmup.py``) stays in
+    closed-loop rounds at each concurrency.
+
+What each request carries besides the prompt: ``extra_inputs`` (AIPerf's ``--extra-inputs``), merged into every body
+the drivers and the warm-up send. ``request_rate``, ``arrival_pattern`` and ``extra_inputs`` came after receipts were
+recorded: at their defaults they stay out of a workload's identity (``LATER_FIELDS``).
 
 Arm order and engine lifetimes (``plan_runs``). One GPU holds one vLLM engine at its default
 ``--gpu-memory-utilization 0.9``; running both arms side by side would need a memory split, which
@@ -46,7 +56,28 @@ WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 ArmOrder = Literal["sequential", "interleaved", "sandwich"]
 
 # Fields added to the workload after receipts were recorded, with the default that means what those receipts did.
-LATER_FIELDS: dict[str, Any] = {"prompts": "driver"}
+LATER_FIELDS: dict[str, Any] = {"prompts": "driver", "request_rate": None, "arrival_pattern": "poisson",
+                                "extra_inputs": {}}
+# Open loop (request_rate): a window of a request count is sized from the rate, not from the concurrency (whose slots
+# no longer send back to back): max(min_requests, ceil(rate x RATE_WINDOW_S)), about RATE_WINDOW_S of load when the
+# server keeps up (METHOD.md: windows of 10 s or more).
+RATE_WINDOW_S = 10.0
+# Request body fields InferCrane sets from the workload itself; extra_inputs may not set them (give the field).
+RESERVED_INPUTS = {"model": "the recipe", "prompt": "the workload's prompts", "messages": "the workload's prompts",
+                   "stream": "streaming", "stream_options": "streaming", "max_tokens": "output_tokens (--osl)",
+                   "max_completion_tokens": "output_tokens (--osl)", "ignore_eos": "ignore_eos",
+                   "min_tokens": "output_tokens and ignore_eos"}
+
+
+def reserved_input(keys: Any) -> str | None:
+    """Why one of ``keys`` cannot be an extra input (the first that cannot), or None."""
+    for key in keys:
+        if key in RESERVED_INPUTS:
+            return (f"{key!r} is set by InferCrane from {RESERVED_INPUTS[key]}; give that instead of an extra "
+                    "input")
+    return None
+
+
 WARMUP_PER_SLOT = 2
 MIN_WARMUP = 4
 MIN_WINDOW_S = 5.0
@@ -157,6 +188,18 @@ class Workload(BaseModel):
                                       "(run, concurrency) point handed to every driver (serving/prompts.py)")
     request_timeout_s: float = Field(default=600.0, gt=0, description="one request's time limit")
     run_timeout_s: float = Field(default=3600.0, gt=0, description="one driver invocation's time limit")
+    request_rate: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="requests per second sent at every point (AIPerf's --request-rate): open loop, arrivals spaced "
+                    "by arrival_pattern, each concurrency the cap on requests in flight; default: closed loop, every "
+                    "slot sends its next request when its last one ends")
+    arrival_pattern: Literal["poisson", "constant"] = Field(
+        default="poisson", description="how arrivals are spaced at request_rate (AIPerf's --arrival-pattern): poisson "
+                                       "(exponential gaps, AIPerf's default) or constant (1/rate apart)")
+    extra_inputs: dict[str, Any] = Field(
+        default_factory=dict, description="fields merged into every request's body (AIPerf's --extra-inputs): the "
+                                          "drivers' and the engine warm-up's; not those InferCrane sets itself "
+                                          "(RESERVED_INPUTS)")
 
     @field_validator("concurrency")
     @classmethod
@@ -170,16 +213,33 @@ class Workload(BaseModel):
             raise ValueError(f"concurrency points repeat: {value}")
         return value
 
+    @field_validator("extra_inputs")
+    @classmethod
+    def _extra_inputs_ok(cls, value: dict[str, Any]) -> dict[str, Any]:
+        why = reserved_input(value)
+        if why is not None:
+            raise ValueError(f"extra_inputs: {why}")
+        return value
+
     @model_validator(mode="after")
     def _requests_cover_concurrency(self) -> Workload:
-        if self.request_count is not None and self.request_count < max(self.concurrency):
+        if self.request_count is not None and self.request_count < max(self.concurrency) \
+                and self.request_rate is None:
             raise ValueError(f"request_count {self.request_count} is below the highest concurrency "
                              f"{max(self.concurrency)}: the engine would never see that many requests at once")
+        if self.arrival_pattern != "poisson" and self.request_rate is None:
+            raise ValueError(f"arrival_pattern {self.arrival_pattern!r} spaces requests at a request rate, and "
+                             "there is none; give request_rate (--request-rate) too")
         return self
 
     def requests_at(self, concurrency: int) -> int:
-        return self.request_count if self.request_count is not None \
-            else max(self.requests_per_slot * concurrency, self.min_requests)
+        """Requests per point: ``request_count``; else derived, per concurrency slot for a closed loop, or from the
+        rate for an open one (``RATE_WINDOW_S``)."""
+        if self.request_count is not None:
+            return self.request_count
+        if self.request_rate is not None:
+            return max(self.min_requests, math.ceil(self.request_rate * RATE_WINDOW_S))
+        return max(self.requests_per_slot * concurrency, self.min_requests)
 
     def warmup_at(self, concurrency: int) -> int:
         return self.warmup_requests if self.warmup_requests is not None \
@@ -198,6 +258,12 @@ class Workload(BaseModel):
                 f"c={c}: {self.requests_at(c)}" for c in self.concurrency))
         if not self.ignore_eos:
             out.append("ignore_eos is off: output lengths vary with the model, so throughputs compare different work")
+        if self.request_rate is not None:
+            out.append(f"open loop: {self.request_rate:g} requests/s, {self.arrival_pattern} arrivals, each "
+                       "concurrency the cap on requests in flight; an engine slower than the rate is measured at its "
+                       "cap, and its waiting requests are not in the latencies")
+        if self.extra_inputs:
+            out.append(f"every request body also carries {', '.join(sorted(self.extra_inputs))} (extra_inputs)")
         return out
 
     def identity(self) -> dict[str, Any]:
@@ -206,8 +272,16 @@ class Workload(BaseModel):
         return {k: v for k, v in self.model_dump(mode="json").items() if LATER_FIELDS.get(k, object()) != v}
 
     def with_overrides(self, **changes: Any) -> Workload:
-        """A new validated workload with the given fields replaced (CLI overrides)."""
-        return _validate({**self.model_dump(mode="json"), **changes}, source="overrides")
+        """A new validated workload with the given fields replaced (CLI overrides). A published example was measured
+        with this workload's requests (``SENT_FIELDS``): overrides that change them drop it, as it no longer applies."""
+        data = {**self.model_dump(mode="json"), **changes}
+        if any(k in SENT_FIELDS and v != getattr(self, k) for k, v in changes.items()):
+            data["published_example"] = None
+        return _validate(data, source="overrides")
+
+
+# What each request sends and how requests arrive: a published example measured otherwise is another workload.
+SENT_FIELDS = ("input_tokens", "output_tokens", "request_rate", "arrival_pattern", "extra_inputs")
 
 
 def workload_presets() -> list[str]:
@@ -307,27 +381,59 @@ class PlanResult(BaseModel):
 def resolve_tokenizer(recipe: Recipe, tokenizer: str | None = None) -> tuple[str, dict[str, str]]:
     """(tokenizer argument for the driver, environment to add) for one recipe's model.
 
-    An explicit ``tokenizer`` wins. A stand-in directory (``infercrane.models.standin``) goes through
-    its ``aiperf_tokenizer_env`` (AIPerf 0.12.0 refuses a local tokenizer directory under
-    HF_HUB_OFFLINE=1; the stand-in carries a hub-cache copy); another local directory is used as is;
-    a hub id is used as is (it must be in the local hub cache: the GPU machine has no network).
+    An explicit ``tokenizer`` (``--tokenizer``: a folder or a hub id; ``check_tokenizer`` says whether it is here)
+    wins. A stand-in directory (``infercrane.models.standin``) goes through its ``aiperf_tokenizer_env`` (AIPerf
+    0.12.0 refuses a local tokenizer directory under HF_HUB_OFFLINE=1; the stand-in carries a hub-cache copy); another
+    local directory is used as is (made absolute); a hub id is used as is (it must be in the local hub cache: the GPU
+    machine has no network).
     """
     if tokenizer is not None:
-        return tokenizer, {}
+        local = Path(tokenizer).expanduser()
+        return _tokenizer_dir(str(local.resolve())) if local.is_dir() else (tokenizer, {})
     if recipe.model_is_local():
-        model_dir = recipe.resolved_model()
-        try:
-            from infercrane.models.standin import aiperf_tokenizer_env, read_stand_in_marker
-        except ImportError:
-            return model_dir, {}
-        if read_stand_in_marker(model_dir) is None:
-            return model_dir, {}
-        tok, env = aiperf_tokenizer_env(model_dir)
-        return str(tok), dict(env)
+        return _tokenizer_dir(recipe.resolved_model())
     if recipe.engine == "testserver":
         raise InputError(f"recipe {recipe.name!r}: the test server's model {recipe.model!r} has no tokenizer",
-                         hint="pass a tokenizer directory explicitly")
+                         hint="give one with --tokenizer NAME_OR_DIR (a hub id in the local cache, or a tokenizer "
+                              "folder; a PoC config: serving.tokenizer), or a recipe whose model is a local folder")
     return recipe.model, {}
+
+
+def check_tokenizer(tokenizer: str) -> None:
+    """InputError, before anything runs, when ``tokenizer`` (``--tokenizer``) is neither a folder nor a hub id whose
+    tokenizer is in the local hub cache (the drivers load it offline)."""
+    if Path(tokenizer).expanduser().is_dir() or _in_hub_cache(tokenizer):
+        return
+    raise InputError(f"--tokenizer {tokenizer}: no such folder, and no tokenizer of that hub id in the local hub cache",
+                     hint="give a tokenizer folder, or a hub id downloaded first (`huggingface-cli download ID`; the "
+                          "GPU machines have no network)")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the local Hugging Face hub cache holds a tokenizer file of ``repo_id``."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        try:
+            if isinstance(try_to_load_from_cache(repo_id, name), str):
+                return True
+        except Exception:  # noqa: BLE001 - an id the hub would refuse is not in its cache either
+            return False
+    return False
+
+
+def _tokenizer_dir(model_dir: str) -> tuple[str, dict[str, str]]:
+    """A local tokenizer folder for the drivers: a stand-in's through its ``aiperf_tokenizer_env``, another as is."""
+    try:
+        from infercrane.models.standin import aiperf_tokenizer_env, read_stand_in_marker
+    except ImportError:
+        return model_dir, {}
+    if read_stand_in_marker(model_dir) is None:
+        return model_dir, {}
+    tok, env = aiperf_tokenizer_env(model_dir)
+    return str(tok), dict(env)
 
 
 # Synthetic prompts per AIPerf block (drivers.aiperf.RunGrid.prompt_entries): enough that none repeats in the block.
@@ -368,6 +474,8 @@ def block_prompt_entries(workload: Workload, concurrencies: Sequence[int], runs:
         need = sum(workload.requests_at(c) for c in concurrencies) * runs
     else:
         def rate_at(c: int) -> float:
+            if workload.request_rate is not None:  # open loop: AIPerf sends at most this, whatever the engine does
+                return workload.request_rate
             if c in rates:
                 return rates[c]
             seen = warmed_rate(warmup, c)
@@ -394,12 +502,16 @@ def _grid_fits(workload: Workload, drivers: Sequence[str]) -> bool:
 
 
 def run_spec(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str, str]], p: PlannedRun,
-             base_url: str, served_model: str, artifacts: Path, prompts_file: Path | None = None) -> Any:
+             base_url: str, served_model: str, artifacts: Path, prompts_file: Path | None = None,
+             access: Any = None) -> Any:
     """The driver's RunSpec for planned run ``p`` of ``recipe`` (resolved) on an engine at ``base_url``:
-    ``tokenizer`` as ``resolve_tokenizer`` gives it, ``prompts_file`` for shared prompts."""
+    ``tokenizer`` as ``resolve_tokenizer`` gives it, ``prompts_file`` for shared prompts, ``access`` the API key and
+    headers (``engine.ServerAccess``) every request carries."""
     from infercrane.serving.drivers import RunSpec
 
     tok, tok_env = tokenizer
+    key = getattr(access, "api_key", None)
+    headers = tuple(getattr(access, "headers", ()))
     return RunSpec(base_url=base_url, served_model=served_model, tokenizer=tok, endpoint=workload.endpoint,
                    streaming=workload.streaming, ignore_eos=workload.ignore_eos,
                    input_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
@@ -408,7 +520,9 @@ def run_spec(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str,
                    token_count_source=workload.token_count_source,
                    request_timeout_s=workload.request_timeout_s, timeout_s=workload.run_timeout_s,
                    artifact_dir=artifacts, arm=p.arm, recipe_sha256=recipe.sha256 or "",
-                   run_index=p.run_index, env=tok_env, prompts_file=prompts_file)
+                   run_index=p.run_index, env=tok_env, prompts_file=prompts_file,
+                   request_rate=workload.request_rate, arrival_pattern=workload.arrival_pattern,
+                   extra_inputs=dict(workload.extra_inputs), api_key=key, headers=headers)
 
 
 def engine_warmup(engine: Any, workload: Workload) -> dict[str, Any] | None:
@@ -424,13 +538,14 @@ def aiperf_block(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[
                  runs: Sequence[PlannedRun], where: Path, rates: Mapping[int, float],
                  prompts_file: Path | None = None) -> Any:
     """The ``drivers.aiperf.RunGrid`` of one block of ``runs`` (one arm) on ``engine``, its artifacts in ``where``:
-    ``rates``, the arm's requests per second measured so far per concurrency (``block_prompt_entries``)."""
+    ``rates``, the arm's requests per second measured so far per concurrency (``block_prompt_entries``). Its
+    requests carry ``engine.access`` (the API key and headers every request to that engine carries)."""
     from infercrane.serving.drivers.aiperf import RunGrid
 
     indices = tuple(dict.fromkeys(p.run_index for p in runs))
     concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
     return RunGrid(spec=run_spec(workload, recipe, tokenizer, runs[0], engine.base_url, engine.served_model, where,
-                                 prompts_file),
+                                 prompts_file, getattr(engine, "access", None)),
                    run_indices=indices, concurrencies=concurrencies,
                    request_counts={c: workload.requests_at(c) for c in concurrencies},
                    window_s=workload.window_s, warmup_s=workload.warmup_s,
@@ -446,9 +561,13 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
              on_start: Callable[[], None] | None = None, coresident: bool = False,
              engines: Mapping[str, Any] | None = None,
              on_progress: Callable[[str], None] | None = None, ahead: Any = None,
-             then: Callable[[], None] | None = None) -> PlanResult:
+             then: Callable[[], None] | None = None, access: Any = None) -> PlanResult:
     """Run every planned run: drive each arm's engine visit by visit, one driver invocation per visit where the
     driver allows it.
+
+    ``access`` (``engine.ServerAccess``): the API key and headers every request to the engines it starts carries
+    (their probes, the warm-up, the drivers); an engine given (``engines``) carries its own. ``tokenizer``: the
+    drivers' tokenizer for every arm instead of each recipe's model's (``resolve_tokenizer``).
 
     ``recipes``: a sequence (arms named after the recipes) or a mapping arm -> recipe. Preflight
     (``check_recipe`` per recipe, driver availability and options) runs before any engine starts.
@@ -519,9 +638,11 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                          f"({', '.join(sorted({t for t, _ in tokenizers.values()}))}): one prompt file cannot be "
                          "the same number of tokens for both", hint="pass --tokenizer, or set prompts: driver")
 
-    def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str, artifacts: Path) -> RunSpec:
+    def spec_for(p: PlannedRun, base_url: str, served_model: str, driver: str, artifacts: Path,
+                 engine: Any = None) -> RunSpec:
         return run_spec(workload, arms[p.arm], tokenizers[p.arm], p, base_url, served_model, artifacts,
-                        prompt_files.get((p.run_index, p.concurrency)))
+                        prompt_files.get((p.run_index, p.concurrency)),
+                        getattr(engine, "access", None) if engine is not None else access)
 
     def point_dir(p: PlannedRun, driver: str) -> Path:
         artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
@@ -549,6 +670,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             setattr(into, name, getattr(result, name))
         result = into
     result.engines.extend(e.record for e in external.values())  # servers given with --url, as they were found
+    result.notes.extend(e.note for e in external.values() if getattr(e, "note", None))  # a model id not the recipe's
     segments: dict[int, list[PlannedRun]] = {}
     for p in plan:
         segments.setdefault(p.segment, []).append(p)
@@ -793,7 +915,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                     raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")
                 for name, drv in zip(drivers, drvs):
                     engine.reset_prefix_cache()
-                    m = drv.run(spec_for(p, engine.base_url, engine.served_model, name, point_dir(p, name)))
+                    m = drv.run(spec_for(p, engine.base_url, engine.served_model, name, point_dir(p, name),
+                                         engine))
                     record(m, f"{p.arm} run {p.run_index} at c={p.concurrency}")
         if not engine.alive():
             raise engine.failure(f"died during its visit (runs {[p.run_index for p in runs]})")
@@ -806,14 +929,14 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     try:
         if coresident:
             shared.update(_launch_coresident({a: r for a, r in arms.items() if a not in external}, out,
-                                             startup_timeout_s, result))
+                                             startup_timeout_s, result, access))
         for seg, runs in segments.items():
             arm = runs[0].arm
             if arm in shared:
                 visit(shared[arm], seg, runs)
                 continue
             engine = Engine(arms[arm], log_dir=out / "engines", label=f"{seg:02d}-{arm}",
-                            startup_timeout_s=startup_timeout_s)
+                            startup_timeout_s=startup_timeout_s, access=access)
             result.engines.append(engine.record)
             with engine:
                 visit(engine, seg, runs)
@@ -852,7 +975,7 @@ def _write_shared_prompts(workload: Workload, plan: Sequence[PlannedRun], tokeni
 
 
 def _launch_coresident(arms: Mapping[str, Recipe], out: Path, startup_timeout_s: float,
-                       result: PlanResult) -> dict[str, Any]:
+                       result: PlanResult, access: Any = None) -> dict[str, Any]:
     """Every arm's engine up together (started one after the other), each with an even share of GPU memory; {} (and a
     note) when they cannot all start, after stopping those that did: the plan then starts one engine per visit."""
     from infercrane.serving.engine import Engine
@@ -866,7 +989,7 @@ def _launch_coresident(arms: Mapping[str, Recipe], out: Path, startup_timeout_s:
             live[arm] = Engine(recipe, log_dir=out / "engines", label=f"coresident-{arm}",
                                     startup_timeout_s=startup_timeout_s,
                                     gpu_memory_utilization=share if recipe.engine == "vllm" else None,
-                                    coresident_with=[a for a in arms if a != arm])
+                                    coresident_with=[a for a in arms if a != arm], access=access)
             # one after the other: vLLM sizes its KV cache from the memory its start-up profile sees taken, and
             # counts what another engine takes meanwhile as its own (seen on an H200 with vLLM 0.22.1: 0.65 GiB of
             # KV cache left, below one 40960-token request)

@@ -62,13 +62,65 @@ def test_functional_screen_of_a_user_candidate(tmp_path: Path, capsys) -> None:
     assert doc["model_shape_source"]["hidden_size"] == 1024
 
 
-def test_functional_screen_compiles_the_cuda_candidate_to_ptx(tmp_path: Path) -> None:
+def _cuda_line(capsys) -> str:
+    assert main(["kernel", "list", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    line = " ".join(ln.split("│")[4].strip() for ln in out.splitlines()
+                    if ln.startswith("│") and ln.count("│") > 4 and ln.split("│")[1].strip() in ("cuda", ""))
+    return " ".join(line.split()[line.split().index("skipped:"):])  # the cuda row's "a screen here" cell
+
+
+def test_functional_screen_compiles_the_cuda_candidate_to_ptx_where_nvrtc_can(tmp_path: Path, capsys) -> None:
+    """Without a GPU the screen compiles the CUDA candidate to PTX where NVRTC is installed, and says why not where it
+    is not; `kernel list` predicted the same, from the same check (``nvrtc.ptx_compile_available``)."""
+    from infercrane.kernels.ops.nvrtc import ptx_compile_available
+
+    predicted = _cuda_line(capsys)
     out = tmp_path / "k.json"
     assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager", "cuda", "--checks", "1",
                  "--out", str(out)]) == 0
     cuda = next(i for i in load_receipt(out).document["result"]["implementations"] if i["key"] == "cuda")
     assert cuda["status"] == "skipped"
-    assert any("compiled to PTX for compute_90" in n for n in cuda["notes"])
+    ok, why_not = ptx_compile_available()
+    if ok:
+        assert any("compiled to PTX for compute_90" in n for n in cuda["notes"])
+        assert "the screen compiles it to PTX with NVRTC instead" in predicted
+    else:
+        assert f"not compiled without a GPU either: {why_not}" in cuda["notes"]
+        assert "compiles it to PTX" not in predicted and why_not.split(":")[0] in predicted, predicted
+
+
+@pytest.mark.parametrize("available", [True, False])
+def test_kernel_list_predicts_ptx_from_the_check_the_screen_reads(capsys, monkeypatch, available: bool) -> None:
+    """Once `kernel list` said "compiles it to PTX" wherever the op had a compiler, NVRTC installed or not."""
+    import infercrane.kernels.ops.nvrtc as nvrtc
+
+    monkeypatch.setattr(nvrtc, "ptx_compile_available",
+                        lambda: (True, "") if available else (False, "NVRTC is not installed (test)"))
+    line = _cuda_line(capsys)
+    if available:
+        assert "the screen compiles it to PTX with NVRTC instead" in line
+    else:
+        assert "compiles it to PTX" not in line
+        assert "nor compiled to PTX without a GPU: NVRTC is not installed (test)" in line
+
+
+def test_a_functional_screens_header_says_nothing_is_timed(tmp_path: Path, captured: dict, capsys) -> None:
+    """The header of a screen on the CPU says what it does, not timing modes and trials it will not use."""
+    assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager,triton", "--trials", "7",
+                 "--out", str(tmp_path / "k.json")]) == 99
+    out = " ".join(capsys.readouterr().out.split())  # the header, unwrapped
+    header = out[out.index("kernel screen"):]
+    header = header[:header.index("→")]
+    assert "functional: nothing timed" in header and "3 checks per row count" in header, header
+    assert "modes=" not in header and "7 trials" not in header, header
+
+
+def test_a_timed_screens_plan_names_its_modes_and_trials() -> None:
+    from infercrane.kernels.harness.runner import plan_summary
+
+    timed = plan_summary("cuda", modes=["launch", "graph"], trials=7, samples_per_trial=20, checks=3)
+    assert "launch, graph" in timed and "7 trials" in timed and "nothing timed" not in timed
 
 
 def test_cheating_candidate_is_rejected_naming_the_bad_index(tmp_path: Path) -> None:

@@ -11,26 +11,10 @@ import pytest
 from builders import relabel
 from infercrane.cli import main
 from infercrane.errors import RunFailed
-from infercrane.poc.config import CONFIGS_DIR
 from infercrane.receipts.validate import load_receipt
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def functional_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("poc")
-    config = CONFIGS_DIR / "functional.yaml"
-    out = tmp / "run" / "poc.json"
-    mp = pytest.MonkeyPatch()
-    mp.chdir(tmp)  # the stand-in goes under runs/stand-ins here
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
-        mp.delenv(var, raising=False)
-    try:
-        assert main(["poc", str(config), "--out", str(out)]) == 0
-        yield config, out
-    finally:
-        mp.undo()
+# functional_run: the functional PoC, run once per session (tests/conftest.py); the report tests read it too
 
 
 @pytest.mark.timeout(900)
@@ -121,13 +105,17 @@ def test_two_functional_receipts_of_two_gpu_types_merge(functional_run, tmp_path
     m = load_receipt(merged).document
     assert {"l40s", "h100"} <= set(m["custom_kernel"]) and sorted(m["evidence"]["kernel"]) == ["h100", "l40s"]
     assert [x["receipt"] for x in m["merged_from"]] == [str(a), str(b)]
-    # the merged receipt's report: one kernel panel per GPU type, side by side, and each GPU's decision on the page
+    # the merged receipt's report: both GPU types in the per-GPU table, each GPU's decision on the page; nothing was
+    # timed, so no timing panel: each GPU's correctness is drawn under its own kernel screen instead
     pytest.importorskip("matplotlib")
     from infercrane.report.build import receipt_report
 
     rep = receipt_report(merged)
-    panel = next(f for s in rep.sections for f in s.figures if f.name == "custom-kernel-per-gpu")
-    assert sorted(ax.get_title().split(":")[0] for ax in panel.fig.axes) == ["h100", "l40s"]
+    names = {f.name for s in rep.sections for f in s.figures}
+    assert "custom-kernel-per-gpu" not in names
+    assert {"kernel-h100-correctness", "kernel-l40s-correctness"} <= names
+    (per_gpu,) = [t for s in rep.sections for t in s.tables if t.title == "Per GPU"]
+    assert sorted(r[0] for r in per_gpu.rows) == ["h100", "l40s"]
     named = " ".join(d.section for d in rep.head.decisions if d.section.startswith("custom_kernel"))
     assert "h100" in named and "l40s" in named
     assert main(["report", str(merged), "--out", str(tmp_path / "report")]) == 0
@@ -154,3 +142,73 @@ def test_the_poc_ends_by_writing_its_report(functional_run):
     assert doc["paired_aiperf"]["decision"] in text and doc["custom_kernel"]["cpu"]["decision"] in text
     dom, images, loaded = loaded_dom(page)
     assert images == loaded == len(list(page.parent.glob("*/*.png"))) > 0
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_in_a_later_section_prints_how_to_continue(functional_run, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    import infercrane.serving.ab as poc_serving
+
+    config, out = functional_run
+    run = tmp_path / "run"
+    shutil.copytree(out.parent, run)
+    (run / "poc" / "public.json").unlink()
+
+    def interrupted(plan, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(poc_serving, "run_ab", interrupted)
+    monkeypatch.chdir(out.parent.parent)
+    capsys.readouterr()
+    assert main(["poc", str(config), "--resume", str(run)]) == 130
+    said = capsys.readouterr().out
+    assert "public: STOPPED" in said
+    (line,) = [x for x in said.splitlines() if "continue with: " in x]
+    assert line.endswith(f"poc {config} --resume {run}")
+    assert "--resume" in load_receipt(run / "poc.json").document["incomplete_reason"]
+
+
+def _stop_in_the_kernel_section(tmp_path, monkeypatch, capsys, screen):
+    import infercrane.commands.kernel as kernel_commands
+    import infercrane.serving.ab as poc_serving
+
+    def no_serving(plan, **kw):
+        raise AssertionError("the PoC went on past a stopped kernel section")
+
+    monkeypatch.setattr(kernel_commands, "run_prepared_screen", screen)
+    monkeypatch.setattr(poc_serving, "run_ab", no_serving)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    code = main(["poc", "functional", "--out", str(tmp_path / "run" / "poc.json")])
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_in_the_kernel_section_keeps_the_run_folder_and_says_so(tmp_path, monkeypatch, capsys):
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    code, said = _stop_in_the_kernel_section(tmp_path, monkeypatch, capsys, interrupted)
+    assert code == 130
+    assert (tmp_path / "run" / "poc").is_dir() and not (tmp_path / "run" / "poc.json").exists()
+    assert "no section finished, so there is no PoC receipt yet" in said
+    assert f"continue with: " in said and said.rstrip().endswith(f"poc functional --resume {tmp_path / 'run'}")
+
+
+@pytest.mark.timeout(300)
+def test_a_screen_stopped_by_sigterm_stops_the_poc(tmp_path, monkeypatch, capsys):
+    """The screen catches the interruption to write a partial receipt of what finished; the PoC must not take that
+    receipt for a finished section and go on."""
+    from types import SimpleNamespace
+
+    partial = tmp_path / "run" / "poc" / "kernel.json"
+
+    def stopped_screen(*a, **kw):
+        return SimpleNamespace(path=partial, document={"result": {
+            "interrupted": "terminated by SIGTERM after 3 of 20 steps"}})
+
+    code, said = _stop_in_the_kernel_section(tmp_path, monkeypatch, capsys, stopped_screen)
+    assert code == 143
+    assert f"kernel: the screen's partial receipt is kept as {partial}" in said
+    assert "kernel: STOPPED" in said and "paired: start" not in said

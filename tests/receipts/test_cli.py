@@ -107,7 +107,8 @@ def test_env_json_on_cpu(capsys) -> None:
     assert info["hardware"]["cpu_count"] >= 1
 
 
-def test_show_prints_a_file_name_with_markup_as_text(seed_poc: Path, tmp_path: Path, capsys) -> None:
+def test_show_prints_a_file_name_with_markup_as_text(seed_poc: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # the whole path on one line, however long the test's folder
     odd = tmp_path / "[bold]poc[red].json"
     odd.write_bytes(seed_poc.read_bytes())
     assert main(["receipt", "show", str(odd)]) == 0

@@ -224,3 +224,17 @@ def test_receipt_text_is_printed_as_text_in_the_summary_and_the_diff() -> None:
     con.print(render_diff(doc, {**doc, "paired_aiperf": {**doc["paired_aiperf"], "reason": "[/oops]"}}, "a", "b"))
     out = con.export_text()
     assert "\x1b" not in out and "[bold]x[/bold] ?[2J" in out and "[b]eager" in out and "[/oops]" in out
+
+
+def test_a_nested_value_reads_as_one_value_of_its_key(capsys, monkeypatch) -> None:
+    """A workload's ``requests_per_point`` (a dict of concurrency -> requests) and ``concurrency`` (a list) each read
+    as one value in the conditions line, never as more ``key=value`` pairs (once ``requests_per_point=8=384``)."""
+    path = BENCH / "2026-12-01-h200-poc" / "drivers-c8.json"  # a serve bench at one concurrency, 384 requests
+    text = _flat(_run(capsys, monkeypatch, "show", str(path), columns=200))
+    assert "requests_per_point={8: 384}" in text and "=8=" not in text
+    lines = _run(capsys, monkeypatch, "show", str(POC), columns=400)
+    workload = next(line for line in lines if "paired_aiperf: " in line and "requests_per_point" in line)
+    assert "concurrency=[1, 8, 32]" in workload, workload
+    assert re.search(r"requests_per_point=\{1: \d+, 8: \d+, 32: \d+\}", workload), workload
+    pairs = re.findall(r"(\w+)=", re.sub(r"[\[{][^\]}]*[\]}]", "", workload))
+    assert len(pairs) == len(set(pairs)), pairs  # every key once: no value's own keys read as keys of the line

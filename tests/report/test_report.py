@@ -150,3 +150,28 @@ def test_a_long_reason_opens_folded_and_a_long_cell_says_it_was_cut(tmp_path: Pa
     assert f"<summary>the whole reason ({len(rep.head.decisions[0].reason)} characters)</summary>" in text
     assert rep.head.decisions[0].reason.strip() in text  # all of it, inside the fold
     assert "x" * CELL_CHARS + " … (the whole text is in the receipt)" in text and "x" * (CELL_CHARS + 1) not in text
+
+
+def test_without_out_the_report_goes_beside_its_receipt_not_into_the_working_directory(tmp_path: Path, capsys,
+                                                                                      monkeypatch) -> None:
+    """``infercrane report RECEIPT`` writes ``<receipt stem>.report/`` beside the receipt (as ``poc`` writes
+    ``runs/RUN_ID/poc.report/``); several receipts go under ``runs/RUN_ID/report/``. Once a ``./report`` folder
+    appeared in the working directory (the checkout), which git does not ignore."""
+    import shutil
+
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    receipt = run / "kernel.json"
+    shutil.copy(KERNEL, receipt)
+    cwd = tmp_path / "checkout"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(["report", str(receipt)]) == 0
+    page = run / "kernel.report" / "index.html"
+    assert page.is_file() and f"report: {page}" in capsys.readouterr().out
+    assert list(cwd.iterdir()) == []
+    other = BENCH / "2026-12-01-h200-kernel-two-ops/rms_norm.json"
+    monkeypatch.setenv("INFERCRANE_RUN_ID", "two")
+    assert main(["report", str(receipt), str(other)]) == 0
+    assert (cwd / "runs" / "two" / "report" / "index.html").is_file()
+    assert [p.name for p in cwd.iterdir()] == ["runs"]  # runs/ is ignored by git

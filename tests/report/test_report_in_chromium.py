@@ -1,7 +1,8 @@
 """The report as a person sees it: each committed receipt kind rendered by ``infercrane report`` and opened in
 headless Chromium. The screenshot is not blank, every image on the page loaded, and the receipt's decision text is
-on the page. Chromium is Debian's ``chromium`` package, installed on CI by ``.ci/run``; elsewhere without it these
-tests skip."""
+on the page; the functional PoC's page (its receipt made once per session, tests/conftest.py) also draws no empty
+chart and no label its receipt contradicts. Chromium is Debian's ``chromium`` package, installed on CI by
+``.ci/run``; elsewhere without it these tests skip."""
 from __future__ import annotations
 
 import html
@@ -73,3 +74,68 @@ def test_report_opens_in_chromium_with_its_decision_and_every_image(kind: str, t
     if not decisions:  # a benchmark of one recipe compares nothing, and its page says so first
         assert "no decision: serve bench measures one recipe" in text
     assert "Qualification boundary" in text
+
+
+def _drift_counts(drift: list[dict]) -> tuple[int, int, int]:
+    """(flagged, checked and not flagged, could not run) of a drift[] list, read from its raw fields: a check without
+    a spread of other runs (fewer than 2 between the first and the last run) could not run."""
+    unchecked = sum(1 for d in drift if d.get("other_runs_spread_percent") is None)
+    flagged = sum(1 for d in drift if d.get("other_runs_spread_percent") is not None and d["flagged"])
+    return flagged, len(drift) - unchecked - flagged, unchecked
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the first test to ask for the functional PoC waits for it (tests/conftest.py)
+def test_a_functional_poc_report_labels_only_what_its_receipt_records(functional_run, tmp_path: Path) -> None:
+    """The functional PoC's page (CPU, test server): no empty chart, every chart drawn with data, no label the receipt
+    contradicts (no "published example" for a workload without one, no GPU "none" in a title, drift worded as the
+    receipt's check went), and each section's reason stated once, in the head."""
+    import re
+
+    from infercrane.receipts.validate import load_receipt
+    from infercrane.report.build import receipt_report
+
+    _, receipt = functional_run
+    doc = load_receipt(receipt).document
+    assert doc["evidence_class"] == "functional-check" and doc["custom_kernel"]["cpu"]["measurements"] == []
+    out = tmp_path / "report"
+    assert main(["report", str(receipt), "--out", str(out)]) == 0
+    page = out / "index.html"
+    dark_share, spread = _not_blank(screenshot(page, tmp_path / "shot.png"))
+    assert dark_share > 0.02 and spread > 0.05, f"the screenshot looks blank ({dark_share:.3f}, {spread:.3f})"
+    dom, images, loaded = loaded_dom(page)
+    assert images == loaded == len(list(out.glob("*/*.png"))) > 0
+    text = html.unescape(dom)
+    alts = [html.unescape(a) for a in re.findall(r'<img [^>]*alt="([^"]*)"', dom)]
+    titles = [html.unescape(re.sub(r"<[^>]+>", "", h)) for h in re.findall(r"<h3>(.*?)</h3>", dom, re.S)]
+    captions = [html.unescape(c) for c in re.findall(r"<caption>(.*?)</caption>", dom, re.S)]
+
+    # no empty chart: every figure on the page is one the report drew with data in each of its axes; what the
+    # kernel screen checked is drawn, nothing is drawn as timed
+    figures = [f for s in receipt_report(receipt).sections for f in s.figures]
+    assert sorted(alts) == sorted(f.title for f in figures)
+    for f in figures:
+        for ax in f.fig.axes:
+            if ax.get_visible():
+                drawn = sum(len(line.get_xdata()) for line in ax.get_lines()) + len(ax.collections) + len(ax.patches)
+                assert drawn > 0, f"{f.title}: an axes with no data ({ax.get_title()})"
+    assert "Correctness per implementation and row count" in alts
+    assert not any("nothing timed" in a or a.startswith("Time per call") for a in alts), alts
+
+    # no label the receipt contradicts
+    public = doc["public_workload_reproduction"]
+    if public["published_example"] is None:
+        labels = " | ".join(alts + titles + captions).replace("no published example", "")
+        assert "published example" not in labels, labels
+    assert not any(re.search(r"\bnone\b", t) for t in titles), titles  # no GPU "none"
+    assert any("CPU (functional check)" in t for t in titles), titles
+    for drift in (doc["paired_aiperf"]["drift"],
+                  doc["evidence"]["public"]["cpu"]["paired_aiperf"]["drift"]):
+        flagged, clean, unchecked = _drift_counts(drift)
+        assert (f"{flagged} flagged, {clean} checked and not flagged, {unchecked} could not run") in text
+
+    # each section's reason once: in the head, not again under the evidence
+    head, evidence = text.split("Qualification boundary", 1)
+    reasons = [doc[k]["reason"] for k in ("custom_kernel", "paired_aiperf", "public_workload_reproduction")]
+    for reason in reasons:
+        assert reason in head and reason not in evidence, reason[:80]

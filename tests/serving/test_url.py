@@ -60,11 +60,12 @@ def test_a_server_without_the_reset_endpoint_is_never_reset(raw_server, ts_recip
     assert "not reset (the server offers no POST /reset_prefix_cache)" in engine_record(ext.record)["exit_status"]
 
 
-def test_the_model_requests_name_must_be_served(raw_server, ts_recipe):
-    srv = raw_server("--ttft-ms", "0", "--model", "other")
+def test_a_server_of_several_models_none_the_recipes_is_refused_listing_them(raw_server, ts_recipe):
+    srv = raw_server("--ttft-ms", "0", "--model", "other", "--also-serve", "another")
     with pytest.raises(InputError) as err:
         ExternalEngine(srv.url, recipe=ts_recipe(model="wanted")).connect()
-    assert str(err.value).startswith(f"--url {srv.url}: serves 'other', not 'wanted'")
+    assert str(err.value).startswith(f"--url {srv.url}: serves 'other', 'another', none of them the recipe's model "
+                                     "'wanted'")
     assert len(err.value.lines()) == 1
 
 

@@ -106,6 +106,18 @@ def resolve_device(device: str, flag: str = "device") -> tuple[str, str]:
     return "cpu", "no CUDA device visible to torch: correctness only on CPU tensors, no timing"
 
 
+def plan_summary(device: str, *, modes: list[str] | tuple[str, ...], trials: int, samples_per_trial: int,
+                 checks: int) -> str:
+    """What a screen on ``device`` (``resolve_device``'s "cuda" or "cpu") will do, for a console header: a timed run
+    names its timing modes, trials and samples; a functional run says that nothing is timed (its modes and trials
+    are not used) and what is checked instead."""
+    if device == "cpu":
+        return (f"functional: nothing timed (timing modes and trials unused); correctness against the op's float32 "
+                f"oracle, {checks} checks per row count")
+    return (f"timed in {', '.join(modes)} mode{'s' if len(modes) > 1 else ''}, {trials} trials x {samples_per_trial} "
+            f"samples, after {checks} correctness checks per row count")
+
+
 
 def summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved: int | None,
                    calibration: Calibration | None) -> TimingCell:

@@ -24,6 +24,9 @@ from infercrane.errors import InfercraneError, InputError, UnavailableError
 
 # Options common to every compile (the target architecture is added per path).
 BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+HEADERS_MISSING = ("cuda_bf16.h was not found (no nvidia/cu13/include in site-packages, no $CUDA_PATH/include, "
+                   "no /usr/local/cuda/include)")
+HEADERS_HINT = "pip install nvidia-cuda-runtime (CUDA 13) or set CUDA_PATH to a CUDA toolkit"
 
 
 class CudaCompileError(InfercraneError):
@@ -126,12 +129,8 @@ def _nvrtc_check(result: Any, what: str) -> None:
         raise UnavailableError(f"NVRTC {what} failed: {result}")
 
 
-def nvrtc_compile_ptx(source: str, options: tuple[str, ...], name: str = "kernel.cu") -> str:
-    """Compile CUDA C++ ``source`` to PTX with NVRTC (``cuda.bindings.nvrtc``); no GPU needed.
-
-    Raises UnavailableError when cuda-bindings or the NVRTC library is missing, and CudaCompileError
-    carrying NVRTC's log when the source does not compile.
-    """
+def _nvrtc_bindings() -> Any:
+    """``cuda.bindings.nvrtc``; UnavailableError (with what to install) when it does not import."""
     try:
         from cuda.bindings import nvrtc
     except Exception as e:
@@ -139,13 +138,44 @@ def nvrtc_compile_ptx(source: str, options: tuple[str, ...], name: str = "kernel
             f"cuda.bindings.nvrtc is not importable: {type(e).__name__}: {e}",
             hint="pip install 'cuda-bindings>=13,<14' nvidia-cuda-nvrtc nvidia-cuda-runtime (extra 'nvrtc')",
         ) from e
+    return nvrtc
+
+
+def _library_missing(e: Exception) -> UnavailableError:
+    return UnavailableError(
+        f"the NVRTC library could not be loaded: {type(e).__name__}: {e}",
+        hint="pip install nvidia-cuda-nvrtc (CUDA 13), or put a CUDA toolkit's libnvrtc on the loader path")
+
+
+def ptx_compile_available() -> tuple[bool, str]:
+    """Whether CUDA C++ can be compiled to PTX here without a GPU (``compile_ptx_for``): ``cuda.bindings.nvrtc``
+    imports, the NVRTC library loads and ``cuda_bf16.h`` is found. ``(True, "")`` or ``(False, reason)``: the one
+    check ``infercrane kernel list`` and a functional screen both read, so what the list predicts is what the screen
+    does."""
+    try:
+        nvrtc = _nvrtc_bindings()
+    except UnavailableError as e:
+        return False, e.message
+    try:
+        nvrtc.nvrtcVersion()
+    except Exception as e:  # the NVRTC shared library could not be loaded
+        return False, _library_missing(e).message
+    if not cuda_include_dirs():
+        return False, HEADERS_MISSING
+    return True, ""
+
+
+def nvrtc_compile_ptx(source: str, options: tuple[str, ...], name: str = "kernel.cu") -> str:
+    """Compile CUDA C++ ``source`` to PTX with NVRTC (``cuda.bindings.nvrtc``); no GPU needed.
+
+    Raises UnavailableError when cuda-bindings or the NVRTC library is missing, and CudaCompileError
+    carrying NVRTC's log when the source does not compile.
+    """
+    nvrtc = _nvrtc_bindings()
     try:
         err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     except Exception as e:  # the NVRTC shared library could not be loaded
-        raise UnavailableError(
-            f"the NVRTC library could not be loaded: {type(e).__name__}: {e}",
-            hint="pip install nvidia-cuda-nvrtc (CUDA 13), or put a CUDA toolkit's libnvrtc on the loader path",
-        ) from e
+        raise _library_missing(e) from e
     _nvrtc_check(err, "nvrtcCreateProgram")
     try:
         opts = [o.encode() for o in options]
@@ -176,11 +206,7 @@ def compile_ptx_for(source: str, name: str, arch: str, defines: list[str] | tupl
     if not isinstance(arch, str) or not arch.startswith(("compute_", "sm_")):
         raise InputError(f"arch must look like 'compute_90' or 'sm_90', got {arch!r}")
     if not include_dirs:
-        raise UnavailableError(
-            "cuda_bf16.h was not found (no nvidia/cu13/include in site-packages, no $CUDA_PATH/include, "
-            "no /usr/local/cuda/include)",
-            hint="pip install nvidia-cuda-runtime (CUDA 13) or set CUDA_PATH to a CUDA toolkit",
-        )
+        raise UnavailableError(HEADERS_MISSING, hint=HEADERS_HINT)
     options = (f"-arch={arch}", *base_options, *defines, f"-I{include_dirs[0]}")
     return nvrtc_compile_ptx(source, options, name)
 

@@ -67,6 +67,14 @@ class RunSpec:
     run_index: int
     env: Mapping[str, str] = field(default_factory=dict)
     prompts_file: Path | None = None  # a shared prompt file (serving/prompts.py) instead of the driver's own prompts
+    # Open loop (AIPerf's --request-rate): requests per second, arrivals spaced by arrival_pattern, the concurrency
+    # their cap; None: closed loop at the concurrency.
+    request_rate: float | None = None
+    arrival_pattern: Literal["poisson", "constant"] = "poisson"
+    extra_inputs: Mapping[str, Any] = field(default_factory=dict)  # merged into every request body
+    # Secrets (engine.ServerAccess): handed to the driver in its environment (secret_env), never on its command line.
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 class Driver:
@@ -87,6 +95,15 @@ class Driver:
     def check(self, spec: RunSpec) -> None:
         """Raise InputError when the driver cannot honour the spec (before any request is sent)."""
 
+    def scrub(self, spec: RunSpec) -> None:
+        """Remove from what the driver wrote under ``spec.artifact_dir`` any secret it wrote there (the API key, header
+        values); called once each of its processes has ended, whatever the outcome."""
+
+    def secret_env(self, spec: RunSpec) -> dict[str, str]:
+        """The variables that hand the spec's API key and header values to the driver: added to its environment only,
+        so that its command line (the first line of its log, ``ps``) holds none of them."""
+        return {}
+
     def command(self, spec: RunSpec) -> list[str]:
         raise NotImplementedError
 
@@ -106,7 +123,10 @@ class Driver:
         self.require_available()
         self.check(spec)
         cmd = self.command(spec)
-        version, started_at, cpu_s = self.invoke(spec, cmd, timeout_s=spec.timeout_s)
+        try:
+            version, started_at, cpu_s = self.invoke(spec, cmd, timeout_s=spec.timeout_s)
+        finally:
+            self.scrub(spec)
         return self.read_back(cmd, lambda: self.parse(spec, driver_version=version, driver_cpu_s=cpu_s,
                                                       started_at=started_at))
 
@@ -124,7 +144,8 @@ class Driver:
         spec.artifact_dir.mkdir(parents=True, exist_ok=True)
         started_at = utc_now()
         started = start_logged(cmd, log_path=spec.artifact_dir / "driver.log",
-                               env={**os.environ, **spec.env, **(env or {})}, what=f"driver {self.name}")
+                               env={**os.environ, **spec.env, **self.secret_env(spec), **(env or {})},
+                               what=f"driver {self.name}")
         return version, started_at, started
 
     def finish_invoke(self, started: Started, *, timeout_s: float,

@@ -5,7 +5,11 @@ Command (flags as AIPerf 0.12.0's ``aiperf profile --help`` lists them): ``--mod
 ``--warmup-request-count``, ``--isl``/``--isl-stddev 0``, ``--osl``/``--osl-stddev 0``,
 ``--extra-inputs ignore_eos:true`` and ``min_tokens:<osl>`` (fixed output lengths),
 ``--use-server-token-count``, ``--tokenizer``, ``--artifact-dir``, ``--export-level records``,
-``--random-seed``, ``--request-timeout-seconds``; UI, server-metrics scraping and GPU telemetry off.
+``--random-seed``, ``--request-timeout-seconds``; UI, server-metrics scraping and GPU telemetry off. The workload's
+load options, under AIPerf's own names: ``--request-rate R --arrival-pattern poisson|constant`` for an open loop (the
+concurrency then caps the requests in flight), the workload's ``extra_inputs`` as one JSON ``--extra-inputs``; the API
+key and headers (``engine.ServerAccess``) as placeholders, through ``aiperf_env`` (``AiperfDriver.command``), so that
+no secret is on a command line; ``scrub_exports`` takes the header values out of AIPerf's summaries afterwards.
 With a shared prompt file (``RunSpec.prompts_file``, ``serving/prompts.py``) ``--input-file F --custom-dataset-type
 single_turn --dataset-sampling-strategy sequential`` replace ``--isl``/``--isl-stddev``: the file's prompts in file
 order, cycled when the point needs more (AIPerf 0.12's ``aiperf/config/flags/cli_config.py``; the file's
@@ -40,6 +44,7 @@ from typing import Any, Callable
 
 from infercrane.errors import RunFailed
 from infercrane.serving.drivers import Driver, RunSpec, Started
+from infercrane.serving.drivers.aiperf_env import placeholder
 from infercrane.serving.drivers.aiperf_gate import OPENED as GATE_OPENED, WAITING as GATE_WAITING
 from infercrane.serving.engine import log_tail
 from infercrane.serving.metrics import RunMetrics
@@ -78,7 +83,23 @@ class AiperfDriver(Driver):
                           "another version may differ)")
         return True, f"aiperf {version}"
 
+    def scrub(self, spec: RunSpec) -> None:
+        scrub_exports(spec)
+
+    def secret_env(self, spec: RunSpec) -> dict[str, str]:
+        """``INFERCRANE_API_KEY`` and ``INFERCRANE_HEADER_<i>``: what the placeholders of ``command`` (through
+        ``aiperf_env``) and of ``block_config`` (AIPerf's own ``${VAR}`` substitution) stand for."""
+        out = {API_KEY_VAR: spec.api_key} if spec.api_key is not None else {}
+        return out | {f"{HEADER_VAR}{i}": value for i, (_, value) in enumerate(spec.headers)}
+
     def command(self, spec: RunSpec) -> list[str]:
+        """One ``aiperf profile`` run. A rate (``spec.request_rate``) adds ``--request-rate R --arrival-pattern P``
+        (the concurrency then caps the requests in flight, as in AIPerf); the warm-up requests are sent the same way
+        (AIPerf's warm-up takes the profiling load's rate and pattern unless told otherwise). ``extra_inputs`` go as one
+        JSON ``--extra-inputs``. With an API key, headers or extra inputs, the command runs through ``aiperf_env``:
+        placeholders where the secrets go (``--api-key ${INFERCRANE_API_KEY}``, ``--header {"NAME":
+        "${INFERCRANE_HEADER_0}"}``, JSON so that a comma in a value stays in it), their values in the environment
+        (``secret_env``), and the header and extra-input values kept as typed (``aiperf_env.keep_pairs``)."""
         cmd = [sys.executable, "-m", "aiperf", "profile",
                "--model", spec.served_model,
                "--url", spec.base_url,
@@ -103,7 +124,17 @@ class AiperfDriver(Driver):
             cmd += ["--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{spec.output_tokens}"]
         if spec.token_count_source == "server":
             cmd.append("--use-server-token-count")
-        return cmd
+        if spec.request_rate is not None:
+            cmd += ["--request-rate", repr(float(spec.request_rate)), "--arrival-pattern", spec.arrival_pattern]
+        if spec.extra_inputs:
+            cmd += ["--extra-inputs", json.dumps(dict(spec.extra_inputs), sort_keys=True)]
+        if spec.api_key is None and not spec.headers and not spec.extra_inputs:
+            return cmd
+        if spec.api_key is not None:
+            cmd += ["--api-key", placeholder(API_KEY_VAR)]
+        for i, (name, _) in enumerate(spec.headers):
+            cmd += ["--header", json.dumps({name: placeholder(f"{HEADER_VAR}{i}")})]
+        return [sys.executable, "-m", "infercrane.serving.drivers.aiperf_env", "--", *cmd[3:]]
 
     def parse(self, spec: RunSpec, *, driver_version: str, driver_cpu_s: float | None = None,
               started_at: str | None = None) -> RunMetrics:
@@ -112,13 +143,26 @@ class AiperfDriver(Driver):
 
     def block_config(self, grid: RunGrid) -> dict[str, Any]:
         """The AIPerf YAML config of one block: the flags of ``command`` in AIPerf's config form (its own converter
-        writes the same shape), a warm-up phase, then one profiling phase per window (``grid.windows()``)."""
+        writes the same shape), a warm-up phase, then one profiling phase per window (``grid.windows()``).
+
+        Load: a ``concurrency`` phase per window, or with a rate (``spec.request_rate``) a ``poisson`` or ``constant``
+        phase with ``rate`` and the concurrency as its cap (AIPerf 0.12's ``config/phases.py``); the warm-up phase
+        has the windows' shape. ``extra_inputs`` join the endpoint's ``extra``. Secrets: the endpoint's ``apiKey``
+        and ``headers`` hold placeholders ``${INFERCRANE_...}``, which AIPerf replaces from its environment
+        (``secret_env``) when it reads the file, so the file on disk holds no key nor header value (``_secret``)."""
         spec = grid.spec
         endpoint: dict[str, Any] = {"urls": [spec.base_url], "type": spec.endpoint, "timeout": spec.request_timeout_s,
                                     "streaming": spec.streaming,
                                     "useServerTokenCount": spec.token_count_source == "server"}
+        extra = dict(spec.extra_inputs)
         if spec.ignore_eos:
-            endpoint["extra"] = {"ignore_eos": True, "min_tokens": spec.output_tokens}
+            extra |= {"ignore_eos": True, "min_tokens": spec.output_tokens}
+        if extra:
+            endpoint["extra"] = extra
+        if spec.api_key is not None:
+            endpoint["apiKey"] = _secret(API_KEY_VAR)
+        if spec.headers:
+            endpoint["headers"] = {name: _secret(f"{HEADER_VAR}{i}") for i, (name, _) in enumerate(spec.headers)}
         seed = spec.seed + grid.run_indices[0]
         if spec.prompts_file is not None:
             dataset = {"name": "main", "type": "file", "path": str(spec.prompts_file), "format": "single_turn",
@@ -127,17 +171,20 @@ class AiperfDriver(Driver):
             dataset = {"name": "main", "type": "synthetic", "entries": grid.prompt_entries, "randomSeed": seed,
                        "prompts": {"isl": {"mean": float(spec.input_tokens), "stddev": 0.0},
                                    "osl": {"mean": float(spec.output_tokens), "stddev": 0.0}}}
+        def load(concurrency: int) -> dict[str, Any]:
+            if spec.request_rate is None:
+                return {"type": "concurrency", "concurrency": concurrency}
+            return {"type": spec.arrival_pattern, "rate": float(spec.request_rate), "concurrency": concurrency}
+
         first = grid.windows()[0]
-        warm: dict[str, Any] = {"name": WARMUP_PHASE, "kind": "warmup", "type": "concurrency",
-                                "concurrency": first.concurrency}
+        warm: dict[str, Any] = {"name": WARMUP_PHASE, "kind": "warmup", **load(first.concurrency)}
         if grid.warmup_s is not None:
             warm["duration"] = grid.warmup_s
         else:
             warm["requests"] = max(1, grid.warmup_requests)
         phases = [warm] if (grid.warmup_s or grid.warmup_requests) else []
         for w in grid.windows():
-            phase: dict[str, Any] = {"name": w.name, "kind": "profiling", "type": "concurrency",
-                                     "concurrency": w.concurrency}
+            phase: dict[str, Any] = {"name": w.name, "kind": "profiling", **load(w.concurrency)}
             if grid.window_s is not None:
                 phase |= {"duration": grid.window_s, "gracePeriod": spec.request_timeout_s}
             else:
@@ -236,8 +283,10 @@ class AiperfDriver(Driver):
         try:
             self.finish_invoke(process, timeout_s=timeout, on_tick=watch.scan)
         except BaseException:
+            scrub_exports(spec)
             watch.finish(ended_normally=False)
             raise
+        scrub_exports(spec)
         watch.finish(ended_normally=True)
         if len(watch.delivered) < len(watch.windows):
             def short() -> None:
@@ -281,11 +330,49 @@ class PreStarted:
 
     def kill(self) -> None:
         """End the held process and everything it started, without opening the gate (idempotent)."""
-        self.process.kill()
+        try:
+            self.process.kill()
+        finally:
+            scrub_exports(self.grid.spec)
 
 
 WARMUP_PHASE = "warmup"
 BLOCK_CONFIG_FILE = "aiperf-config.yaml"
+API_KEY_VAR = "INFERCRANE_API_KEY"  # the driver's environment variables that hold the secrets (secret_env)
+HEADER_VAR = "INFERCRANE_HEADER_"
+# AIPerf reads a config value that is one ${VAR} alone as a number or a boolean when the value looks like one
+# (aiperf/config/loader/env_vars.py, _coerce_scalar_string), which a header or key field refuses; a second, never set
+# variable with an empty default after it keeps the value text.
+_KEEP_TEXT = "${INFERCRANE_KEEPS_THIS_TEXT:}"
+
+
+def _secret(var: str) -> str:
+    """The config value AIPerf replaces with variable ``var`` of its environment, as text."""
+    return placeholder(var) + _KEEP_TEXT
+
+
+def scrub_exports(spec: RunSpec) -> None:
+    """Redact the header values AIPerf wrote into its summaries. AIPerf 0.12 records its input config in every
+    ``profile_export_aiperf.json`` (``input_config.endpoint``): the API key redacted, but a header's value in clear
+    unless the header's name is one it knows carries a credential (``aiperf/common/redact.py``: Authorization,
+    X-API-Key, ...). Each such file under the spec's artifacts is rewritten with ``<redacted>`` for every header of
+    the spec; nothing else in it changes. A file that cannot be read or written is left as it is."""
+    if not spec.headers:
+        return
+    from infercrane.serving.engine import REDACTED
+
+    names = {name for name, _ in spec.headers}
+    for path in spec.artifact_dir.rglob(SUMMARY_FILE):
+        try:
+            doc = json.loads(path.read_text())
+            headers = ((doc.get("input_config") or {}).get("endpoint") or {}).get("headers")
+            if not isinstance(headers, dict) or not any(k in names and v != REDACTED for k, v in headers.items()):
+                continue
+            headers.update({k: REDACTED for k in headers if k in names})
+            path.write_text(json.dumps(doc, indent=2))
+        except (OSError, ValueError, AttributeError):
+            continue
+
 GATE_FILE = "aiperf-gate.open"  # a pre-started block's AIPerf sends nothing before this file exists (aiperf_gate)
 LOG_FILE = Path("logs") / "aiperf.log"
 # AIPerf buffers its per-request records (100 by default) before writing them; one at a time, every finished request

@@ -21,6 +21,16 @@ and ``errors`` (an empty string for a request that succeeded). Output tokens com
 ``usage.completion_tokens`` (the client always asks for ``include_usage``), so the token count source
 is the server. It always streams; its ready check is off by default (the engine was checked before);
 ``--num-warmups`` requests go first, at the same concurrency, and are excluded. The result carries no vLLM version: the driver records the installed one.
+
+Open loop (``RunSpec.request_rate``): ``--request-rate R`` with ``--burstiness 1`` (a Poisson process) for
+``arrival_pattern: poisson`` or ``--burstiness inf`` (every gap ``1/R``: vLLM's ``get_request`` takes an infinite
+burstiness as constant gaps) for ``constant``; ``--max-concurrency`` caps the requests in flight, as AIPerf's
+concurrency does at a rate. vLLM then rescales the drawn gaps so that the N requests span N/R seconds; AIPerf does
+not. ``extra_inputs`` join ``--extra-body``. The API key goes in the driver's environment as ``OPENAI_API_KEY``,
+which vLLM's request functions send as ``Authorization: Bearer`` (``vllm/benchmarks/lib/endpoint_request_func.py``,
+``_get_headers``). Extra headers are refused: ``vllm bench serve`` takes them only as ``--header KEY=VALUE`` on its
+command line, and prints its whole argument list to its log (``main_async``: ``print(args)``), so their values
+would be written to disk.
 """
 from __future__ import annotations
 
@@ -58,6 +68,16 @@ class VllmBenchDriver(Driver):
             raise InputError("vllm bench serve counts output tokens from the server's usage; "
                              "token_count_source: client is only available with the aiperf driver",
                              hint="set token_count_source: server, or use the aiperf driver")
+        if spec.headers:
+            raise InputError(f"--header {', '.join(n for n, _ in spec.headers)}: vllm bench serve takes headers only "
+                             "on its command line, and prints its arguments to its log: their values would be "
+                             "written to disk",
+                             hint="drop --header for --drivers vllm-bench (an API key goes with --api-key, as "
+                                  "OPENAI_API_KEY), or measure with --drivers aiperf")
+
+    def secret_env(self, spec: RunSpec) -> dict[str, str]:
+        """``OPENAI_API_KEY``: vLLM's bench client sends it as ``Authorization: Bearer`` (module docstring)."""
+        return {"OPENAI_API_KEY": spec.api_key} if spec.api_key is not None else {}
 
     def command(self, spec: RunSpec) -> list[str]:
         backend, endpoint = ("openai-chat", "/v1/chat/completions") if spec.endpoint == "chat" \
@@ -73,14 +93,20 @@ class VllmBenchDriver(Driver):
                   "--random-input-len", str(spec.input_tokens), "--random-output-len", str(spec.output_tokens),
                   "--random-range-ratio", "0"]),
                "--num-prompts", str(spec.request_count), "--max-concurrency", str(spec.concurrency),
-               "--request-rate", "inf", "--num-warmups", str(spec.warmup_requests),
+               *(["--request-rate", repr(float(spec.request_rate)),
+                  "--burstiness", "1" if spec.arrival_pattern == "poisson" else "inf"]
+                 if spec.request_rate is not None else ["--request-rate", "inf"]),
+               "--num-warmups", str(spec.warmup_requests),
                "--seed", str(spec.seed),
                "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", ",".join(PERCENTILES),
                "--save-result", "--save-detailed",
                "--result-dir", str(spec.artifact_dir), "--result-filename", RESULT_FILE,
                "--disable-tqdm"]
+        body = dict(spec.extra_inputs) | ({"min_tokens": spec.output_tokens} if spec.ignore_eos else {})
         if spec.ignore_eos:
-            cmd += ["--ignore-eos", "--extra-body", json.dumps({"min_tokens": spec.output_tokens})]
+            cmd.append("--ignore-eos")
+        if body:
+            cmd += ["--extra-body", json.dumps(body, sort_keys=True)]
         return cmd
 
     def parse(self, spec: RunSpec, *, driver_version: str, driver_cpu_s: float | None = None,
