@@ -28,9 +28,10 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# Session fixtures that take minutes: under pytest-xdist (scripts/test runs -n auto --dist loadgroup) every test that
-# uses one runs in the same worker, so each is made once, as in a serial run.
-SHARED_EXPENSIVE = ("functional_run",)
+# Session fixtures that take minutes, or that cannot be made twice at once on one machine: under pytest-xdist
+# (INFERCRANE_TEST_WORKERS=N bash scripts/test: -n N --dist loadgroup) every test that uses one runs in the same
+# worker, so each is made once, as in a serial run. Two local Ray clusters at once end each other's raylets.
+SHARED_EXPENSIVE = ("functional_run", "ray_cluster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
