@@ -68,8 +68,9 @@ def test_resume_reuses_every_finished_section(functional_run, monkeypatch, capsy
         assert after[section]["cpu"]["content_sha256"] == before[section]["cpu"]["content_sha256"]
 
 
-@pytest.mark.timeout(300)
-def test_a_failure_part_way_keeps_the_finished_sections(functional_run, tmp_path, monkeypatch, capsys):
+def _resume_with_the_public_ab_stopped(functional_run, tmp_path, monkeypatch, stop) -> tuple:
+    """A copy of the functional run without its public receipt, resumed with the public A/B replaced by ``stop``:
+    (config, run folder, exit code)."""
     import shutil
 
     import infercrane.serving.ab as poc_serving
@@ -78,13 +79,18 @@ def test_a_failure_part_way_keeps_the_finished_sections(functional_run, tmp_path
     run = tmp_path / "run"
     shutil.copytree(out.parent, run)
     (run / "poc" / "public.json").unlink()
+    monkeypatch.setattr(poc_serving, "run_ab", stop)
+    monkeypatch.chdir(out.parent.parent)
+    return config, run, main(["poc", str(config), "--resume", str(run)])
 
+
+@pytest.mark.timeout(300)
+def test_a_failure_part_way_keeps_the_finished_sections(functional_run, tmp_path, monkeypatch, capsys):
     def engine_dies(plan, **kw):
         raise RunFailed(f"{plan.section}: the engine died (test)")
 
-    monkeypatch.setattr(poc_serving, "run_ab", engine_dies)
-    monkeypatch.chdir(out.parent.parent)
-    assert main(["poc", str(config), "--resume", str(run)]) == 4
+    config, run, code = _resume_with_the_public_ab_stopped(functional_run, tmp_path, monkeypatch, engine_dies)
+    assert code == 4
     doc = load_receipt(run / "poc.json").document
     assert doc["complete"] is False
     assert "section public stopped: public: the engine died (test)" in doc["incomplete_reason"]
@@ -146,22 +152,12 @@ def test_the_poc_ends_by_writing_its_report(functional_run):
 
 @pytest.mark.timeout(300)
 def test_ctrl_c_in_a_later_section_prints_how_to_continue(functional_run, tmp_path, monkeypatch, capsys):
-    import shutil
-
-    import infercrane.serving.ab as poc_serving
-
-    config, out = functional_run
-    run = tmp_path / "run"
-    shutil.copytree(out.parent, run)
-    (run / "poc" / "public.json").unlink()
-
     def interrupted(plan, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(poc_serving, "run_ab", interrupted)
-    monkeypatch.chdir(out.parent.parent)
     capsys.readouterr()
-    assert main(["poc", str(config), "--resume", str(run)]) == 130
+    config, run, code = _resume_with_the_public_ab_stopped(functional_run, tmp_path, monkeypatch, interrupted)
+    assert code == 130
     said = capsys.readouterr().out
     assert "public: STOPPED" in said
     (line,) = [x for x in said.splitlines() if "continue with: " in x]
