@@ -2,6 +2,7 @@
 one optimization-poc receipt (``infercrane.poc``)."""
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -98,16 +99,14 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
             f"{', '.join(p.drivers)}")
     for note in plan.notes:
         say(f"note: {note}")
+    from ..errors import InfercraneError, InputError
+
     try:
         receipt = run(plan, con=con, say=say)
-    except BaseException as exc:
-        from ..errors import InfercraneError, InputError
-
-        if isinstance(exc, (InfercraneError, KeyboardInterrupt)) and not isinstance(exc, InputError):
-            import shlex
-
-            say(f"continue with: {program()} poc {shlex.quote(config)} --resume "
-                f"{shlex.quote(str(plan.resume_arg()))}")
+    except InputError:
+        raise
+    except (InfercraneError, KeyboardInterrupt):  # a run failure or a stop: what finished is kept for --resume
+        say(f"continue with: {program()} poc {shlex.quote(config)} --resume {shlex.quote(str(plan.resume_arg()))}")
         raise
     _print_summary(con, receipt.document)
     say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} ({program()} receipt show {receipt.path})")
