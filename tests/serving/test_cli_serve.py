@@ -35,6 +35,22 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _communicate_or_dump(proc: subprocess.Popen, timeout_s: float) -> str:
+    """The process's output once it ends; past ``timeout_s``, a failure that carries its signal masks, every thread's
+    stack (SIGABRT with PYTHONFAULTHANDLER set) and all it printed."""
+    try:
+        return proc.communicate(timeout=timeout_s)[0]
+    except subprocess.TimeoutExpired:
+        try:
+            masks = "".join(line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines(True)
+                            if line.startswith("Sig"))
+        except OSError:
+            masks = "(no /proc status)"
+        proc.send_signal(signal.SIGABRT)
+        output = proc.communicate(timeout=60)[0]
+        pytest.fail(f"still running {timeout_s:g} s after SIGINT\n{masks}\n{output}", pytrace=False)
+
+
 def test_serve_ab_with_aiperf(tmp_path: Path, stand_in_dir: Path, offline_env) -> None:
     a = _recipe(tmp_path / "a.yaml", "slow", stand_in_dir, 6)
     b = _recipe(tmp_path / "b.yaml", "fast", stand_in_dir, 3)
@@ -73,7 +89,8 @@ def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_
         [sys.executable, "-m", "infercrane", "serve", "ab", str(a), str(b), "--workload", "seed-paired-counts",
          "--runs", "3", "--concurrency", "1,2", "--requests-per-slot", "6", "--min-requests", "6",
          "--order", "sequential", "--out", str(out)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=tmp_path, env={**os.environ, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         if out.exists() and json.loads(out.read_text())["runs"]:
@@ -84,7 +101,7 @@ def test_sigint_leaves_no_engine_and_a_partial_receipt(tmp_path: Path, stand_in_
     pgid = doc["engines"][0]["pid"]
     running = _group_alive(pgid)
     proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=120)
+    output = _communicate_or_dump(proc, 120)
     assert running, f"the engine should be running mid-plan; runs so far: {doc['runs']}\n{output}"
     assert proc.returncode == 130, output
     r = load_receipt(out)
