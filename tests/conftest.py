@@ -34,6 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
 SHARED_EXPENSIVE = ("functional_run", "ray_cluster")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups from the markers (its hook has no order)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for name in SHARED_EXPENSIVE:
@@ -45,6 +46,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # pytest-xdist groups by a suffix it writes into each marked test's node id; where the installed pytest does not
+    # take that write (pytest 9.2 with pytest-xdist 3.8: pytest-xdist issue 1386), the groups are silently ignored and
+    # each worker makes its own session fixtures. Say so instead.
+    if not getattr(session.config.option, "loadgroup", False):  # set in pytest-xdist workers under --dist loadgroup
+        return
+    ungrouped = [item.nodeid for item in session.items for name in SHARED_EXPENSIVE
+                 if name in item.fixturenames and not item.nodeid.endswith(f"@{name}")]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"--dist loadgroup did not group {len(ungrouped)} tests (first: {ungrouped[0]}) with pytest "
+            f"{pytest.__version__}: run the suite in one process, or with a pytest that pytest-xdist can group under")
 
 
 @pytest.fixture
