@@ -3,6 +3,7 @@ tests start see Ctrl-C as a terminal delivers it."""
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ungrouped = [item.nodeid for item in session.items for name in SHARED_EXPENSIVE
                  if name in item.fixturenames and not item.nodeid.endswith(f"@{name}")]
     if ungrouped:
-        raise pytest.UsageError(
-            f"--dist loadgroup did not group {len(ungrouped)} tests (first: {ungrouped[0]}) with pytest "
-            f"{pytest.__version__}: run the suite in one process, or with a pytest that pytest-xdist can group under")
+        why = (f"--dist loadgroup did not group {len(ungrouped)} tests (first: {ungrouped[0]}) with pytest "
+               f"{pytest.__version__}: run the suite in one process, or with a pytest that pytest-xdist can group under")
+        print(f"\n{why}", file=sys.stderr, flush=True)  # a worker's stderr is the run's; its error reads as a crash
+        raise pytest.UsageError(why)
 
 
 @pytest.fixture
