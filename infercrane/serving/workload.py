@@ -277,9 +277,16 @@ class Workload(BaseModel):
         data = {**self.model_dump(mode="json"), **changes}
         if any(k in SENT_FIELDS and v != getattr(self, k) for k, v in changes.items()):
             data["published_example"] = None
+        counted = [k for k in COUNT_FIELDS if changes.get(k) is not None]
+        if self.window_s is not None and counted and "window_s" not in changes:  # asked for counts: windows of counts
+            data |= {"window_s": None, "warmup_s": None,
+                     "description": f"{self.description} [{', '.join(counted)} given: windows of a request count "
+                                    f"instead of {self.window_s:g} s of load]".lstrip()}
         return _validate(data, source="overrides")
 
 
+# What sizes a window of a request count: given as an override to a workload of time windows, it replaces them.
+COUNT_FIELDS = ("request_count", "requests_per_slot", "min_requests", "warmup_requests")
 # What each request sends and how requests arrive: a published example measured otherwise is another workload.
 SENT_FIELDS = ("input_tokens", "output_tokens", "request_rate", "arrival_pattern", "extra_inputs")
 

@@ -207,7 +207,7 @@ def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir
 
     slow = ts_recipe("--ttft-ms", "20", "--itl-ms", "2", name="slow", model=str(stand_in_dir))
     fast = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="fast", model=str(stand_in_dir))
-    w = load_workload("quick")
+    w = load_workload("quick").with_overrides(runs_per_arm=4, concurrency=[2])  # blocks of 2, 4 and 2 windows
     if windows == "requests":  # windows of a request count: how far ahead to start is read from the windows measured
         w = w.with_overrides(window_s=None, warmup_s=None, request_count=40, warmup_requests=8)
     progress: list[str] = []

@@ -159,3 +159,18 @@ def test_a_window_of_a_request_count_is_estimated_from_the_shortest_measured_so_
     assert window_estimate_s(timed, [run(9.0)]) == timed.window_s  # a time window is what it says
     assert window_estimate_s(counted, []) == MIN_WINDOW_S  # nothing measured yet
     assert window_estimate_s(counted, [run(11.7), run(10.2), run(3.0, ok=False), run(2.0, n=0)]) == 10.2
+
+
+@pytest.mark.parametrize("field", ["request_count", "requests_per_slot", "min_requests", "warmup_requests"])
+def test_a_request_count_given_to_a_workload_of_time_windows_replaces_its_windows(field):
+    from infercrane.serving.workload import load_workload
+
+    timed = load_workload("quick")
+    assert timed.window_s == 2 and timed.warmup_s == 1
+    counted = timed.with_overrides(**{field: 12})
+    assert counted.window_s is None and counted.warmup_s is None and getattr(counted, field) == 12
+    assert counted.description.startswith(timed.description) and f"{field} given" in counted.description
+    assert "time windows" not in " ".join(counted.notes())
+    # the windows stay where they are asked for too, or where no count is given
+    assert timed.with_overrides(request_count=12, window_s=3).window_s == 3
+    assert timed.with_overrides(runs_per_arm=4).window_s == 2
