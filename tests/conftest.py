@@ -30,17 +30,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Session fixtures that take minutes, or that cannot be made twice at once on one machine: under pytest-xdist
-# (INFERCRANE_TEST_WORKERS=N bash scripts/test: -n N --dist loadgroup) every test that uses one runs in the same
-# worker, so each is made once, as in a serial run. Two local Ray clusters at once end each other's raylets.
+# (bash scripts/test: -n auto --dist loadgroup) every test that uses one runs in the same worker, so each is made once,
+# as in a serial run. Two local Ray clusters at once end each other's raylets. The GPU tests share one worker too: one
+# GPU, one test at a time.
 SHARED_EXPENSIVE = ("functional_run", "ray_cluster")
+
+
+def _group(item: pytest.Item) -> str | None:
+    names = [name for name in SHARED_EXPENSIVE if name in getattr(item, "fixturenames", ())]
+    if "gpu" in item.keywords:
+        names.append("gpu")
+    return "_".join(sorted(names)) or None  # pytest-xdist joins a test's groups the same way
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups from the markers (its hook has no order)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the longest first (a shared fixture's group, then the slow tests), so that under pytest-xdist no worker is
+    # left with a long test at the end while the others have finished
+    items.sort(key=lambda item: 0 if _group(item) in SHARED_EXPENSIVE else 1 if item.get_closest_marker("slow") else 2)
     for item in items:
-        for name in SHARED_EXPENSIVE:
-            if name in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(name))
+        group = _group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible)")
@@ -55,8 +66,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # each worker makes its own session fixtures. Say so instead.
     if not getattr(session.config.option, "loadgroup", False):  # set in pytest-xdist workers under --dist loadgroup
         return
-    ungrouped = [item.nodeid for item in session.items for name in SHARED_EXPENSIVE
-                 if name in item.fixturenames and not item.nodeid.endswith(f"@{name}")]
+    ungrouped = [item.nodeid for item in session.items
+                 if (group := _group(item)) is not None and not item.nodeid.endswith(f"@{group}")]
     if ungrouped:
         why = (f"--dist loadgroup did not group {len(ungrouped)} tests (first: {ungrouped[0]}) with pytest "
                f"{pytest.__version__}: run the suite in one process, or with a pytest that pytest-xdist can group under")

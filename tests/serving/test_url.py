@@ -156,12 +156,13 @@ def test_serve_bench_measures_a_running_server(tmp_path, raw_server, stand_in_di
     recipe = tmp_path / "ext.yaml"
     recipe.write_text(f"schema_version: infercrane.serving-recipe/v1\nname: ext\nengine: testserver\nmodel: {stand_in_dir}\n")
     out = tmp_path / "bench.json"
-    assert main(["serve", "bench", str(recipe), "--url", srv.url, "--workload", "quick", "--out", str(out)]) == 0
+    assert main(["serve", "bench", str(recipe), "--url", srv.url, "--workload", "quick", "--runs", "3",
+                 "--out", str(out)]) == 0
     doc = load_receipt(out).document
     [eng] = doc["engines"]
     assert eng["launched_by_infercrane"] is False and eng["served_models"] == [str(stand_in_dir)]
     assert eng["version"].startswith("infercrane-testserver") and eng["pid"] is None
     w = load_workload("quick")  # every run at every concurrency, one recipe
-    assert len(doc["runs"]) == w.runs_per_arm * len(w.concurrency) and all(r["status"] == "ok" for r in doc["runs"])
+    assert len(doc["runs"]) == 3 * len(w.concurrency) and all(r["status"] == "ok" for r in doc["runs"])
     assert stats(srv.url)["prefix_cache_resets"] >= 2  # the probe, then before the runs
     assert srv.proc.poll() is None  # still running: InferCrane stops only what it started
