@@ -18,7 +18,7 @@ from typing import Annotated, Any, NamedTuple
 from cyclopts import Parameter
 
 from ..kernels.config import ApplyConfig
-from .options import check_output_folder, plain
+from ..options import check_output_folder, plain
 
 
 class ServingMode(NamedTuple):

@@ -22,7 +22,7 @@ def env(*, json_output: bool = False) -> int:
     from rich.table import Table
 
     from ..receipts.render import console
-    from .options import plain
+    from ..options import plain
 
     t = Table(title="infercrane env", title_justify="left", show_header=False)
     t.add_column(style="bold")

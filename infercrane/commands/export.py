@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from .options import check_output_file, plain, program
+from ..options import check_output_file, plain, program
 
 
 def export(receipt: Path, /, *, format: Literal["csv", "json"] = "csv",

@@ -11,7 +11,8 @@ from cyclopts import Parameter
 from cyclopts.validators import Number
 
 from ..kernels.config import OpOptions, ScreenConfig
-from .options import check_sign_key, plain, program, sign_written
+from ..options import plain, program
+from ..receipts.signing import check_sign_key, sign_written
 
 
 def list_impls(*, config: Annotated[OpOptions, Parameter(name="*")] = OpOptions()) -> int:
@@ -207,7 +208,7 @@ def prepare_screen(config: ScreenConfig, *, out: Path, con: Any) -> PreparedScre
     from ..kernels import registry
     from ..models.catalog import load_model_config
     from ..receipts.models_v3 import DecodeStep
-    from .options import check_output_file
+    from ..options import check_output_file
 
     with about("--policy"):
         policy = load_policy("kernel", config.policy)
@@ -348,7 +349,7 @@ def decide(receipt: Path, /, *,
     from ..receipts.models_v3 import SCREENING_V3, DecodeStep
     from ..receipts.render import console
     from ..receipts.validate import load_receipt, write_receipt
-    from .options import check_output_file
+    from ..options import check_output_file
 
     # the options first, then the evidence they apply to
     check_output_file(out, "--out", not_over=receipt)
@@ -708,7 +709,7 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
     from ..receipts.render import console
     from ..receipts.validate import load_receipt
 
-    from .options import check_output_file
+    from ..options import check_output_file
 
     docs = [load_receipt(path).document for path in (a, b)]  # a file that is not a valid receipt, named, first
     if json_out is not None:

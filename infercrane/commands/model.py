@@ -10,7 +10,7 @@ def list_models() -> int:
 
     from ..models.catalog import get, list_models as ids
     from ..receipts.render import console
-    from .options import plain
+    from ..options import plain
 
     t = Table(title="model catalog", title_justify="left")
     for col in ("id", "revision", "hidden", "layers", "heads/kv", "rms_norm_eps", "vocab"):
@@ -44,7 +44,7 @@ def stand_in(model: str, /, *, out: Path, overwrite: bool = False) -> int:
     from ..errors import about
     from ..models.catalog import get
     from ..models.standin import write_stand_in
-    from .options import check_output_folder
+    from ..options import check_output_folder
 
     get(model)  # an unknown model is reported as such, before the output folder
     check_output_folder(out, "--out")

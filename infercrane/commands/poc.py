@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..executors.options import ExecutorOptions
-from .options import program
+from ..options import program
 
 
 def default_config() -> tuple[str, str]:

@@ -8,7 +8,7 @@ from typing import Annotated
 from cyclopts import Parameter
 
 from ..errors import InfercraneError, InputError, ReceiptInvalid
-from .options import check_output_folder, plain
+from ..options import check_output_folder, plain
 
 
 def validate(files: list[Path], /, *, quiet: bool = False) -> int:
@@ -237,7 +237,8 @@ def merge(files: list[Path], /, *, out: Path, sign_key: Path | None = None) -> i
     """
     from ..receipts.merge import merge as do_merge
     from ..receipts.validate import write_receipt
-    from .options import check_output_file, check_sign_key, sign_written
+    from ..options import check_output_file
+    from ..receipts.signing import check_sign_key, sign_written
 
     check_output_file(out, "--out")
     check_sign_key(sign_key)

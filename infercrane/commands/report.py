@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .options import check_output_folder, plain
+from ..options import check_output_folder, plain
 
 
 def report(receipts: list[Path], /, *, out: Path | None = None) -> int:

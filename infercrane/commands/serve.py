@@ -10,7 +10,8 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..serving.config import ServeConfig
-from .options import check_output_file, check_sign_key, plain, program, sign_written
+from ..options import check_output_file, plain, program
+from ..receipts.signing import check_sign_key, sign_written
 
 
 def recipes() -> int:

@@ -185,7 +185,7 @@ def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolic
 
 def policy_sha256(policy: KernelPolicy | ServingPolicy) -> str:
     """SHA-256 of the policy's canonical JSON, for a receipt to pin the exact thresholds it was decided with."""
-    from infercrane.receipts.io import config_hash
+    from infercrane.hashing import config_hash
 
     return config_hash(hashed_fields(policy))
 

@@ -214,7 +214,7 @@ def provenance(
 ) -> dict[str, Any]:
     """The provenance block (``receipts.models_v2.Provenance``) for a receipt written now. ``hardware_info`` and
     ``software`` default to this machine's; pass the measuring machine's when deciding on evidence measured elsewhere."""
-    from ..receipts.io import config_hash
+    from ..hashing import config_hash
 
     commit, dirty = git_state()
     run_id = run_id or run_id_from_env() or new_run_id()

@@ -382,7 +382,7 @@ def run_fanned_out(where: Any, gpus: Sequence[str], *, argv: Sequence[str], file
     """A command's fan-out from its executor options ``where`` (``executors.options.ExecutorOptions``): refuse what
     cannot travel, build the executor and one job per GPU type, run them (``fan_out``), print the summary; exit 0
     when every job finished and the result was written, 1 otherwise."""
-    from infercrane.commands.options import check_output_file, plain
+    from infercrane.options import check_output_file, plain
     from infercrane.errors import InputError
     from infercrane.executors import get_executor
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..commands.options import Many, flag
+from ..options import Many, flag
 
 EXECUTOR_FIELDS = ("executor", "gpus", "ray_address", "job_timeout_s")
 

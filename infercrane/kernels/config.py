@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from cyclopts import Parameter
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator
 
-from ..commands.options import Many
+from ..options import Many
 from ..executors.options import ExecutorOptions
 
 Mode = Literal["launch", "graph", "cold"]

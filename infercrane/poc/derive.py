@@ -101,7 +101,7 @@ def decide_with_steps(kernel: dict[str, Any], steps: list[Any], *, measured: str
     row count; it names the receipt it was decided from (``measured``: where that one lies, and its hash)."""
     from ..env.capture import provenance
     from ..kernels.receipt import build_document
-    from ..receipts.io import HASH_FIELD, content_hash
+    from ..hashing import HASH_FIELD, content_hash
     from ..receipts.models_v3 import CudaKernelScreeningReceiptV3
 
     model = CudaKernelScreeningReceiptV3.model_validate(kernel)

@@ -143,7 +143,7 @@ def _kernel_prepared(cfg: PocConfig, path: Path, sections_dir: Path, con: Any) -
     from ..decide.policy import load_policy
     from ..errors import InputError, about
     from ..kernels.config import ScreenConfig
-    from ..receipts.io import config_hash
+    from ..hashing import config_hash
 
     k = cfg.kernel
     policy_ref = resolve_ref(k.policy, path) if k.policy else None
@@ -271,7 +271,7 @@ def ab_section_sha(section: str, recipes: list[dict[str, Any]], workload: Any, d
     """An A/B section's identity: what a resumed PoC must find unchanged to reuse its receipt (recipes in canonical
     form, the workload's identity, drivers, policy, start-up limit, engine layout)."""
     from ..decide.policy import hashed_fields
-    from ..receipts.io import config_hash
+    from ..hashing import config_hash
 
     return config_hash({"section": section, "recipes": recipes, "workload": workload.identity(), "drivers": drivers,
                         "policy": hashed_fields(policy), "startup_timeout_s": startup_timeout_s,
@@ -313,8 +313,9 @@ def _reusable(plan: PocPlan, say: Any) -> None:
 def prepare(config_ref: str | Path, *, out: Path | None, resume: Path | None, sign_key: Path | None,
             con: Any, say: Any) -> PocPlan:
     """Check every input of every section before anything runs (module docstring); starts nothing."""
-    from ..commands.options import check_output_file, check_sign_key
-    from ..receipts.io import config_hash
+    from ..options import check_output_file
+    from ..receipts.signing import check_sign_key
+    from ..hashing import config_hash
 
     cfg, path = load_config(config_ref)
     target, run_id, resuming = _out_and_run_id(out, resume)
@@ -383,7 +384,7 @@ def evidence_of(plan: PocPlan, docs: dict[str, dict[str, Any]]) -> dict[str, Any
 
 def write_poc(plan: PocPlan, docs: dict[str, dict[str, Any]], *, complete: bool, reason: str | None,
               sitting: dict[str, Any] | None = None) -> Any:
-    from ..commands.options import sign_written
+    from ..receipts.signing import sign_written
     from ..env.capture import hardware, provenance
     from ..receipts.validate import write_receipt
     from .derive import assemble

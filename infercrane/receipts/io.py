@@ -4,12 +4,11 @@ Writing is atomic: the JSON goes to a temporary file in the destination folder, 
 over the destination (and the folder fsynced), so a reader sees the old file or the new one, never a torn one, even if
 the process is killed mid-write.
 
-The content hash is sha256 over the canonical JSON (sorted keys, no whitespace, UTF-8) of the document without its
+The content hash (``infercrane/hashing.py``) is sha256 over the canonical JSON of the document without its
 ``content_sha256`` field.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -20,21 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InputError
-
-HASH_FIELD = "content_sha256"
-
-
-def canonical_json(data: Any) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def content_hash(document: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json({k: v for k, v in document.items() if k != HASH_FIELD})).hexdigest()
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(config)).hexdigest()
-
+from ..hashing import HASH_FIELD, content_hash
 
 def non_finite_paths(data: Any, path: str = "") -> list[str]:
     """Paths of NaN/inf numbers in a parsed JSON tree (JSON has no such numbers; Python's parser accepts them)."""

@@ -197,3 +197,24 @@ def verify(receipt: Path | str, public_path: Path | str, envelope: Path | str | 
         except (InvalidSignature, ValueError):
             raise SignatureInvalid(f"{path}: the signature of key {keyid} does not hold for {receipt}") from None
     return Verified(keyid=keyid, envelope=path)
+
+
+def check_sign_key(key: Path | None, flag: str = "--sign-key") -> None:
+    """Refuse a signing key that cannot sign, before anything runs."""
+    if key is None:
+        return
+    from ..errors import about
+
+    with about(flag):
+        _load_private(key)
+
+
+def sign_written(path: Path, key: Path | None, con: Any = None) -> None:
+    """Sign a receipt just written, when a key was given (``<receipt>.dsse.json`` beside it)."""
+    if key is None:
+        return
+    from ..options import plain
+
+    out = sign(path, key)
+    if con is not None:
+        con.print(f"signed: {plain(out)}")

@@ -22,7 +22,8 @@ from ..errors import InputError, ReceiptInvalid
 from . import models_v1 as v1
 from . import models_v2 as v2
 from . import models_v3 as v3
-from .io import HASH_FIELD, content_hash, non_finite_paths, read_json
+from ..hashing import HASH_FIELD, content_hash
+from .io import non_finite_paths, read_json
 from .registry import HASHED, model_for
 
 Problem = tuple[str, str]

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from cyclopts import Group, Parameter
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator
 
-from ..commands.options import Many, flag
+from ..options import Many, flag
 
 # The workload each command runs when --workload is not given.
 DEFAULT_WORKLOAD = {"ab": "seed-paired", "bench": "public-1000"}

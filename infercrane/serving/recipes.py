@@ -210,7 +210,7 @@ class Recipe(BaseModel):
         return data
 
     def computed_sha256(self) -> str:
-        from infercrane.receipts.io import config_hash
+        from infercrane.hashing import config_hash
 
         return config_hash(self.canonical())
 

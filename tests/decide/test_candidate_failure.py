@@ -14,7 +14,7 @@ from infercrane.decide.policy import KernelPolicy, load_policy
 from infercrane.kernels.harness.compare import decision_inputs, with_comparisons
 from infercrane.kernels.receipt import _correctness_text, build_document, derive
 from infercrane.kernels.result import CheckResult, ScreenResult
-from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.validate import check_document
 
 REPO = Path(__file__).resolve().parents[2]

@@ -245,7 +245,7 @@ OLD_POLICY = {"schema_version": "infercrane.serving-policy/v1", "primary_metric"
 
 def test_a_policy_without_the_new_keys_loads_and_keeps_its_hash() -> None:
     from infercrane.decide.policy import ServingPolicy, policy_sha256
-    from infercrane.receipts.io import config_hash
+    from infercrane.hashing import config_hash
 
     old = ServingPolicy.model_validate(OLD_POLICY)
     assert (old.min_pairs, old.family_control, old.prior_window_cv, old.per_statistic_seed) == (10, "holm", 0.02, False)

@@ -14,7 +14,7 @@ from test_harness_runner import GOOD, _synthetic_device
 from infercrane.cli import main
 from infercrane.decide.policy import load_policy
 from infercrane.kernels.receipt import build_document
-from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.models_v3 import DecodeStep
 from infercrane.receipts.validate import check_document, load_receipt
 

@@ -12,7 +12,7 @@ from infercrane.decide.policy import load_policy
 from infercrane.kernels.harness.runner import screen
 from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
 from infercrane.kernels.receipt import build_document
-from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.models_v3 import DecodeStep
 from infercrane.receipts.validate import check_document, write_receipt
 

@@ -11,7 +11,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, content_hash
 
 REPO = Path(__file__).resolve().parents[2]
 H200_KERNEL = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"

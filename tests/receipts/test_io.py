@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from infercrane.errors import ReceiptInvalid
-from infercrane.receipts.io import content_hash, write_atomic
+from infercrane.hashing import content_hash
+from infercrane.receipts.io import write_atomic
 from infercrane.receipts.validate import load_receipt, write_receipt
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from infercrane.decide.prediction import kernel_in_serving
-from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.validate import check_document
 
 TAR = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-poc/poc-evidence.tar.xz"

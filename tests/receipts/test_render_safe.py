@@ -26,7 +26,7 @@ def test_an_incomplete_receipt_cannot_accept() -> None:
     import json
     from pathlib import Path
 
-    from infercrane.receipts.io import HASH_FIELD, content_hash
+    from infercrane.hashing import HASH_FIELD, content_hash
     from infercrane.receipts.validate import check_document
 
     path = Path(__file__).parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"
@@ -43,7 +43,7 @@ def test_a_statistic_s_method_label_must_be_its_policy_s() -> None:
     from pathlib import Path
 
     from infercrane.decide.serving import interval_method, verdict_rule
-    from infercrane.receipts.io import HASH_FIELD, content_hash
+    from infercrane.hashing import HASH_FIELD, content_hash
     from infercrane.receipts.validate import check_document
 
     path = Path(__file__).parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from infercrane.receipts.io import content_hash
+from infercrane.hashing import content_hash
 from infercrane.receipts.validate import check_document
 
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from infercrane.receipts.io import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.validate import check_document
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-serving"

@@ -38,7 +38,7 @@ def test_a_recipe_names_kernels_by_vllm_ir_op_in_either_spelling():
 
 def test_recipes_without_kernels_keep_their_hash():
     # hashed as before the fields existed (receipts name shipped recipes by these hashes)
-    from infercrane.receipts.io import config_hash
+    from infercrane.hashing import config_hash
 
     r = load_recipe("balanced")
     data = r.canonical()

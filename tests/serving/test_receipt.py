@@ -176,7 +176,7 @@ def test_shared_prompts_are_recorded_and_the_plan_rebuilds(tmp_path: Path, stand
 
 def test_time_accounting_is_derived_from_the_runs_and_the_plan_wall_time(tmp_path: Path, stand_in_dir: Path,
                                                                           ts_recipe) -> None:
-    from infercrane.receipts.io import HASH_FIELD, content_hash
+    from infercrane.hashing import HASH_FIELD, content_hash
     from infercrane.receipts.validate import check_document
 
     w = load_workload("seed-paired").with_overrides(concurrency=[8], runs_per_arm=5)

@@ -1,4 +1,5 @@
-"""What every command's options share: the list type, output-path checks, and escaping foreign text for rich.
+"""What every option model shares (a leaf: anything may import it): the list type, flag names, output-path
+checks, how to call InferCrane again, and escaping foreign text for rich.
 
 Kept free of heavy imports: the option models import it, and ``infercrane --help`` imports those.
 """
@@ -78,7 +79,7 @@ def check_output_file(path: Path, option: str, *, not_over: Path | None = None) 
     """Refuse, before any work, an output file that could not be written: an existing directory, or a parent folder
     that cannot be created or written; and the measured receipt ``not_over`` (deciding again never overwrites the
     evidence it decides from). Creates nothing."""
-    from ..errors import InputError
+    from .errors import InputError
 
     path = Path(path)
     if not_over is not None and path.exists() and Path(not_over).exists() and path.samefile(not_over):
@@ -90,7 +91,7 @@ def check_output_file(path: Path, option: str, *, not_over: Path | None = None) 
 
 def check_output_folder(path: Path, option: str) -> None:
     """As ``check_output_file`` for an output folder: an existing file in its place is refused."""
-    from ..errors import InputError
+    from .errors import InputError
 
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -99,7 +100,7 @@ def check_output_folder(path: Path, option: str) -> None:
 
 
 def _check_creatable(folder: Path, option: str, what: str) -> None:
-    from ..errors import InputError
+    from .errors import InputError
 
     probe = Path(os.path.abspath(folder))
     while not probe.exists():
@@ -110,25 +111,3 @@ def _check_creatable(folder: Path, option: str, what: str) -> None:
         raise InputError(f"{what}: cannot create its folder, {probe} is a file; give a path under a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{what}: {probe} is not writable; give a path you can write to")
-
-
-def check_sign_key(key: Path | None, flag: str = "--sign-key") -> None:
-    """Refuse a signing key that cannot sign, before anything runs."""
-    if key is None:
-        return
-    from ..errors import about
-    from ..receipts.signing import _load_private
-
-    with about(flag):
-        _load_private(key)
-
-
-def sign_written(path: Path, key: Path | None, con: Any = None) -> None:
-    """Sign a receipt just written, when a key was given (``<receipt>.dsse.json`` beside it)."""
-    if key is None:
-        return
-    from ..receipts.signing import sign
-
-    out = sign(path, key)
-    if con is not None:
-        con.print(f"signed: {plain(out)}")
