@@ -235,7 +235,7 @@ def merge(files: list[Path], /, *, out: Path, sign_key: Path | None = None) -> i
     sign_key
         Sign the merged receipt as it is written (an ed25519 private key from `infercrane receipt keygen`).
     """
-    from ..receipts.merge import merge as do_merge
+    from ..poc.merge import merge as do_merge
     from ..receipts.validate import write_receipt
     from ..options import check_output_file
     from ..receipts.signing import check_sign_key, sign_written

@@ -245,7 +245,7 @@ def _conclude(record: FanoutRecord, out: Path) -> None:
     from infercrane.errors import InputError
     from infercrane.poc.gpus import distinct_devices
     from infercrane.receipts.io import write_atomic_bytes
-    from infercrane.receipts.merge import merge
+    from infercrane.poc.merge import merge
     from infercrane.receipts.validate import write_receipt
 
     good = [r for r in record.jobs if r.state == "done" and r.receipt and r.measured_key and not r.version_mismatch]

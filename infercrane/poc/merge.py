@@ -36,7 +36,7 @@ def _section_key(devices: dict[str, list[str]], section: str, gpu_type: str, doc
     """The key a section measured on ``gpu_type`` is filed under: the type's for its first device, ``<type>__<n>`` for
     the n-th other device of that type (``poc.gpus.instance_key``); InputError for a section already held for that
     device, or for two receipts of one type of which one does not say which device it ran on."""
-    from ..poc.gpus import distinct_devices, instance_key, receipt_device
+    from .gpus import distinct_devices, instance_key, receipt_device
 
     device = receipt_device(doc)
     known = device is not None
@@ -61,11 +61,11 @@ def _section_key(devices: dict[str, list[str]], section: str, gpu_type: str, doc
 def merge(paths: list[Path]) -> dict[str, Any]:
     """The merged PoC receipt document (not yet hashed or written); InputError for anything refused."""
     from ..env.capture import hardware, new_run_id, provenance
-    from ..poc.derive import assemble, decide_with_steps, decode_steps_for, kernel_steps_agree, policy_identity
-    from ..poc.gpus import gpu_key_of_receipt
-    from .models_v2 import POC_V2
-    from .models_v3 import SCREENING_V3
-    from .validate import load_receipt
+    from .derive import assemble, decide_with_steps, decode_steps_for, kernel_steps_agree, policy_identity
+    from .gpus import gpu_key_of_receipt
+    from ..receipts.models_v2 import POC_V2
+    from ..receipts.models_v3 import SCREENING_V3
+    from ..receipts.validate import load_receipt
 
     evidence: dict[str, Any] = {s: {} for s in SECTIONS} | {"serving_gpu": None}
     origin: dict[tuple[str, str], Path] = {}
