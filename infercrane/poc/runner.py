@@ -431,8 +431,11 @@ def run(plan: PocPlan, *, con: Any, say: Any) -> Any:
             pool.stop_all()
     sitting = sitting_of(docs, pool, start=began, end=time.time())
     if sitting.get("engine_up_s"):
+        idle = sorted(sitting.get("unmeasured_up") or [], key=lambda u: -u["s"])[:3]
         say(f"sitting: {sitting['wall_s']:.0f} s; engines up {sitting['engine_up_s']:.0f} s, "
-            f"{sitting['measured_s']:.0f} s of it measured ({sitting['measured_share_of_engine_up'] * 100:.1f} %)")
+            f"{sitting['measured_s']:.0f} s of it measured ({sitting['measured_share_of_engine_up'] * 100:.1f} %)"
+            + (("; the longest unmeasured with an engine up: "
+                + ", ".join(f"{u['s']:.0f} s from {u['from_s']:.0f} s" for u in idle)) if idle else ""))
     return write_poc(plan, docs, complete=True, reason=None, sitting=sitting)
 
 

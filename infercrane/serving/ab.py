@@ -154,6 +154,7 @@ class EnginePool:
 
         self.plan = [[launch_key(r) for r in recs] for recs in plan]
         self.memory_share = memory_share or engine_memory_share(max((len(set(k)) for k in self.plan), default=1))
+        self.shares: dict[str, float] = {}  # launch key -> the share planned for it beside the others (start_ahead)
         self.live: dict[str, Any] = {}  # launch key -> engine
         self.served: dict[str, list[str]] = {}  # launch key -> the recipes it served, in order
         self.started: list[Any] = []  # every engine started here, in order (the sitting's time accounting)
@@ -177,7 +178,7 @@ class EnginePool:
             if engine is None:
                 others = [self.live[k].label for k in self.live]
                 engine = self._engine(recipe, out_dir=out_dir, startup_timeout_s=startup_timeout_s, others=others,
-                                      access=access)
+                                      access=access, share=self.shares.get(key))
                 self.live[key] = engine
                 engine.start()
                 say(f"engine {engine.label}: up in {engine.record.ready_after_s or 0:.1f} s"
@@ -192,13 +193,14 @@ class EnginePool:
         return out
 
     def _engine(self, recipe: Any, *, out_dir: Path, startup_timeout_s: float, others: list[str],
-                kv_cache_bytes: int | None = None, access: Any = None) -> Any:
-        """A pool engine for ``recipe`` (not launched yet), with this pool's memory share, recorded as the sitting's."""
+                kv_cache_bytes: int | None = None, access: Any = None, share: float | None = None) -> Any:
+        """A pool engine for ``recipe`` (not launched yet), with ``share`` of GPU memory (default: this pool's memory
+        share), recorded as the sitting's."""
         from .engine import Engine
 
         engine = Engine(recipe, log_dir=out_dir / "engines", label=f"pool-{recipe.name}",
                         startup_timeout_s=startup_timeout_s,
-                        gpu_memory_utilization=self.memory_share if recipe.engine == "vllm" else None,
+                        gpu_memory_utilization=(share or self.memory_share) if recipe.engine == "vllm" else None,
                         coresident_with=others, kv_cache_bytes=kv_cache_bytes, access=access)
         engine.record.started_by_sitting = True
         self.started.append(engine)
@@ -210,18 +212,18 @@ class EnginePool:
         (``warmed_for``; its record keeps the first one's warm-up) as soon as it is up, the workloads of one engine
         together (``warm_together``), rather than one after the other when each A/B comes. ``plans``: (recipes,
         workload) per A/B, in order. vLLM sizes its KV cache from the memory it sees taken while it profiles, and
-        engines starting together would count each other's allocations, so each gets a fixed cache
-        (``kv_cache_bytes_for``: 1.5 times what the sitting's largest batch needs); where that cannot be worked out (no
-        model config) or does not fit the engine's share, nothing is started here and the A/Bs start their engines one
-        after the other as before. An engine that fails to start here is stopped and started again alone when its A/B
-        comes; the failure is said, not hidden. ``first``: the sitting's first A/B, whose first AIPerf block is started
+        engines starting together would count each other's allocations, so each gets a fixed cache and a memory share
+        of its own (``sitting_memory``: the cache holds 1.5 times the largest batch of the workloads that engine
+        serves); where that cannot be worked out (no model config) or the engines do not fit the GPU together,
+        nothing is started here and the A/Bs start their engines one after the other as before. An engine that
+        fails to start here is stopped and started again alone when its A/B comes, with the share planned for it;
+        the failure is said, not hidden. ``first``: the sitting's first A/B, whose first AIPerf block is started
         ahead (``prestart_first``) as soon as the engine serving it is up and warmed for its workload, so that its
         start-up overlaps the other engines' start-ups and warm-ups. The engines carry ``first``'s ``access`` (a
         sitting's A/Bs share one: a PoC's ``serving`` section)."""
         import threading
 
         from .warmup import warm_engine
-        from .workload import engine_memory_share
 
         serves: dict[str, tuple[Any, list[Any]]] = {}  # launch key -> (recipe, every workload it serves, in order)
         for recipes, workload in plans:
@@ -232,23 +234,15 @@ class EnginePool:
         todo = {k: v for k, v in serves.items() if k not in self.live}
         if len(todo) < 2:
             return
-        share = engine_memory_share(len(serves))
-        kv: dict[str, int | None] = {}
-        for key, (recipe, _) in todo.items():
-            if recipe.engine != "vllm":
-                kv[key] = None
-                continue
-            need = kv_cache_bytes_for(recipe, [w for _, w in plans])
-            if need is None or not _fits(need, share):
-                say("engines: started one after the other (" + ("no model config to size a fixed KV cache"
-                    if need is None else f"a fixed KV cache of {need / 2**30:.1f} GiB does not fit a "
-                    f"{share:g} share of this GPU") + ")")
-                return
-            kv[key] = need
-        self.memory_share = share
+        memory = sitting_memory(serves, gpu_memory_total())
+        if isinstance(memory, str):
+            say(f"engines: started one after the other ({memory})")
+            return
+        self.shares = {key: m.share for key, m in memory.items() if m.share is not None}
         engines = {key: self._engine(recipe, out_dir=out_dir, startup_timeout_s=startup_timeout_s,
                                      others=[f"pool-{r.name}" for k, (r, _) in serves.items() if k != key],
-                                     kv_cache_bytes=kv[key], access=first.access if first is not None else None)
+                                     kv_cache_bytes=memory[key].kv_cache_bytes, share=memory[key].share,
+                                     access=first.access if first is not None else None)
                    for key, (recipe, _) in todo.items()}
         failed: dict[str, BaseException] = {}
         t0 = time.monotonic()
@@ -263,12 +257,10 @@ class EnginePool:
             except BaseException as exc:  # noqa: BLE001 - said below, and the engine is started again alone
                 failed[key] = exc
 
-        fixed = [v for v in kv.values() if v]
         delays = launch_delays({key: recipe for key, (recipe, _) in todo.items()})
         later = [engines[k].label for k, d in delays.items() if d]
-        say(f"engines: starting {len(engines)} at once ({', '.join(e.label for e in engines.values())}), each "
-            f"with {share:g} of GPU memory"
-            + (f" and a fixed KV cache of {max(fixed) / 2**30:.1f} GiB" if fixed else "")
+        say(f"engines: starting {len(engines)} at once: "
+            + ", ".join(f"{engines[k].label} ({memory[k].describe()})" for k in engines)
             + (f"; {', '.join(later)} {max(delays.values()):.0f} s after the others (no compilation nor graph "
                "capture: up sooner)" if later else ""))
         threads = []
@@ -406,43 +398,154 @@ def launch_delays(recipes: dict[str, Any]) -> dict[str, float]:
     return {k: EAGER_LAUNCH_DELAY_S if k in eager else 0.0 for k in recipes}
 
 
-KV_HEADROOM = 1.5  # a fixed KV cache holds 1.5 times the tokens the sitting's largest batch has in flight
-KV_SHARE_MAX = 0.8  # ... and at most this part of an engine's memory share (weights, activations, graphs: the rest)
+KV_HEADROOM = 1.5  # a fixed KV cache holds 1.5 times the tokens an engine's largest batch has in flight
+# What an engine takes beyond its weights and its KV cache (the profile run's activations, CUDA graphs, the CUDA
+# context). On an H100 at a 0.45 share, Qwen3-0.6B's engines reported 1.12 GiB of weights and 33.36 GiB (8192-token
+# batches) or 32.47 GiB (16384) of KV cache, so 1.2-2.1 GiB went to the rest inside vLLM's budget, plus the CUDA
+# context outside it (docs/benchmarks/2026-12-06-h100-poc-one-sitting/, the engines' logs): about twice that.
+ENGINE_RUNTIME_BYTES = 4 * 2**30
+KV_BLOCK_TOKENS = 16  # vLLM's default KV block: a fixed cache is rounded up to whole blocks
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """What one engine of a sitting is given: a fixed KV cache (vLLM ``--kv-cache-memory-bytes``; None for engines
+    that take none) and its share of GPU memory (``--gpu-memory-utilization``; None where it has none)."""
+
+    kv_cache_bytes: int | None
+    share: float | None
+
+    def describe(self) -> str:
+        if self.kv_cache_bytes is None:
+            return "no fixed KV cache"
+        return f"KV cache {self.kv_cache_bytes / 2**30:.1f} GiB, {self.share:g} of GPU memory"
+
+
+def _model_config(recipe: Any) -> dict[str, Any] | None:
+    import json
+
+    try:
+        cfg = json.loads((Path(recipe.resolved_model()) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _kv_per_token(cfg: dict[str, Any]) -> int | None:
+    """Bytes of KV cache per token: 2 (K and V) x layers x KV heads x head size x bytes per element."""
+    try:
+        layers, heads = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads") or
+                                                            cfg["num_attention_heads"])
+        head = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return 2 * layers * heads * head * _elem_bytes(cfg)
+
+
+def _elem_bytes(cfg: dict[str, Any]) -> int:
+    return 4 if str(cfg.get("torch_dtype", "bfloat16")) in ("float32", "float") else 2
+
+
+def _max_model_len(recipe: Any, cfg: dict[str, Any]) -> int | None:
+    """The longest sequence the engine will admit: the recipe's ``--max-model-len``, else the model's
+    ``max_position_embeddings``. vLLM refuses to start with a KV cache that cannot hold one such sequence."""
+    args = list(getattr(recipe, "engine_args", None) or [])
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--max-model-len=") else (
+            args[i + 1] if arg == "--max-model-len" and i + 1 < len(args) else None)
+        if value is not None:  # vLLM's human-readable form: 1k = 1000, 1K = 1024 (m, M, g, G alike)
+            scale = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}.get(value[-1:], 1)
+            try:
+                return int(float(value[:-1] if scale > 1 else value) * scale)
+            except ValueError:
+                return None
+    try:
+        return int(cfg["max_position_embeddings"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def kv_cache_bytes_for(recipe: Any, workloads: list[Any]) -> int | None:
     """A fixed KV cache for ``recipe``'s model that holds ``KV_HEADROOM`` times the tokens in flight at the largest
-    batch of ``workloads`` (highest concurrency x (prompt + output tokens)): 2 (K and V) x layers x KV heads x head
-    size x bytes per element, from the model's ``config.json``; None without one."""
-    import json
-
-    path = Path(recipe.resolved_model()) / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-        layers, heads = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads") or
-                                                            cfg["num_attention_heads"])
-        head = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    batch of ``workloads`` (highest concurrency x (prompt + output tokens)), and at least one sequence of the
+    engine's longest length (``_max_model_len``, plus two blocks: vLLM keeps one block back), from the model's
+    ``config.json``; None without one."""
+    cfg = _model_config(recipe)
+    per_token = _kv_per_token(cfg) if cfg is not None else None
+    if per_token is None:
         return None
-    elem = 4 if str(cfg.get("torch_dtype", "bfloat16")) in ("float32", "float") else 2
     tokens = max(max(w.concurrency) * (w.input_tokens + w.output_tokens) for w in workloads)
-    return int(KV_HEADROOM * tokens * 2 * layers * heads * head * elem)
+    longest = _max_model_len(recipe, cfg) or 0
+    return max(int(KV_HEADROOM * tokens * per_token), (longest + 2 * KV_BLOCK_TOKENS) * per_token if longest else 0)
 
 
-def _fits(kv_bytes: int, share: float) -> bool:
-    """Whether ``kv_bytes`` is at most ``KV_SHARE_MAX`` of ``share`` of this GPU's memory (NVML's total; True when
-    NVML cannot tell: vLLM then refuses what does not fit, and the engine is started again alone)."""
+def weight_bytes_for(recipe: Any) -> int:
+    """The model's weights in bytes: its safetensors files where the folder has them, else a dense decoder's
+    parameters counted from ``config.json`` (embeddings, unless tied, the output layer; per layer the attention
+    projections and a gated MLP) at the config's element size; 0 when neither can be read (the engine's share then
+    rests on ``ENGINE_RUNTIME_BYTES`` alone, and vLLM refuses what does not fit)."""
+    folder = Path(recipe.resolved_model())
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if files:
+        return sum(f.stat().st_size for f in files)
+    cfg = _model_config(recipe)
+    try:
+        hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head = int(cfg.get("head_dim") or hidden // heads)
+        inter, vocab = int(cfg["intermediate_size"]), int(cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return 0
+    attention = hidden * head * (2 * heads + 2 * kv_heads)  # q and o, k and v
+    params = vocab * hidden * (1 if cfg.get("tie_word_embeddings", False) else 2) + layers * (attention + 3 * hidden * inter)
+    return params * _elem_bytes(cfg)
+
+
+def gpu_memory_total() -> int | None:
+    """GPU 0's memory in bytes as NVML reports it; None when NVML cannot tell (no GPU, no driver, no pynvml)."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            total = int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
+            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
         finally:
             pynvml.nvmlShutdown()
     except Exception:
-        return True
-    return kv_bytes <= KV_SHARE_MAX * share * total
+        return None
+
+
+def sitting_memory(serves: dict[str, tuple[Any, list[Any]]], total: int | None) -> dict[str, EngineMemory] | str:
+    """Each engine's memory when a sitting's engines run together (``serves``: launch key -> (recipe, the workloads
+    it serves)): a vLLM engine's fixed KV cache is ``kv_cache_bytes_for`` its own workloads, and its share of GPU
+    memory holds that cache, its weights (``weight_bytes_for``) and ``ENGINE_RUNTIME_BYTES``, rounded up to a
+    hundredth (vLLM only checks at start that that much is free: a fixed cache is not sized from it). They fit
+    when the shares add up to at most ``CORESIDENT_MEMORY`` (what vLLM gives one engine alone). With ``total``
+    unknown (NVML cannot tell), each gets an even share and nothing is checked: vLLM refuses what does not fit, and
+    that engine is started again alone. Returns why not, as a phrase, when a cache cannot be sized (no model config)
+    or the engines do not fit."""
+    import math
+
+    from .workload import CORESIDENT_MEMORY, engine_memory_share
+
+    out: dict[str, EngineMemory] = {}
+    for key, (recipe, workloads) in serves.items():
+        if recipe.engine != "vllm":
+            out[key] = EngineMemory(None, None)
+            continue
+        kv = kv_cache_bytes_for(recipe, workloads)
+        if kv is None:
+            return f"no model config to size a fixed KV cache for {recipe.name}"
+        share = (math.ceil((kv + weight_bytes_for(recipe) + ENGINE_RUNTIME_BYTES) / total * 100) / 100
+                 if total else engine_memory_share(len(serves)))
+        out[key] = EngineMemory(kv, share)
+    used = sum(m.share for m in out.values() if m.share is not None)
+    if total and used > CORESIDENT_MEMORY + 1e-9:
+        return (f"their fixed KV caches, weights and runtime need {used:.2f} of this GPU's "
+                f"{total / 2**30:.0f} GiB together, more than {CORESIDENT_MEMORY:g}: "
+                + ", ".join(f"{serves[k][0].name} {m.share:g}" for k, m in out.items() if m.share is not None))
+    return out
 
 
 def launch_key(recipe: Any) -> str:

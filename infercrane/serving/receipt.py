@@ -205,13 +205,49 @@ def sitting_time(engines: list[Any], runs: list[dict[str, Any]], *, start: float
             windows.append(clip(t, t + r["duration_s"]))
     wall = end - start
     engine_up, measured = _union(up), _union(windows)
+    idle = [{"from_s": round(a - start, 3), "to_s": round(b - start, 3), "s": round(b - a, 3)}
+            for a, b in _minus(_merged(up), _merged(windows)) if b - a >= UNMEASURED_MIN_S]
     return {"wall_s": round(wall, 3), "engine_up_s": round(engine_up, 3),
             "engines_starting_s": round(_union(starting), 3),
             "measured_s": round(measured, 3),
             "measured_share_of_engine_up": measured / engine_up if engine_up > 0 else None,
             "measured_share_of_wall": measured / wall if wall > 0 else None, "engines": len(up),
+            "unmeasured_up": idle,
             "method": "unions of intervals on the wall clock: engine up = from ready (started_at + ready_after_s) "
-                      "to stopped_at for any engine; measured = inside any ok window (started_at + duration_s)"}
+                      "to stopped_at for any engine; measured = inside any ok window (started_at + duration_s); "
+                      f"unmeasured_up = every stretch of at least {UNMEASURED_MIN_S:g} s with an engine up and no "
+                      "window, in seconds from the sitting's start"}
+
+
+UNMEASURED_MIN_S = 1.0  # a sitting's engine-up stretches without a window shorter than this are not listed
+
+
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``spans`` as disjoint intervals in order (empty ones dropped)."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _minus(spans: list[tuple[float, float]], holes: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of disjoint ``spans`` outside disjoint ``holes``."""
+    out = []
+    for a, b in spans:
+        for h0, h1 in holes:
+            if h1 <= a or h0 >= b:
+                continue
+            if h0 > a:
+                out.append((a, h0))
+            a = max(a, h1)
+        if a < b:
+            out.append((a, b))
+    return out
 
 
 DRIFT_METRIC = "output_tok_s"

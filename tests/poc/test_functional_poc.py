@@ -38,6 +38,9 @@ def test_the_functional_poc_joins_its_sections_in_one_valid_receipt(functional_r
     assert sitting["engines"] == 2 and 0 < sitting["measured_s"] < sitting["engine_up_s"] < sitting["wall_s"]
     assert 0 < sitting["measured_share_of_engine_up"] < 1 and set(sitting["sections_wall_s"]) == {
         "kernel", "paired", "public"}
+    idle = sitting["unmeasured_up"]  # where the engines stood unmeasured: listed, and no more than the difference
+    assert idle and all(0 <= u["from_s"] < u["to_s"] <= sitting["wall_s"] for u in idle)
+    assert sum(u["s"] for u in idle) <= sitting["engine_up_s"] - sitting["measured_s"] + 1e-6
     # each section's receipt lies in the run folder, and the PoC receipt embeds exactly those
     folder = out.with_suffix("")
     # the paired A/B's first AIPerf block was started as its engine came up, the public A/B's during the paired

@@ -1,5 +1,6 @@
 """The sitting's engine pool: every engine started at once and warmed as it comes up (``EnginePool.start_ahead``),
-a fixed KV cache sized from the model and the sitting's largest batch, and the fallbacks when that cannot be done."""
+each with a fixed KV cache sized from the model and the largest batch of its own workloads and a memory share that
+holds it (``sitting_memory``), and the fallbacks when that cannot be done."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ def workload(name: str, **kw) -> Workload:
     return Workload(**(data | kw))
 
 
-def test_the_fixed_kv_cache_holds_one_and_a_half_times_the_largest_batch_of_the_sitting(tmp_path):
+def test_the_fixed_kv_cache_holds_one_and_a_half_times_the_largest_batch_of_its_workloads(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 28, "num_key_value_heads": 8,
                                                       "num_attention_heads": 16, "head_dim": 128,
                                                       "hidden_size": 1024, "torch_dtype": "bfloat16"}))
@@ -82,16 +83,120 @@ def test_an_engine_that_fails_beside_the_others_is_stopped_and_started_alone_lat
         pool.stop_all()
 
 
-def test_no_engine_starts_ahead_when_the_fixed_cache_does_not_fit(tmp_path, monkeypatch):
-    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 2,
-                                                      "hidden_size": 8}))
+QWEN3_06B = {"num_hidden_layers": 28, "num_key_value_heads": 8, "num_attention_heads": 16, "head_dim": 128,
+             "hidden_size": 1024, "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": True,
+             "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}
+PER_TOKEN = 2 * 28 * 8 * 128 * 2  # K and V, layers, KV heads, head size, bf16
+GIB = 2**30
+
+
+def seed_sitting(tmp_path):
+    """The seed PoC's three engines as the pool sees them: eager serves the paired workload, compiled the paired and
+    the public one (balanced is its launch), throughput the public one."""
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_06B))
+    r = {n: load_recipe(n).with_overrides(model=str(tmp_path)) for n in ("eager", "compiled", "throughput")}
+    paired = workload("paired", concurrency=[1, 8, 32], input_tokens=128, output_tokens=64)
+    public = workload("public", concurrency=[100], input_tokens=1000, output_tokens=500)
+    return r, {launch_key(r["eager"]): (r["eager"], [paired]), launch_key(r["compiled"]): (r["compiled"], [paired, public]),
+               launch_key(r["throughput"]): (r["throughput"], [public])}
+
+
+def test_a_fixed_cache_holds_one_sequence_of_the_engines_longest_length(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_06B))
+    small = workload("a", concurrency=[1, 8, 32], input_tokens=128, output_tokens=64)
     eager = load_recipe("eager").with_overrides(model=str(tmp_path))
-    compiled = load_recipe("compiled").with_overrides(model=str(tmp_path))
-    monkeypatch.setattr(ab, "_fits", lambda kv, share: False)
-    pool = EnginePool([[eager, compiled]])
+    # 1.5 x 32 x 192 tokens is 9216, under one 40960-token sequence (plus two 16-token blocks): vLLM would refuse it
+    assert kv_cache_bytes_for(eager, [small]) == (40960 + 32) * PER_TOKEN
+    shorter = eager.with_overrides(engine_args=[*eager.engine_args, "--max-model-len", "4096"])
+    assert kv_cache_bytes_for(shorter, [small]) == 1.5 * 32 * 192 * PER_TOKEN
+    for arg, tokens in (("--max-model-len=16K", 16384), ("--max-model-len=16k", 16000)):  # vLLM's K and k
+        assert kv_cache_bytes_for(eager.with_overrides(engine_args=[*eager.engine_args, arg]),
+                                  [small]) == (tokens + 32) * PER_TOKEN
+
+
+def test_weights_are_the_safetensors_files_else_counted_from_the_config(tmp_path):
+    from infercrane.serving.ab import weight_bytes_for
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_06B))
+    recipe = load_recipe("eager").with_overrides(model=str(tmp_path))
+    per_layer = 1024 * 128 * (2 * 16 + 2 * 8) + 3 * 1024 * 3072
+    assert weight_bytes_for(recipe) == (151936 * 1024 + 28 * per_layer) * 2  # tied embeddings: counted once
+    assert 1.10 * GIB < weight_bytes_for(recipe) < 1.12 * GIB  # vLLM on the H100: "Model loading took 1.12 GiB"
+    (tmp_path / "model-00001.safetensors").write_bytes(b"x" * 1000)
+    (tmp_path / "model-00002.safetensors").write_bytes(b"x" * 24)
+    assert weight_bytes_for(recipe) == 1024
+    (tmp_path / "config.json").write_text("{}")
+    assert weight_bytes_for(recipe.with_overrides(model=str(tmp_path / "none"))) == 0
+
+
+def test_each_engine_gets_the_cache_of_its_own_workloads_and_a_share_that_holds_it(tmp_path):
+    from infercrane.serving.ab import ENGINE_RUNTIME_BYTES, sitting_memory, weight_bytes_for
+
+    r, serves = seed_sitting(tmp_path)
+    h100 = 81559 * 2**20  # NVML's total on an H100 80GB HBM3
+    got = sitting_memory(serves, h100)
+    assert not isinstance(got, str), got
+    eager, compiled, throughput = (got[launch_key(r[n])] for n in ("eager", "compiled", "throughput"))
+    assert compiled.kv_cache_bytes == throughput.kv_cache_bytes == 1.5 * 100 * 1500 * PER_TOKEN  # 24.0 GiB
+    assert eager.kv_cache_bytes == (40960 + 32) * PER_TOKEN  # its own workload's batch is far smaller
+    for m in (eager, compiled, throughput):
+        need = m.kv_cache_bytes + weight_bytes_for(r["eager"]) + ENGINE_RUNTIME_BYTES
+        assert need <= m.share * h100 < need + 0.01 * h100  # held, rounded up to a hundredth
+    assert (eager.share, compiled.share, throughput.share) == (0.12, 0.37, 0.37)
+    assert eager.share + compiled.share + throughput.share <= 0.9  # three at once fit an 80 GB card
+    # where the caches cannot be held together: why, with every engine's share
+    small = sitting_memory(serves, 48 * GIB)
+    assert isinstance(small, str) and "more than 0.9" in small and "compiled 0.6" in small
+    # NVML cannot tell: even shares, nothing checked (vLLM refuses what does not fit)
+    blind = sitting_memory(serves, None)
+    assert not isinstance(blind, str) and {m.share for m in blind.values()} == {0.3}
+    assert blind[launch_key(r["eager"])].kv_cache_bytes == eager.kv_cache_bytes
+    (tmp_path / "config.json").write_text("{}")
+    assert "no model config" in sitting_memory(serves, h100)
+
+
+def test_engines_started_together_are_launched_with_their_own_cache_and_share(tmp_path, monkeypatch):
+    from infercrane.serving.ab import sitting_memory
+
+    r, serves = seed_sitting(tmp_path)
+    total = 81559 * 2**20
+    monkeypatch.setattr(ab, "gpu_memory_total", lambda: total)
+    commands: dict[str, list[str]] = {}
+
+    def launch(self):  # nothing is started: the command each engine would run is what is checked
+        commands[self.recipe.name] = list(self.command)
+        raise RuntimeError("not launched in this test")
+
+    monkeypatch.setattr(Engine, "launch", launch)
+    paired = next(w for w in serves[launch_key(r["compiled"])][1] if w.name == "paired")
+    public = serves[launch_key(r["throughput"])][1][0]
+    pool = EnginePool([[r["eager"], r["compiled"]], [r["compiled"], r["throughput"]]])
     lines: list[str] = []
-    pool.start_ahead([([eager, compiled], workload("w"))], out_dir=tmp_path, startup_timeout_s=1, say=lines.append)
-    assert not pool.live and lines and "started one after the other (a fixed KV cache of" in lines[0]
+    pool.start_ahead([([r["eager"], r["compiled"]], paired), ([r["compiled"], r["throughput"]], public)],
+                     out_dir=tmp_path, startup_timeout_s=1, say=lines.append)
+    want = sitting_memory(serves, total)
+    assert set(commands) == {"eager", "compiled", "throughput"}
+    for name, cmd in commands.items():
+        m = want[launch_key(r[name])]
+        assert cmd[cmd.index("--gpu-memory-utilization") + 1] == str(m.share)
+        assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(m.kv_cache_bytes)
+    assert any(line.startswith("engines: starting 3 at once: pool-eager (KV cache 4.4 GiB, 0.12 of GPU memory)")
+               for line in lines), lines
+    # none started: each is started alone when its A/B comes, with the share planned for it
+    assert not pool.live and pool.shares == {k: m.share for k, m in want.items()}
+    assert sum("did not start beside the others" in line for line in lines) == 3
+
+
+def test_no_engine_starts_ahead_when_the_fixed_caches_do_not_fit(tmp_path, monkeypatch):
+    r, serves = seed_sitting(tmp_path)
+    monkeypatch.setattr(ab, "gpu_memory_total", lambda: 24 * GIB)
+    pool = EnginePool([[r["eager"], r["compiled"]]])
+    lines: list[str] = []
+    pool.start_ahead([([r["eager"], r["compiled"]], serves[launch_key(r["compiled"])][1][1])], out_dir=tmp_path,
+                     startup_timeout_s=1, say=lines.append)
+    assert not pool.live and not pool.shares and lines
+    assert lines[0].startswith("engines: started one after the other (their fixed KV caches, weights and runtime "
+                               "need"), lines
 
 
 def test_an_eager_engine_is_launched_after_the_compiling_ones_so_that_they_come_up_together(ts_recipe):

@@ -36,6 +36,18 @@ def test_engines_up_together_count_once_and_a_failed_window_is_not_measured():
     assert t["measured_s"] == pytest.approx(160)  # 300 .. 450 and 500 .. 510
     assert t["measured_share_of_engine_up"] == pytest.approx(160 / 600)
     assert t["engines"] == 2
+    # where the rest went: 200-300 before the first window, 450-500 between, 510-800 after (the failed window too)
+    assert [(u["from_s"], u["to_s"], u["s"]) for u in t["unmeasured_up"]] == [(200, 300, 100), (450, 500, 50),
+                                                                             (510, 800, 290)]
+    assert sum(u["s"] for u in t["unmeasured_up"]) == pytest.approx(t["engine_up_s"] - t["measured_s"])
+
+
+def test_stretches_shorter_than_the_listing_floor_are_counted_but_not_listed():
+    from infercrane.serving.receipt import UNMEASURED_MIN_S
+
+    gap = UNMEASURED_MIN_S / 2
+    t = sitting_time([engine(0, 10, 100)], [window(10 + gap, 40), window(50 + 2 * gap, 100)], start=T0, end=T0 + 100)
+    assert t["unmeasured_up"] == [] and t["measured_s"] == pytest.approx(90 - 2 * gap)
 
 
 def test_an_engine_still_up_at_the_end_counts_to_the_end_and_one_never_ready_only_starts():
