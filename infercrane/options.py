@@ -1,5 +1,7 @@
 """What every option model shares (a leaf: anything may import it): the list type, flag names, output-path
-checks, how to call InferCrane again, and escaping foreign text for rich.
+checks, how to call InferCrane again, escaping foreign text for rich, and where a command runs (``ExecutorOptions``:
+``--executor``, ``--gpus``, ``--ray-address``, ``--job-timeout-s``, declared once; ``executors.fanout`` runs a
+command with them as one job per GPU type, whose files travel by content, a signing key never).
 
 Kept free of heavy imports: the option models import it, and ``infercrane --help`` imports those.
 """
@@ -7,10 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from cyclopts import Parameter
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 T = TypeVar("T")
 
@@ -111,3 +113,33 @@ def _check_creatable(folder: Path, option: str, what: str) -> None:
         raise InputError(f"{what}: cannot create its folder, {probe} is a file; give a path under a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{what}: {probe} is not writable; give a path you can write to")
+
+
+EXECUTOR_FIELDS = ("executor", "gpus", "ray_address", "job_timeout_s")
+
+
+class ExecutorOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    executor: Literal["local", "ray", "modal"] = Field(
+        "local", description="Where it runs: here, one task per GPU type on a Ray cluster, or one Modal "
+                             "function per GPU type.")
+    gpus: Many[str] | None = Field(None, description="GPU types, one job each (e.g. H100!,L40S,H200; the executor's "
+                                                     "spelling; a type given twice, H200,H200, is two jobs at once "
+                                                     "on two GPUs of it); the receipts are merged per measured "
+                                                     "GPU.")
+    ray_address: str | None = Field(None, description="Ray cluster address (default: RAY_ADDRESS or a running "
+                                                       "cluster); local starts one on this machine.")
+    job_timeout_s: float = Field(3600.0, gt=0, description="Wall-clock limit of each job where it runs.")
+
+    @model_validator(mode="after")
+    def _executor_options_consistent(self) -> "ExecutorOptions":
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError(f"--ray-address is read by --executor ray only (this is --executor {self.executor})")
+        if "job_timeout_s" in self.model_fields_set and not self.fans_out():
+            raise ValueError("--job-timeout-s limits the jobs of --gpus / --executor; without them the screen runs "
+                             "here (its workers' limit is --timeout-s)")
+        return self
+
+    def fans_out(self) -> bool:
+        return self.gpus is not None or self.executor != "local"

@@ -163,7 +163,7 @@ def _screen_fanned_out(config: ScreenConfig, *, out: Path, con: Any) -> int:
     receipts kept and merged (``executors.fanout``). Exit 0 when every job finished and the result was written."""
     from ..errors import InputError
     from ..executors.fanout import run_fanned_out
-    from ..executors.options import job_argv
+    from ..executors.jobs import job_argv
 
     if not config.gpus:
         raise InputError(f"--executor {config.executor}: give the GPU types to screen on with --gpus (e.g. "

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
-from ..executors.options import ExecutorOptions
+from ..options import ExecutorOptions
 from ..options import program
 
 

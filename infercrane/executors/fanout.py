@@ -379,7 +379,7 @@ def read_record(path: Path) -> FanoutRecord:
 
 def run_fanned_out(where: Any, gpus: Sequence[str], *, argv: Sequence[str], files: dict[str, bytes], needs_gpu: bool,
                    out: Path, what: str, sign_key: Path | None, con: Any) -> int:
-    """A command's fan-out from its executor options ``where`` (``executors.options.ExecutorOptions``): refuse what
+    """A command's fan-out from its executor options ``where`` (``options.ExecutorOptions``): refuse what
     cannot travel, build the executor and one job per GPU type, run them (``fan_out``), print the summary; exit 0
     when every job finished and the result was written, 1 otherwise."""
     from infercrane.options import check_output_file, plain

@@ -8,6 +8,7 @@ cancelled or killed worker takes the command down with it), and returns the rece
 receipt's hardware is measured where it ran and never copied from the request. The run id the receipt carries is the
 executor's (Ray's job and task id, Modal's app and function-call id), passed as ``INFERCRANE_RUN_ID``; the GPU string
 asked for is passed as ``INFERCRANE_GPU_REQUEST`` and lands in the receipt's ``hardware.gpu_request``.
+``job_argv`` makes a command's own options into a job's ``argv`` and files.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.env.capture import GPU_REQUEST_ENV, RUN_ID_ENV
+from infercrane.options import EXECUTOR_FIELDS, flag
 
 RECEIPT_NAME = "receipt.json"
 LOG_TAIL_CHARS = 4000
@@ -116,3 +118,44 @@ def _utc_now() -> str:
     from datetime import datetime, timezone
 
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def job_argv(command: tuple[str, ...], config: BaseModel, *, exclude: tuple[str, ...] = ()) -> tuple[list[str], dict[str, bytes]]:
+    """(argv, files) of ``command`` with the options the user set on ``config`` (defaults stay defaults there),
+    without the executor's own options, ``out`` and ``exclude``; a Path option's file travels by content."""
+    argv, files = list(command), {}
+    fields = type(config).model_fields
+    for name in fields:
+        if name in EXECUTOR_FIELDS or name in exclude or name == "out" or name not in config.model_fields_set:
+            continue
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if isinstance(value, Path):
+            files[value.name] = value.read_bytes()
+            value = value.name
+        elif name == "candidate":  # path/to/file.py:function -> file.py:function, the file shipped
+            path, _, fn = str(value).rpartition(":")
+            files[Path(path).name] = Path(path).read_bytes()
+            value = f"{Path(path).name}:{fn}"
+        argv += _flag_value(name, value, fields[name])
+    return argv, files
+
+
+def _flag_value(name: str, value: Any, field: Any) -> list[str]:
+    if isinstance(value, bool):
+        negative = _negative_flag(field)
+        return [flag(name)] if value else [negative or f"--no-{name.replace('_', '-')}"]
+    if isinstance(value, (tuple, list)):
+        return [flag(name), ",".join(map(str, value))]
+    return [flag(name), str(value)]
+
+
+def _negative_flag(field: Any) -> str | None:
+    from cyclopts import Parameter
+
+    for meta in getattr(field, "metadata", ()):
+        if isinstance(meta, Parameter) and meta.negative:
+            neg = meta.negative
+            return neg if isinstance(neg, str) else neg[0]
+    return None

@@ -15,7 +15,7 @@ from cyclopts import Parameter
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from ..options import Many
-from ..executors.options import ExecutorOptions
+from ..options import ExecutorOptions
 
 Mode = Literal["launch", "graph", "cold"]
 DEFAULT_OP = "fused_add_rmsnorm"

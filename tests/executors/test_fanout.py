@@ -10,7 +10,7 @@ import pytest
 from infercrane.cli import main
 from infercrane.executors.fanout import read_record
 from infercrane.executors.jobs import Job, run_job
-from infercrane.executors.options import job_argv
+from infercrane.executors.jobs import job_argv
 from infercrane.kernels.config import ScreenConfig
 from infercrane.receipts.validate import load_receipt
 
