@@ -20,7 +20,7 @@ from . import __version__
 
 # No "--no-…" / "--empty-…" twins: a flag that is off by default needs none; an option that does (a tri-state such
 # as --candidate-in-place) names its opposite itself.
-# suppress_keyboard_interrupt=False: Ctrl-C and SIGTERM (``reaper.Terminated``) reach ``main``, so that every
+# suppress_keyboard_interrupt=False: Ctrl-C and SIGTERM (``proc.Terminated``) reach ``main``, so that every
 # ``finally`` that ends workers and engines runs and the exit code says which it was.
 app = App(name="infercrane", version=__version__, default_parameter=Parameter(negative=()),
           suppress_keyboard_interrupt=False,
@@ -76,7 +76,7 @@ app.command("infercrane.commands.poc:poc", name="poc",
 
 def main(argv: list[str] | None = None) -> int:
     from .errors import InfercraneError
-    from .kernels.harness.reaper import sigterm_as_interrupt
+    from .proc import sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():  # SIGTERM (timeout, systemd, Slurm) unwinds like Ctrl-C, exit code 143

@@ -149,7 +149,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
 def _interrupted_exit(interrupted: str, path: Any) -> int:
     """Say where a stopped screen's partial receipt is (one line, on stderr, where the CLI reports interruptions) and
     give the exit code of the interruption, as if it had not been caught: 143 for SIGTERM (the runner's reason names
-    the signal, ``reaper.Terminated``), 130 for Ctrl-C."""
+    the signal, ``proc.Terminated``), 130 for Ctrl-C."""
     import sys
 
     from ..receipts.render import safe

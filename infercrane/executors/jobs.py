@@ -72,7 +72,8 @@ def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
     """Run ``job`` here (module docstring); never raises for the command's own failure, which is the result's.
     ``on_start`` gets the command's process as it starts (its group is the command's whole tree), for a cancel."""
     from infercrane import __version__
-    from infercrane.serving.engine import _set_parent_death_signal, exit_text, stop_process_group
+    from infercrane.proc import PARENT_DEATH_PREEXEC, stop_process_group
+    from infercrane.serving.engine import exit_text
 
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="infercrane-job-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -90,7 +91,7 @@ def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
     t0, started_at = time.monotonic(), _utc_now()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=_set_parent_death_signal)
+                                start_new_session=True, preexec_fn=PARENT_DEATH_PREEXEC)
     if on_start is not None:
         on_start(proc)
     state: JobState = "done"

@@ -61,7 +61,7 @@ class LocalExecutor:
             yield results.get()
 
     def cancel(self, handles: Iterable[Handle]) -> None:
-        from infercrane.serving.engine import stop_process_group
+        from infercrane.proc import stop_process_group
 
         self._cancelled.set()
         for h in handles:

@@ -491,7 +491,7 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
                                                                             "config": plan.config.name}})
                 stopped = (receipt.document.get("result") or {}).get("interrupted")
                 if stopped:  # the screen kept what finished in a partial receipt; the PoC stops here all the same
-                    from ..kernels.harness.reaper import Terminated
+                    from ..proc import Terminated
 
                     say(f"kernel: the screen's partial receipt is kept as {receipt.path}; it is screened again on "
                         "--resume")

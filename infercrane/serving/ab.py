@@ -374,7 +374,7 @@ def warm_together(engine: Any, workloads: list[Any],
 
 
 def stop_together(engines: list[Any]) -> None:
-    """Stop ``engines`` at the same time (each waits out its own shut-down, up to ``engine.stop_process_group``'s
+    """Stop ``engines`` at the same time (each waits out its own shut-down, up to ``proc.stop_process_group``'s
     grace), so that the sitting's end waits for the slowest, not for their sum; the first failure is raised once
     every engine has been stopped or has failed to stop."""
     _at_once([engine.stop for engine in engines], "stop")

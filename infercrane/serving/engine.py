@@ -57,7 +57,6 @@ with the recipe's additions. The server binds 127.0.0.1 only.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import http.client
 import json
 import logging
@@ -67,7 +66,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -84,6 +82,7 @@ from types import MappingProxyType
 from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.errors import InputError, RunFailed
+from infercrane.proc import PARENT_DEATH_PREEXEC, describe_pid, group_alive, group_pids, stop_process_group
 from infercrane.serving.engine_kinds import HOST, get_engine_kind
 from infercrane.serving.recipes import PROGRAM_ENV_VARS, Recipe
 
@@ -95,43 +94,6 @@ def utc_now() -> str:
 
 
 # -- process-group helpers ----------------------------------------------------------------------
-def group_alive(pgid: int) -> bool:
-    """True while any process (zombies included) is in process group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_process_group(proc: subprocess.Popen, waits: tuple[float, ...] = (20.0, 10.0, 5.0)) -> list[str]:
-    """SIGINT, SIGTERM, SIGKILL to the group led by ``proc`` (started with ``start_new_session``).
-
-    After each signal, waits up to the matching entry of ``waits`` for the whole group to be gone
-    (the leader is reaped on the way, so a zombie leader does not count). Returns the signals sent.
-    """
-    sent: list[str] = []
-    for sig, wait_s in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits, strict=True):
-        proc.poll()
-        if not group_alive(proc.pid):
-            break
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        sent.append(signal.Signals(sig).name)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            proc.poll()
-            if not group_alive(proc.pid):
-                break
-            time.sleep(0.05)
-    proc.poll()
-    return sent
-
-
 def log_tail(path: str | Path, lines: int = 40) -> str:
     """The last ``lines`` lines of a log file (read from its last 64 KiB), or "(no log)"."""
     try:
@@ -175,14 +137,6 @@ def port_in_use(port: int, host: str = HOST) -> bool:
         except OSError:
             return True
     return False
-
-
-def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
 
 
 PROBE_TIMEOUT_S = 5.0  # how long the liveness probe waits for GET /health before it calls the engine hung
@@ -349,22 +303,6 @@ def listening_inodes(port: int) -> set[int] | None:
     return found if readable else None
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Every live process whose process group is ``pgid`` (from ``/proc/<pid>/stat``)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(entry))
-    return out
-
-
 def socket_holders(inodes: set[int], pids: list[int]) -> list[int]:
     """Those of ``pids`` that hold an open file descriptor on one of the socket ``inodes``."""
     wanted = {f"socket:[{i}]" for i in inodes}
@@ -384,21 +322,13 @@ def socket_holders(inodes: set[int], pids: list[int]) -> list[int]:
     return holders
 
 
-def _describe_pid(pid: int) -> str:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        return f"pid {pid}: {shlex.join(c.decode(errors='replace') for c in cmd if c)[:200]}"
-    except OSError:
-        return f"pid {pid}"
-
-
 def port_holders(port: int) -> list[str]:
     """Best effort, for messages: the processes (of this user) listening on ``port``, described."""
     inodes = listening_inodes(port)
     if not inodes:
         return []
     pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
-    return [_describe_pid(p) for p in socket_holders(inodes, pids)]
+    return [describe_pid(p) for p in socket_holders(inodes, pids)]
 
 
 # -- live-engine registry for atexit / SIGTERM, and for drivers to find their engine ------------------
@@ -680,7 +610,7 @@ class Engine(_Served):
             self.proc = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True,
-                preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux") else None)
+                preexec_fn=PARENT_DEATH_PREEXEC)
         self.pgid = self.proc.pid  # session leader: its pid is the group id
         self.record.pid = self.proc.pid
         with _LIVE_LOCK:

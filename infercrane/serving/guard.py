@@ -12,7 +12,7 @@ pid is the process group of everything below it), with the parent-death signal a
     CMD's status (128 + N when CMD was killed by signal N);
   * on SIGTERM or SIGHUP (the parent-death signal among them), or when a watchdog (every ``WATCH_S``) sees its parent
     change, sends SIGTERM to its whole group, gives it ``GRACE_S`` to end, then SIGKILLs the group, itself included;
-  * leaves SIGINT to CMD: InferCrane's own stop (``engine.stop_process_group``) sends it to the whole group, so CMD has
+  * leaves SIGINT to CMD: InferCrane's own stop (``proc.stop_process_group``) sends it to the whole group, so CMD has
     it already; the guard waits on and exits with CMD's status.
 
 Run as a script by path, not ``-m``: it imports only the standard library, whatever the driver's environment.

@@ -20,8 +20,9 @@ import os
 import re
 import socket
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
+
+from infercrane.proc import is_alive, started_at
 
 _PROGRESS_RE = re.compile(r"^in progress: (?P<what>.+?)"
                           r"(?: \(pid (?P<pid>\d+) on host (?P<host>\S+), last update (?P<at>[^)]+)\))?$")
@@ -60,32 +61,6 @@ def parse_progress(reason: str | None) -> dict[str, Any] | None:
     return {"what": m["what"], "pid": int(m["pid"]) if m["pid"] else None, "host": m["host"], "at": at}
 
 
-def process_started_at(pid: int) -> datetime | None:
-    """When process ``pid`` started (Linux ``/proc``: its start time in clock ticks after boot), or None when it does
-    not run (a zombie does not count) or this cannot be read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] == "Z":
-            return None
-        ticks = int(fields[19])  # field 22 of stat, counting pid and comm
-        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                     if line.startswith("btime "))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-    return datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), UTC)
-
-
-def _pid_runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return process_started_at(pid) is not None or not Path("/proc").is_dir()
-
-
 def serving_progress_state(doc: dict[str, Any], *, now: datetime | None = None) -> str:
     """What a serving receipt's completeness means now: ``complete``, the reason it stopped, ``in progress (...)``,
     or ``interrupted (the writer, pid N on this host, is gone; ...)`` (see the module docstring)."""
@@ -105,10 +80,10 @@ def serving_progress_state(doc: dict[str, Any], *, now: datetime | None = None) 
     pid, host = p["pid"], p["host"]
     if host != this_host():
         return f"in progress or interrupted: written by pid {pid} on host {host}, not this host ({runs}; {last})"
-    started = process_started_at(pid)
+    started = started_at(pid)
     # a process that started after the last update is another one under a reused pid (2 s: the stamp's whole
     # seconds and boot time's)
-    if not _pid_runs(pid) or (started is not None and at is not None and (started - at).total_seconds() > 2):
+    if not is_alive(pid) or (started is not None and at is not None and (started - at).total_seconds() > 2):
         return f"interrupted (the writer, pid {pid} on this host, is gone; {runs}; {last})"
     return f"in progress (pid {pid} on this host; {runs}; {last})"
 

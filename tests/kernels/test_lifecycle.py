@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import infercrane
+from infercrane import proc
 from infercrane.kernels.harness import reaper
 from infercrane.kernels.harness.isolation import SubprocessWorker, WorkerFailure, spec_to_json
 from infercrane.kernels.harness.runner import screen
@@ -127,7 +128,7 @@ def test_a_token_finds_processes_that_left_the_session(tmp_path):
         assert _alive(direct.pid) and _alive(orphan)
         untouched = subprocess.Popen(SLEEPER, start_new_session=True)  # no token: must survive
         pids.append(untouched.pid)
-        signalled = reaper.end_processes(token=token)
+        signalled = proc.end_processes(marker=reaper.marker(token))
         assert {direct.pid, orphan} <= signalled and untouched.pid not in signalled
         direct.wait(timeout=GONE_DEADLINE_S)
         _assert_gone([direct.pid, orphan])
@@ -139,9 +140,9 @@ def test_a_token_finds_processes_that_left_the_session(tmp_path):
 def test_sigterm_raises_terminated_in_the_main_thread():
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         pytest.skip("SIGTERM already has a handler in this test process")
-    with reaper.sigterm_as_interrupt():
+    with proc.sigterm_as_interrupt():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        with pytest.raises(reaper.Terminated) as e:
+        with pytest.raises(proc.Terminated) as e:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(GONE_DEADLINE_S)
         assert isinstance(e.value, KeyboardInterrupt) and e.value.exit_code == 143
@@ -150,7 +151,7 @@ def test_sigterm_raises_terminated_in_the_main_thread():
 
 def test_a_second_sigterm_during_cleanup_ends_the_process():
     script = ("import os, signal, time\n"
-              "from infercrane.kernels.harness.reaper import Terminated, raise_on_sigterm\n"
+              "from infercrane.proc import Terminated, raise_on_sigterm\n"
               "raise_on_sigterm()\n"
               "try:\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n"
               "except Terminated:\n    print('cleanup', flush=True)\n"

@@ -60,7 +60,7 @@ def prestarts(monkeypatch):
 # -- a command started now, waited for later ------------------------------------------------------------------------
 def test_a_started_command_is_waited_for_later_or_killed(tmp_path):
     from infercrane.serving.drivers import finish_logged, start_logged
-    from infercrane.serving.engine import group_alive
+    from infercrane.proc import group_alive
 
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
     first = start_logged([sys.executable, "-c", burn], log_path=tmp_path / "first.log", env=dict(os.environ),
@@ -202,7 +202,7 @@ def test_a_prestarted_block_sends_nothing_until_its_gate_opens(tmp_path, ts_reci
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("windows", ["time", "requests"])
 def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir, offline_env, prestarts, windows):
-    from infercrane.serving.engine import group_alive
+    from infercrane.proc import group_alive
     from infercrane.serving.workload import load_workload, run_plan
 
     slow = ts_recipe("--ttft-ms", "20", "--itl-ms", "2", name="slow", model=str(stand_in_dir))
@@ -246,7 +246,7 @@ def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir
 @pytest.mark.timeout(600)
 def test_a_block_that_fails_ends_the_block_started_ahead(tmp_path, ts_recipe, stand_in_dir, offline_env, prestarts):
     from infercrane.errors import RunFailed
-    from infercrane.serving.engine import group_alive
+    from infercrane.proc import group_alive
     from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, PlanResult, Workload, run_plan
 
     a = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="a", model=str(stand_in_dir))

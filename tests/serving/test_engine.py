@@ -12,7 +12,8 @@ import urllib.request
 import pytest
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.serving.engine import Engine, group_alive
+from infercrane.proc import group_alive
+from infercrane.serving.engine import Engine
 from infercrane.serving.engine_kinds import ENGINE_KINDS, get_engine_kind
 from infercrane.serving.recipes import load_recipe
 

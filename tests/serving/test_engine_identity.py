@@ -10,7 +10,8 @@ import pytest
 
 import infercrane.serving.engine as engine_mod
 from infercrane.errors import InputError, RunFailed
-from infercrane.serving.engine import Engine, group_alive, listening_inodes, port_in_use
+from infercrane.proc import group_alive, group_pids
+from infercrane.serving.engine import Engine, listening_inodes, port_in_use
 from infercrane.serving.engine_kinds import ENGINE_KINDS
 from infercrane.serving.recipes import RECIPE_SCHEMA_VERSION, Recipe, load_recipe
 
@@ -96,7 +97,7 @@ def test_port_helpers_see_a_listener(raw_server):
     srv = raw_server("--ttft-ms", "0")
     assert port_in_use(srv.port)
     inodes = listening_inodes(srv.port)
-    assert inodes and engine_mod.socket_holders(inodes, engine_mod.group_pids(srv.proc.pid)) == [srv.proc.pid]
+    assert inodes and engine_mod.socket_holders(inodes, group_pids(srv.proc.pid)) == [srv.proc.pid]
 
 
 def test_gpu_memory_share_goes_on_the_vllm_command_once(tmp_path, ts_recipe):

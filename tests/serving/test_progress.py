@@ -78,7 +78,7 @@ def test_a_sigkilled_run_leaves_nothing_running_and_reads_as_interrupted(tmp_pat
     import time
     from pathlib import Path
 
-    from infercrane.serving.engine import group_alive
+    from infercrane.proc import group_alive
 
     recipe = tmp_path / "a.yaml"
     recipe.write_text("schema_version: infercrane.serving-recipe/v1\nname: one\nengine: testserver\n"

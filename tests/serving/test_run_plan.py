@@ -13,7 +13,7 @@ import pytest
 import infercrane.serving.drivers as drivers_mod
 from infercrane.errors import InputError, RunFailed, UnavailableError
 from infercrane.serving.drivers import Driver, RunSpec
-from infercrane.serving.engine import group_alive
+from infercrane.proc import group_alive
 from infercrane.serving.metrics import RunMetrics
 from infercrane.serving.workload import WORKLOAD_SCHEMA_VERSION, Workload, resolve_tokenizer, run_arm, run_plan
 

@@ -24,7 +24,7 @@ and process group of its own, carries a unique token in its environment (inherit
 subreaper (orphaned descendants stay in its tree) and has a parent-death signal. Whenever the parent ends a worker
 (``close``, a timeout, a malformed reply, a crash) it freezes and kills the worker's tree, its process group and every
 process holding its token. ``close`` asks an idle worker to exit first; a worker with a job in flight (the parent was
-interrupted: Ctrl-C, SIGTERM through ``reaper.raise_on_sigterm``) is killed at once, so ``finally`` blocks stay fast.
+interrupted: Ctrl-C, SIGTERM through ``proc.raise_on_sigterm``) is killed at once, so ``finally`` blocks stay fast.
 The worker ends its own descendants when it exits, and when InferCrane dies (even by SIGKILL) it gets SIGTERM, ends
 its descendants and exits.
 
@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from infercrane.errors import InputError
+from infercrane.proc import end_processes
 from infercrane.kernels.harness import reaper
 from infercrane.kernels.harness.session import WorkerSession, spec_to_json  # noqa: F401  (spec_to_json: runner)
 
@@ -213,12 +214,12 @@ class SubprocessWorker:
             self._ended = True
             if self.proc.returncode is None:
                 self._exited_unreaped(grace_s)
-                reaper.end_processes(token=self.token, root=self.proc.pid, group=self.proc.pid)
+                end_processes(marker=reaper.marker(self.token), root=self.proc.pid, group=self.proc.pid)
                 try:
                     self.proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep in a driver): leave it
                     pass
-            reaper.end_processes(token=self.token)  # stragglers that re-parented while the worker was reaped
+            end_processes(marker=reaper.marker(self.token))  # stragglers that re-parented while the worker was reaped
         self.dead = True
 
     def _kill(self) -> None:

@@ -1,8 +1,9 @@
-"""Ending a worker process and everything it started, on every exit path; SIGTERM in InferCrane as an interrupt.
+"""The kernel workers' protocol: ending a worker process and everything it started, on every exit path.
 
 A kernel worker runs untrusted code (a user's candidate file). That code may hang, and it may start processes of its
 own, including ones that leave the worker's process group and session (``setsid``, ``start_new_session=True``, the
-classic fork / setsid / fork). This module holds the mechanisms that find and end them (Linux; elsewhere each
+classic fork / setsid / fork). These are the mechanisms that find and end them (the worker's token and side here,
+the scans and signals in ``infercrane/proc.py``; Linux: elsewhere each
 mechanism that is not available is skipped and the worker's own process group is all that is killed):
 
 * **A token in the environment.** The parent gives every worker a unique random value in ``INFERCRANE_WORKER_TOKEN``;
@@ -46,180 +47,31 @@ user id and can do anything that user can):
   (microseconds) would be hit instead; the group of a worker is only killed while the worker is unreaped, so its pid
   cannot have been reused then;
 * other platforms (macOS) have no parent-death signal, no subreaper and no ``/proc``: only the process group is killed.
-
-SIGTERM in InferCrane (``raise_on_sigterm`` / ``sigterm_as_interrupt``): ``timeout``, systemd and Slurm stop a job
-with SIGTERM, whose default action ends the process without running ``finally`` blocks. With the handler installed,
-the first SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread, so every ``finally`` that closes
-workers and engines runs as for Ctrl-C; a second SIGTERM during that cleanup ends the process at once (workers then
-die through their parent-death signal).
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import secrets
 import signal
-import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
+
+from ...proc import end_processes, reap_children, set_child_subreaper, set_parent_death_signal
 
 TOKEN_ENV = "INFERCRANE_WORKER_TOKEN"
 PARENT_ENV = "INFERCRANE_WORKER_PARENT_PID"
 PDEATHSIG = signal.SIGTERM
 WATCHDOG_INTERVAL_S = 0.5
-END_DEADLINE_S = 10.0
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-_LINUX = sys.platform.startswith("linux")
-
-
-# --------------------------------------------------------------------------------------------- Linux primitives
-
-
-def _prctl(option: int, arg: int) -> bool:
-    if not _LINUX:
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                          ctypes.c_ulong(0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def set_parent_death_signal(sig: int) -> bool:
-    """``prctl(PR_SET_PDEATHSIG, sig)``: this process gets ``sig`` when the thread that started it ends."""
-    return _prctl(_PR_SET_PDEATHSIG, int(sig))
-
-
-def set_child_subreaper() -> bool:
-    """``prctl(PR_SET_CHILD_SUBREAPER, 1)``: orphaned descendants re-parent to this process instead of init."""
-    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def new_token() -> str:
     return secrets.token_hex(16)
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, process group) of ``pid``, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2:].split()  # the command name may hold spaces and parentheses
-    return fields[0].decode(), int(fields[1]), int(fields[2])
-
-
-def is_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    if _LINUX:
-        st = _stat(pid)
-        return st is not None and st[0] not in ("Z", "X", "x")
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _carries(pid: int, marker: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return marker in f.read().split(b"\0")
-    except OSError:  # gone, or another user's process
-        return False
-
-
-def _find(token: str | None, root: int | None, group: int | None, skip: set[int]) -> set[int]:
-    """Live pids that are ``root`` or descend from it, are in process group ``group``, or carry ``token``."""
-    if not _LINUX or not os.path.isdir("/proc"):
-        return set()
-    table: dict[int, tuple[str, int, int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st is not None and st[0] not in ("Z", "X", "x"):
-                table[int(name)] = st
-    found: set[int] = set()
-    if root is not None:
-        children: dict[int, list[int]] = {}
-        for pid, (_, ppid, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        todo = [root]
-        while todo:
-            pid = todo.pop()
-            if pid in table:
-                found.add(pid)
-            todo.extend(c for c in children.get(pid, ()) if c not in found)
-    if group is not None:
-        found.update(pid for pid, (_, _, pgrp) in table.items() if pgrp == group)
-    if token:
-        marker = f"{TOKEN_ENV}={token}".encode()
-        found.update(pid for pid in table if pid not in found and pid not in skip and _carries(pid, marker))
-    return found - skip
-
-
-def _signal(pids: Iterable[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def end_processes(*, token: str | None = None, root: int | None = None, group: int | None = None,
-                  exclude: Iterable[int] = (), deadline_s: float = END_DEADLINE_S) -> set[int]:
-    """SIGKILL ``root`` and its descendants, the members of process group ``group`` and every process whose
-    environment carries ``token`` (never this process, never ``exclude``); return the pids signalled.
-
-    Freeze first (SIGSTOP, rescanning until no new process appears), then kill, then rescan until none is alive or
-    ``deadline_s`` has passed. Without ``/proc`` only ``killpg(group)`` is done.
-    """
-    skip = {os.getpid(), *exclude}
-    if not _LINUX or not os.path.isdir("/proc"):
-        if group is not None and group not in skip:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, signal.SIGKILL)
-        return set()
-    end = time.monotonic() + deadline_s
-    frozen: set[int] = set()
-    while time.monotonic() < end:
-        new = _find(token, root, group, skip) - frozen
-        if not new:
-            break
-        _signal(new, signal.SIGSTOP)
-        frozen |= new
-    _signal(frozen, signal.SIGKILL)
-    signalled = set(frozen)
-    while time.monotonic() < end:
-        alive = {p for p in signalled if is_alive(p)} | _find(token, root, group, skip)
-        if not alive:
-            break
-        _signal(alive, signal.SIGKILL)
-        signalled |= alive
-        time.sleep(0.02)
-    return signalled
-
-
-def reap_children(deadline_s: float = 2.0) -> None:
-    """Collect exited children (a subreaper inherits orphans; leave no zombies behind)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            if time.monotonic() >= end:
-                return
-            time.sleep(0.01)
+def marker(token: str | None) -> str | None:
+    """The environment entry that marks a worker's processes (``proc.end_processes``'s ``marker``)."""
+    return f"{TOKEN_ENV}={token}" if token else None
 
 
 # --------------------------------------------------------------------------------------------- worker side
@@ -230,7 +82,7 @@ _end_lock = threading.RLock()
 def end_own_descendants() -> None:
     """In a worker: end everything this worker started (its tree, its group, its token), then reap them."""
     with _end_lock:
-        end_processes(token=os.environ.get(TOKEN_ENV), root=os.getpid(), group=os.getpgrp())
+        end_processes(marker=marker(os.environ.get(TOKEN_ENV)), root=os.getpid(), group=os.getpgrp())
         reap_children()
 
 
@@ -273,60 +125,3 @@ def arm_worker() -> None:
 def worker_env(base: dict[str, str], token: str) -> dict[str, str]:
     """The environment of a new worker: ``base`` plus its token and this process's pid as its expected parent."""
     return {**base, TOKEN_ENV: token, PARENT_ENV: str(os.getpid())}
-
-
-# --------------------------------------------------------------------------------------------- parent side: SIGTERM
-
-
-class Terminated(KeyboardInterrupt):
-    """InferCrane got SIGTERM. A ``KeyboardInterrupt``, so that it unwinds like Ctrl-C: ``except Exception`` does not
-    swallow it and every ``finally`` runs. The CLI exits with ``exit_code`` (128 + SIGTERM = 143)."""
-
-    exit_code = 128 + int(signal.SIGTERM)
-
-    def __init__(self, message: str = "terminated by SIGTERM") -> None:
-        super().__init__(message)
-        self.message = message
-
-
-def _make_handler() -> Callable[[int, Any], None]:
-    state = {"raised": False}
-
-    def handler(signum: int, frame: Any) -> None:
-        if state["raised"]:  # a second SIGTERM during cleanup: end now, as the default action would
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        state["raised"] = True
-        raise Terminated(f"terminated by {signal.Signals(signum).name}")
-
-    return handler
-
-
-def raise_on_sigterm() -> Callable[[], None]:
-    """Make SIGTERM raise ``Terminated`` in the main thread; return a function that puts the old handler back.
-
-    Does nothing (and returns a no-op) outside the main thread, or when SIGTERM is already ignored or handled by
-    someone else: only the default action, which skips all cleanup, is replaced.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is not signal.SIG_DFL:
-        return lambda: None
-    signal.signal(signal.SIGTERM, _make_handler())
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    return restore
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """``with sigterm_as_interrupt(): ...``: SIGTERM raises ``Terminated`` inside the block (see ``raise_on_sigterm``)."""
-    restore = raise_on_sigterm()
-    try:
-        yield
-    finally:
-        restore()

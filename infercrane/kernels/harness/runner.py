@@ -531,7 +531,7 @@ def screen(
                         "provenance"]
                 except WorkerFailure as e:
                     im.info["provenance"] = {**im.info["provenance"], "describe_error": e.message[:500]}
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through reaper.raise_on_sigterm: keep what finished
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through proc.raise_on_sigterm: keep what finished
         if timed and calibration is None:
             raise
         interrupted = (f"{str(e) or 'interrupted (Ctrl-C)'} after {done} of {total} steps; the implementations' "

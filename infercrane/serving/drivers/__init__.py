@@ -28,8 +28,8 @@ from typing import Any, Literal, TypeVar
 from collections.abc import Callable, Mapping
 
 from infercrane.errors import InputError, RunFailed, UnavailableError
-from infercrane.serving.engine import (_set_parent_death_signal, engine_serving, exit_text, log_tail,
-                                       stop_process_group, utc_now)
+from infercrane.proc import PARENT_DEATH_PREEXEC, stop_process_group
+from infercrane.serving.engine import engine_serving, exit_text, log_tail, utc_now
 from infercrane.serving.metrics import RunMetrics
 
 T = TypeVar("T")
@@ -230,13 +230,12 @@ def start_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], what
     return at once: the first half of ``run_logged``. Wait for it with ``finish_logged``, or end it with
     ``Started.kill``."""
     cpu0 = _children_cpu_s()
-    linux = sys.platform.startswith("linux")
     with open(log_path, "ab") as log:
         log.write(f"# infercrane: {shlex.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--", *cmd], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
-                                start_new_session=True, preexec_fn=_set_parent_death_signal if linux else None)
+                                start_new_session=True, preexec_fn=PARENT_DEATH_PREEXEC)
     return Started(proc=proc, cpu0=cpu0, claimed0=_CLAIMED[0], log_path=log_path, cmd=list(cmd), what=what,
                    engine=engine)
 
