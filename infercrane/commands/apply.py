@@ -54,7 +54,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     """Put a candidate kernel inside vLLM and A/B it end to end against the incumbent in each serving mode
     (compiled and eager), gated (the kernel ran; its outputs match vLLM's native implementation in the engine;
     greedy tokens match the incumbent's), with the kernel lab's prediction beside the measured B/A ratio."""
-    from ..commands.kernel import prepare_screen, run_prepared_screen
+    from ..kernels.screen import prepare_screen, run_prepared_screen
     from ..commands.serve import _stand_in_for
     from ..decide.policy import load_policy
     from ..decide.prediction import kernel_in_serving, qualifier, used_comparisons

@@ -139,7 +139,7 @@ def _input_error_from(e: Exception, where: str) -> Exception:
 def _kernel_prepared(cfg: PocConfig, path: Path, sections_dir: Path, con: Any) -> tuple[Any, str]:
     from pydantic import ValidationError
 
-    from ..commands.kernel import prepare_screen
+    from ..kernels.screen import prepare_screen
     from ..decide.policy import load_policy
     from ..errors import InputError, about
     from ..kernels.config import ScreenConfig
@@ -469,7 +469,7 @@ def _next_ahead(plan: PocPlan, pool: Any, section: str, later: list[str], say: A
 
 def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, docs: dict[str, dict[str, Any]],
                   run_ab: Any, progress_of: Any) -> Any:
-    from ..commands.kernel import run_prepared_screen
+    from ..kernels.screen import run_prepared_screen
     from ..errors import InfercraneError
     from ..serving.ab import artifacts_dir
 

@@ -8,7 +8,7 @@ from infercrane.errors import InputError
 
 
 def test_modes_without_the_policys_timing_mode_are_refused_before_anything_runs(tmp_path, monkeypatch):
-    import infercrane.commands.kernel as kernel
+    import infercrane.kernels.screen as kernel
     from infercrane.kernels.config import ScreenConfig
     from infercrane.receipts.render import console
 

@@ -169,13 +169,13 @@ def test_ctrl_c_in_a_later_section_prints_how_to_continue(functional_run, tmp_pa
 
 
 def _stop_in_the_kernel_section(tmp_path, monkeypatch, capsys, screen):
-    import infercrane.commands.kernel as kernel_commands
+    import infercrane.kernels.screen as kernel_screen
     import infercrane.serving.ab as poc_serving
 
     def no_serving(plan, **kw):
         raise AssertionError("the PoC went on past a stopped kernel section")
 
-    monkeypatch.setattr(kernel_commands, "run_prepared_screen", screen)
+    monkeypatch.setattr(kernel_screen, "run_prepared_screen", screen)
     monkeypatch.setattr(poc_serving, "run_ab", no_serving)
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()

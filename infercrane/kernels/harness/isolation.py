@@ -19,11 +19,11 @@ Failure handling in the parent (``SubprocessWorker``):
   the parent stops using that worker (a CUDA error can leave its context unusable);
 * the job raised InputError (e.g. the user's file declares no contract) -> re-raised as InputError in the parent.
 
-Ending a worker (``reaper.py`` holds the mechanisms and says what they cannot catch): every worker runs in a session
-and process group of its own, carries a unique token in its environment (inherited by all it starts), is a child
-subreaper (orphaned descendants stay in its tree) and has a parent-death signal. Whenever the parent ends a worker
-(``close``, a timeout, a malformed reply, a crash) it freezes and kills the worker's tree, its process group and every
-process holding its token. ``close`` asks an idle worker to exit first; a worker with a job in flight (the parent was
+Ending a worker (``reaper.py`` and ``infercrane/proc.py`` hold the mechanisms; ``reaper.py`` says what they cannot
+catch): every worker runs in a session and process group of its own, carries a unique token in its environment
+(inherited by all it starts), is a child subreaper (orphaned descendants stay in its tree) and has a parent-death
+signal. Whenever the parent ends a worker (``close``, a timeout, a malformed reply, a crash) it freezes and kills the
+worker's tree, its process group and every process holding its token. ``close`` asks an idle worker to exit first; a worker with a job in flight (the parent was
 interrupted: Ctrl-C, SIGTERM through ``proc.raise_on_sigterm``) is killed at once, so ``finally`` blocks stay fast.
 The worker ends its own descendants when it exits, and when InferCrane dies (even by SIGKILL) it gets SIGTERM, ends
 its descendants and exits.
