@@ -65,7 +65,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     from ..models.catalog import load_model_config
     from ..serving.ab import ABPlan, run_ab
     from ..receipts.io import read_json
-    from ..receipts.render import console
+    from ..report.console import console
     from ..serving.recipes import check_recipe, load_recipe
     from ..serving.workload import load_workload, resolve_tokenizer
     from ..vllm_plugin.selection import VLLM_OPS

@@ -21,7 +21,7 @@ def env(*, json_output: bool = False) -> int:
         return 0
     from rich.table import Table
 
-    from ..receipts.render import console
+    from ..report.console import console
     from ..options import plain
 
     t = Table(title="infercrane env", title_justify="left", show_header=False)

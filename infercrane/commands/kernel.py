@@ -22,7 +22,7 @@ def list_impls(*, config: Annotated[OpOptions, Parameter(name="*")] = OpOptions(
     from rich.table import Table
 
     from ..kernels import registry
-    from ..receipts.render import console
+    from ..report.console import console
 
     con = console()
     device, device_reason, plan = implementation_plan(config.op, config.device)
@@ -52,7 +52,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     Every input (options, files, the output path, the memory the row counts need) is checked before anything runs.
     """
     from ..env.capture import new_run_id, run_id_from_env
-    from ..receipts.render import console
+    from ..report.console import console
 
     con = console()
     run_id = run_id_from_env() or new_run_id()
@@ -75,7 +75,7 @@ def _interrupted_exit(interrupted: str, path: Any) -> int:
     the signal, ``proc.Terminated``), 130 for Ctrl-C."""
     import sys
 
-    from ..receipts.render import safe
+    from ..report.console import safe
 
     print(f"interrupted: {safe(_first_line(interrupted))}; partial receipt: {safe(str(path))}", file=sys.stderr)
     return 143 if "SIGTERM" in interrupted else 130
@@ -139,7 +139,7 @@ def decide(receipt: Path, /, *,
     from ..kernels.harness.compare import with_comparisons
     from ..kernels.receipt import build_document
     from ..receipts.models_v3 import SCREENING_V3, DecodeStep
-    from ..receipts.render import console
+    from ..report.console import console
     from ..receipts.validate import load_receipt, write_receipt
     from ..options import check_output_file
 
@@ -197,7 +197,7 @@ def decide(receipt: Path, /, *,
 def _first_line(text: Any) -> str:
     """The first line of a long text (a reason with a worker's traceback), made safe for a terminal (control
     characters shown as '?'): the receipt keeps the whole of it."""
-    from ..receipts.render import safe
+    from ..report.console import safe
 
     lines = str(text or "").strip().splitlines() or [""]
     return safe(lines[0]) + (" (… more in the receipt)" if len(lines) > 1 else "")
@@ -278,7 +278,7 @@ def _verdict_text(doc: dict[str, Any], i: dict[str, Any]) -> Any:
     that baseline."""
     from rich.text import Text
 
-    from ..receipts.render import DECISION_STYLES
+    from ..report.console import DECISION_STYLES
 
     key = i["key"]
     if i.get("kind") != "candidate":
@@ -325,7 +325,7 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..receipts.render import DECISION_STYLES
+    from ..report.console import DECISION_STYLES
 
     result = doc["result"]
     mode = doc.get("measurements_timing_mode")
@@ -404,7 +404,7 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
     from ..kernels.agreement import compare_screens
     from ..receipts.io import write_atomic
     from ..receipts.models_v3 import SCREENING_V3
-    from ..receipts.render import console
+    from ..report.console import console
     from ..receipts.validate import load_receipt
 
     from ..options import check_output_file

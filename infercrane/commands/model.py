@@ -9,7 +9,7 @@ def list_models() -> int:
     from rich.table import Table
 
     from ..models.catalog import get, list_models as ids
-    from ..receipts.render import console
+    from ..report.console import console
     from ..options import plain
 
     t = Table(title="model catalog", title_justify="left")

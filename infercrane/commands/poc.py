@@ -60,7 +60,7 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     """
     from ..poc.config import shipped_configs
     from ..poc.runner import prepare, run
-    from ..receipts.render import console
+    from ..report.console import console
 
     con = console()
     t0 = time.monotonic()

@@ -69,7 +69,7 @@ def show(file: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False
     """
     from rich.text import Text
 
-    from ..receipts.render import fitted_console, render_show, safe
+    from ..report.console import fitted_console, render_show, safe
     from ..receipts.validate import load_receipt
 
     r = load_receipt(file)
@@ -95,7 +95,7 @@ def diff(a: Path, b: Path, /, *, all: Annotated[bool, Parameter(name="--all")] =
         Let the table be as wide as it needs (nothing folded), for a file or a pager.
     """
     from ..receipts.registry import family
-    from ..receipts.render import fitted_console, render_diff
+    from ..report.console import fitted_console, render_diff
     from ..receipts.validate import load_receipt
 
     ra, rb = load_receipt(a), load_receipt(b)

@@ -76,7 +76,7 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     from ..decide.policy import load_policy
     from ..env.capture import provenance
     from ..errors import about
-    from ..receipts.render import console
+    from ..report.console import console
     from ..receipts.validate import load_receipt, write_receipt
     from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block
 
@@ -118,7 +118,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from ..env.capture import new_run_id, run_id_from_env
     from ..errors import InputError, about
     from ..models.catalog import load_model_config
-    from ..receipts.render import console
+    from ..report.console import console
     from ..serving.receipt import model_provenance
     from ..serving.recipes import load_recipe
     from ..serving.workload import check_tokenizer, load_workload, plan_runs, resolve_tokenizer

@@ -1,7 +1,8 @@
 """``infercrane report``: receipts drawn as one self-contained HTML page plus its PNGs (matplotlib, Jinja2).
 
 ``build.py`` turns a validated receipt into a ``model.ReceiptReport`` (decisions first, then evidence sections from
-``kernel.py`` and ``serving.py``); ``page.py`` writes the PNGs and the page."""
+``kernel.py`` and ``serving.py``); ``page.py`` writes the PNGs and the page. ``console.py`` is the same receipts read
+on the console (``receipt show`` and ``diff``), and the console every command prints to."""
 from __future__ import annotations
 
 import importlib.util

@@ -25,9 +25,9 @@ def _kind(doc: dict[str, Any]) -> str:
 
 
 def _head(file: str, doc: dict[str, Any]) -> ReceiptHead:
-    """The page's head from the same reading of the receipt that ``receipt show`` leads with (``receipts.render``:
+    """The page's head from the same reading of the receipt that ``receipt show`` leads with (``report.console``:
     every section's decision, reason and boundaries; the conditions its numbers hold under)."""
-    from ..receipts.render import conditions, is_functional, verdicts
+    from .console import conditions, is_functional, verdicts
 
     decisions = []
     for v in verdicts(doc):
@@ -50,7 +50,7 @@ def _head(file: str, doc: dict[str, Any]) -> ReceiptHead:
 
 def _poc_sections(doc: dict[str, Any]) -> list[Section]:
     from ..poc.gpus import receipt_hardware
-    from ..receipts.render import device_label, is_functional, no_gpu
+    from .console import device_label, is_functional, no_gpu
     from .serving import serving_sections
 
     sections = custom_kernel_sections(doc)

@@ -388,9 +388,9 @@ def _measurements_section(doc: dict[str, Any]) -> Section:
 def _device_name(doc: dict[str, Any], key: str, block: dict[str, Any]) -> str:
     """The device a PoC's per-GPU kernel block was measured on, with its host index where the evidence records one
     (two GPUs of one type, ``h200`` and ``h200__2``, are told apart by it); a block measured without a GPU reads as
-    the CPU it ran on (``receipts.render.device_label``)."""
+    the CPU it ran on (``report.console.device_label``)."""
     from ..poc.gpus import receipt_hardware
-    from ..receipts.render import device_label, is_functional
+    from .console import device_label, is_functional
 
     hw = receipt_hardware((((doc.get("evidence") or {}).get("kernel") or {}).get(key)) or {})
     index = hw.get("gpu_index")

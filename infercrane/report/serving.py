@@ -601,8 +601,8 @@ def _kis_figure(name: str, title: str, rows: list[dict[str, Any]], arm_a: str, a
 
 
 def _device(doc: dict[str, Any], block: dict[str, Any]) -> str:
-    """The device a serving block names (its ``gpu``), as a title says it (``receipts.render.device_label``)."""
-    from ..receipts.render import device_label, is_functional
+    """The device a serving block names (its ``gpu``), as a title says it (``report.console.device_label``)."""
+    from .console import device_label, is_functional
 
     return device_label(block.get("gpu"), functional=is_functional(doc))
 

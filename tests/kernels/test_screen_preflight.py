@@ -10,7 +10,7 @@ from infercrane.errors import InputError
 def test_modes_without_the_policys_timing_mode_are_refused_before_anything_runs(tmp_path, monkeypatch):
     import infercrane.kernels.screen as kernel
     from infercrane.kernels.config import ScreenConfig
-    from infercrane.receipts.render import console
+    from infercrane.report.console import console
 
     monkeypatch.setattr(kernel, "_run_device", lambda device: ("cuda", "a GPU, as the screen would see it"))
     started = []

@@ -63,7 +63,7 @@ def test_receipt_show_says_a_refuted_prediction_is_refuted():
     predicted effect; the summary says the prediction lies outside the interval, not that the reading is
     uninformative."""
     from infercrane.receipts.io import read_json
-    from infercrane.receipts.render import verdicts
+    from infercrane.report.console import verdicts
 
     doc = read_json(TAR.parents[1] / "2026-12-01-h200-kernel-in-vllm" / "eager-triton.json")
     (line,) = [v.decision for v in verdicts(doc) if v.label == "prediction"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from infercrane.receipts.render import render_diff, render_show, safe
+from infercrane.report.console import render_diff, render_show, safe
 
 
 def test_escape_sequences_and_markup_are_shown_not_obeyed() -> None:
@@ -64,7 +64,7 @@ def test_a_statistic_s_method_label_must_be_its_policy_s() -> None:
 
 
 def test_diff_shows_a_change_in_the_second_of_two_records_that_share_their_identity() -> None:
-    from infercrane.receipts.render import diff_rows
+    from infercrane.report.console import diff_rows
 
     a = {"engines": [{"recipe": "eager", "pid": 1}, {"recipe": "eager", "pid": 2}]}
     b = {"engines": [{"recipe": "eager", "pid": 1}, {"recipe": "eager", "pid": 3}]}

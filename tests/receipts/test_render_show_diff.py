@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from infercrane.cli import main
-from infercrane.receipts.render import fitted_console, render_diff, render_show, verdicts
+from infercrane.report.console import fitted_console, render_diff, render_show, verdicts
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 KERNEL_V3 = BENCH / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json"

@@ -18,7 +18,7 @@ from infercrane.cli import main
 pytest.importorskip("matplotlib")
 pytest.importorskip("jinja2")
 
-from infercrane.receipts.render import conditions  # noqa: E402
+from infercrane.report.console import conditions  # noqa: E402
 from infercrane.receipts.validate import load_receipt  # noqa: E402
 from infercrane.report.build import receipt_report  # noqa: E402
 from infercrane.report.kernel import custom_kernel_sections, kernel_sections  # noqa: E402

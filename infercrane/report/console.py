@@ -1,4 +1,4 @@
-"""Readable views of a receipt: ``show`` and ``diff``.
+"""Readable views of a receipt on the console: ``show`` and ``diff`` (and the console every command prints to).
 
 ``show`` leads with what was decided: every section's decision, reason and boundary (an incomplete receipt says so
 first), then the conditions its numbers hold under (GPU, software, model, workload, timing mode), then the evidence.
