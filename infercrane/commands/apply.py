@@ -17,7 +17,7 @@ from typing import Annotated, Any, NamedTuple
 
 from cyclopts import Parameter
 
-from ..kernels.config import ApplyConfig
+from ..serving.config import ApplyConfig
 from ..options import check_output_folder, plain
 
 

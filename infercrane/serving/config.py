@@ -1,4 +1,5 @@
-"""Every option of ``infercrane serve ab`` / ``serve bench``, declared once (type, bounds, default, help).
+"""Every option of ``infercrane serve ab`` / ``serve bench`` and ``kernel apply``, declared once (type, bounds,
+default, help).
 
 Layering: the recipe and workload files, then these overrides, then the frozen resolved objects whose hashes go into
 the receipt.
@@ -297,3 +298,41 @@ class ServeConfig(ServerOptions, LoadOptions):
                  "requests_per_slot": self.requests_per_slot, "min_requests": self.min_requests,
                  "concurrency": list(self.concurrency) if self.concurrency else None}
         return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()
+
+
+class ApplyConfig(BaseModel):
+    """Every option of ``infercrane kernel apply``, declared once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    op: str = Field("fused_add_rms_norm", description="The vLLM IR op the kernel provides (fused_add_rms_norm, "
+                                                      "rms_norm; the kernel lab's spelling works too).")
+    impl: Literal["triton", "cuda", "user"] = Field("triton", description="InferCrane's triton or cuda kernel, or "
+                                                                          "user: --candidate.")
+    candidate: str | None = Field(None, description="Your kernel as path/to/file.py:function (with --impl user).")
+    modes: Many[Literal["compiled", "eager"]] = Field(
+        ("compiled", "eager"), description="Serving modes, each an A/B of the shipped recipe against it with the "
+                                           "kernel inside: compiled (incumbent: Inductor's code), eager (vLLM's "
+                                           "CUDA kernel).")
+    workload: str = Field("seed-paired", description="Workload preset or YAML file of the A/Bs.")
+    runs: int | None = Field(None, ge=3, le=100, description="Runs per arm (workload default: 5).")
+    stand_in: bool = Field(False, description="Serve the offline stand-in of the recipes' model (dummy weights).")
+    kernel_receipt: Path | None = Field(None, description="A kernel screen receipt (v3) to predict from, instead of "
+                                                          "screening the kernel at the rows the workload runs.")
+    trials: int = Field(5, ge=1, le=100, description="Timing trials of that screen.")
+    policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
+    startup_timeout_s: float = Field(900.0, gt=0, description="Engine start-up limit.")
+    out: Path | None = Field(None, description="Folder of the receipts (default runs/RUN_ID/apply).")
+
+    @field_validator("op")
+    @classmethod
+    def _vllm_op(cls, value: str) -> str:
+        from ..vllm_plugin.selection import vllm_op_of
+
+        return vllm_op_of(value)
+
+    @model_validator(mode="after")
+    def _candidate_with_user(self) -> "ApplyConfig":
+        if (self.impl == "user") != (self.candidate is not None):
+            raise ValueError("--impl user goes with --candidate path.py:function, and --candidate with --impl user")
+        return self
