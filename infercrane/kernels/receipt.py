@@ -19,6 +19,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+Problem = tuple[str, str]
+
 from ..decide.amdahl import AmdahlCeiling, amdahl_ceiling
 from ..decide.kernel import KernelDecision, decide_kernel
 from ..decide.policy import KernelPolicy, policy_sha256
@@ -286,3 +288,48 @@ def tpot_decode_steps(doc: dict[str, Any], recipe: str, rows: Sequence[int], lab
                 f"{label}: median over {len(runs)} runs of tpot_p50_ms, recipe {recipe!r}, concurrency {r} "
                 f"(a decode batch of {r} row{'s' if r != 1 else ''})")))
     return out
+
+
+def rederived_problems(r: Any) -> list[Problem]:
+    """A v3 screen's rules (``receipts.registry.LAB_RULES``): everything derived is derived again from ``result``
+    under ``policy`` and ``decode_step``; each disagreement names its field path and both values."""
+    from ..receipts.validate import derived_differences, differs, dump
+    from . import registry
+    from .harness.compare import with_comparisons
+    from .harness.runner import summarize_cell
+
+    out: list[Problem] = []
+    res = r.result
+    timed = res.run_kind == "timed"
+    if (r.evidence_class == "real-gpu-microbenchmark") != timed:
+        out.append(("evidence_class", f"is {r.evidence_class!r} but the result's run_kind is {res.run_kind!r}"))
+    if r.app_id != r.provenance.run_id:
+        out.append(("app_id", f"is {r.app_id!r} but provenance.run_id is {r.provenance.run_id!r}"))
+    shape = r.model_shape_source
+    for field, want in (("op", res.spec.op), ("operator", res.spec.operator), ("hidden_size", res.spec.hidden_size),
+                        ("rms_norm_eps", res.spec.eps), ("dtype", res.spec.dtype)):
+        if getattr(shape, field) != want:
+            out.append((f"model_shape_source.{field}", f"is {getattr(shape, field)!r} but the result's spec says "
+                                                       f"{want!r}"))
+    try:
+        spec = registry.op_module(res.spec.op).SPEC(
+            hidden_size=res.spec.hidden_size, eps=res.spec.eps, dtype=res.spec.dtype, rows=tuple(res.rows),
+            num_layers=res.spec.num_layers)
+    except Exception as e:  # an op this InferCrane does not know cannot be re-derived
+        return out + [("result.spec.op", f"cannot be re-derived here: {type(e).__name__}: {e}")]
+    for i, impl in enumerate(res.implementations):
+        for j, cell in enumerate(impl.timings):
+            want = summarize_cell(cell.rows, cell.mode, cell.blocks, spec.bytes_moved(cell.rows), res.calibration)
+            out += differs(f"result.implementations[{i}].timings[{j}]", cell.model_dump(mode="json"),
+                            want.model_dump(mode="json"), "its raw blocks and the calibration")
+    if timed:
+        want = with_comparisons(res, r.policy)
+        for field in ("comparisons", "comparison_notes", "comparison_policy"):
+            out += differs(f"result.{field}", dump(getattr(res, field)), dump(getattr(want, field)),
+                            "comparing the timing cells under the policy")
+    try:
+        derived = derive(res, r.policy, r.decode_steps or r.decode_step)
+    except Exception as e:
+        return out + [("result", f"no decision can be derived from it: {type(e).__name__}: {e}")]
+    return out + derived_differences(r, r.model_dump(mode="json"), derived, DERIVED_FIELDS,
+                                      "deciding again from the result")

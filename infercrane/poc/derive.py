@@ -23,6 +23,8 @@ from typing import Any
 
 from .gpus import gpu_key_of_receipt
 
+Problem = tuple[str, str]
+
 EVIDENCE_SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
 # The PoC receipt fields this module owns; validation compares each with a fresh derivation.
 DERIVED_FIELDS: tuple[str, ...] = ("evidence_class", "model", "custom_kernel", "paired_aiperf", "bench",
@@ -341,3 +343,103 @@ def assemble(evidence: dict[str, Any], *, provenance: dict[str, Any], complete: 
         "provenance": provenance,
         "evidence": evidence,
     }
+
+
+# --- re-derivation rules (receipts.registry.LAB_RULES) ------------------------------------------------------
+
+def _one_section_per_device(ev: dict[str, Any]) -> list[Problem]:
+    """Sections of one GPU type under several keys (``h200``, ``h200__2``) are of different devices, each recorded."""
+    from .gpus import receipt_device, type_of_key
+
+    out: list[Problem] = []
+    for section in EVIDENCE_SECTIONS:
+        by_type: dict[str, list[str]] = {}
+        for g in ev[section]:
+            by_type.setdefault(type_of_key(g), []).append(g)
+        for t, keys in by_type.items():
+            if len(keys) < 2:
+                continue
+            held = {g: receipt_device(ev[section][g]) for g in keys}
+            unknown = [g for g, d in held.items() if d is None]
+            if unknown:
+                out += [(f"evidence.{section}.{g}", f"records no device (hardware.gpu_uuid), but {len(keys)} "
+                                                    f"sections of {t} are held: which GPU ran it is unknown")
+                        for g in unknown]
+            elif len(set(held.values())) < len(keys):
+                out.append((f"evidence.{section}", f"its {t} sections {', '.join(keys)} were measured on "
+                                                   f"{len(set(held.values()))} device(s): one section per GPU"))
+    return out
+
+
+def rederived_problems(r: Any) -> list[Problem]:
+    """A receipt of ``infercrane poc`` / ``receipt merge``: every embedded receipt validates on its own (fully: its
+    hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, they
+    share one model and one policy per lab, each GPU's kernel decision used the decode steps of that GPU's paired
+    A/B, and every section of the PoC derives again from them (``derive_sections``): the PoC's rules
+    (``receipts.registry.LAB_RULES``)."""
+    from ..receipts.models_v2 import POC_V2
+    from ..receipts.models_v3 import SCREENING_V3
+    from ..receipts.validate import check_document, derived_differences, differs, model_id
+    from .gpus import type_of_key
+
+    ev = r.evidence.model_dump(mode="json")
+    out: list[Problem] = []
+    for section in EVIDENCE_SECTIONS:
+        want = SCREENING_V3 if section == "kernel" else POC_V2
+        for g, sub in ev[section].items():
+            p = f"evidence.{section}.{g}"
+            if sub.get("schema_version") != want:
+                out.append((f"{p}.schema_version", f"is {sub.get('schema_version')!r}; a {section} section's receipt "
+                                                   f"is {want}"))
+                continue
+            if section != "kernel" and (sub.get("evidence") is not None
+                                        or (sub.get("provenance") or {}).get("config", {}).get("command") != "serve ab"):
+                out.append((p, f"a {section} section's receipt is one serve ab receipt (not a PoC receipt)"))
+                continue
+            model, problems = check_document(sub)
+            out += [(f"{p}.{q}" if not q.startswith("<") else f"{p}{q}", m) for q, m in problems]
+            if model is None or problems:
+                continue
+            if gpu_key_of_receipt(sub) != type_of_key(g):
+                out.append((p, f"is filed under GPU type {type_of_key(g)!r} but was measured on "
+                               f"{gpu_key_of_receipt(sub)!r}"))
+            if section != "kernel" and not sub.get("complete"):
+                out.append((f"{p}.complete", "a section's serving receipt is complete: an A/B that stopped part-way "
+                                             "decides nothing"))
+    out += _one_section_per_device(ev)
+    if out:  # nothing is derived from evidence that does not stand on its own
+        return out
+    if ev.get("serving_gpu") is not None and not any(ev["serving_gpu"] in ev[s] for s in ("paired", "public")):
+        out.append(("evidence.serving_gpu", f"is {ev['serving_gpu']!r}, a GPU type with no serving section"))
+    docs = [(f"evidence.{s}.{g}", d) for s in EVIDENCE_SECTIONS for g, d in ev[s].items()]
+    ids = {(model_id(d)) for _, d in docs}
+    if len(ids) > 1:
+        out.append(("evidence", f"its receipts are of different models (id, revision): {sorted(ids, key=str)}"))
+    for lab, sections in (("kernel", ("kernel",)), ("serving", ("paired", "public"))):
+        held = {policy_identity(d) for s in sections for d in ev[s].values()}
+        if len(held) > 1:
+            out.append(("evidence", f"its {lab} receipts were decided under different {lab} policies"))
+    for g, kernel in ev["kernel"].items():
+        paired = ev["paired"].get(g)
+        if paired is None:
+            continue
+        try:
+            steps = steps_dump(decode_steps_for(kernel, paired))
+        except (KeyError, TypeError, ValueError) as e:
+            out.append((f"evidence.kernel.{g}.decode_steps", f"cannot be derived from the paired A/B: {e}"))
+            continue
+        if kernel.get("decode_step") is not None:
+            out.append((f"evidence.kernel.{g}.decode_step", "is one step for every row, but the paired A/B on this "
+                                                            "GPU gives one per row count (decode_steps)"))
+        out += differs(f"evidence.kernel.{g}.decode_steps", kernel.get("decode_steps") or [], steps,
+                        f"the paired A/B's candidate TPOT p50 per concurrency (rows = concurrency) on {g}")
+    if r.complete:
+        missing = [s for s in EVIDENCE_SECTIONS if not ev[s]]
+        if missing:
+            out.append(("complete", f"is true but the evidence holds no {', '.join(missing)} section"))
+    try:
+        derived = derive_sections(ev)
+    except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
+        return out + [("evidence", f"the PoC's sections cannot be derived from it: {type(e).__name__}: {e}")]
+    return out + derived_differences(r, r.model_dump(mode="json"), derived, DERIVED_FIELDS,
+                                      "deriving it again from the evidence")

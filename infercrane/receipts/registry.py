@@ -1,5 +1,12 @@
-"""schema_version -> receipt model, for every version InferCrane reads."""
+"""schema_version -> receipt model, for every version InferCrane reads; and where each lab's re-derivation rules live.
+
+``receipts/validate.py`` checks what any receipt must hold (types, the content hash, finite numbers, derived numbers
+within their printed rounding); what a lab concluded is derived again by that lab's own rules, named in
+``LAB_RULES`` and imported when a receipt needs them, the way ``kernels/registry.py`` finds ops."""
 from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
 
 from pydantic import BaseModel
 
@@ -44,3 +51,17 @@ def model_for(schema_version: str) -> type[BaseModel]:
             f"unknown schema_version {schema_version!r}; known: {', '.join(MODELS)}",
             hint="check the file's schema_version, or upgrade InferCrane",
         ) from None
+
+
+# lab -> "module:function" taking a receipt model and returning its problems, (field path, message) each
+LAB_RULES: dict[str, str] = {
+    "kernel": "infercrane.kernels.receipt:rederived_problems",  # a v3 kernel screen: its result decided again
+    "serving": "infercrane.serving.receipt:rederived_problems",  # a serve ab / serve bench receipt: from its runs
+    "poc": "infercrane.poc.derive:rederived_problems",  # a PoC receipt: its sections from the embedded receipts
+}
+
+
+def lab_rules(lab: str) -> Callable[[Any], list[tuple[str, str]]]:
+    """The re-derivation rules of ``lab`` (``LAB_RULES``)."""
+    module, _, name = LAB_RULES[lab].partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -1,10 +1,13 @@
 """Validation beyond types: every derived number must agree with what it is derived from.
 
 A speedup with its times, a percentage with its inputs, a median with its raw samples, failures with their counts, a
-decision with its reason and evidence, the content hash with the content. A v3 kernel receipt goes further: every
-derived field is derived again from the result it carries (``_rules_screening_v3``). Each problem names the field path and both
-values. "Agree" means within the rounding of the printed numbers: the tolerance is half a unit in the last printed
-digit of the derived value plus the effect of the inputs' own rounding, propagated through the formula.
+decision with its reason and evidence, the content hash with the content. What a lab concluded is derived again by
+that lab's own rules, found through ``registry.LAB_RULES``: a v3 kernel receipt from the result it carries
+(``kernels/receipt.py``), a serving receipt from its runs (``serving/receipt.py``), a PoC receipt from the receipts it
+embeds (``poc/derive.py``); this module holds the checks every receipt gets and the comparison those rules share
+(``derived_differences``, ``differs``). Each problem names the field path and both values. "Agree" means within the
+rounding of the printed numbers: the tolerance is half a unit in the last printed digit of the derived value plus the
+effect of the inputs' own rounding, propagated through the formula.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from . import models_v2 as v2
 from . import models_v3 as v3
 from ..hashing import HASH_FIELD, content_hash
 from .io import non_finite_paths, read_json
-from .registry import HASHED, model_for
+from .registry import HASHED, lab_rules, model_for
 
 Problem = tuple[str, str]
 
@@ -293,112 +296,13 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
     if r.bench is not None:
         out += _bench_rules(r.bench, r.runs)
     if r.evidence is not None:
-        out += _poc_rederived(r)
+        out += lab_rules("poc")(r)
     elif r.complete:
-        out += _serving_rederived(r)
+        out += lab_rules("serving")(r)
     return out
 
 
-def _one_section_per_device(ev: dict[str, Any]) -> list[Problem]:
-    """Sections of one GPU type under several keys (``h200``, ``h200__2``) are of different devices, each recorded."""
-    from ..poc.derive import EVIDENCE_SECTIONS
-    from ..poc.gpus import receipt_device, type_of_key
-
-    out: list[Problem] = []
-    for section in EVIDENCE_SECTIONS:
-        by_type: dict[str, list[str]] = {}
-        for g in ev[section]:
-            by_type.setdefault(type_of_key(g), []).append(g)
-        for t, keys in by_type.items():
-            if len(keys) < 2:
-                continue
-            held = {g: receipt_device(ev[section][g]) for g in keys}
-            unknown = [g for g, d in held.items() if d is None]
-            if unknown:
-                out += [(f"evidence.{section}.{g}", f"records no device (hardware.gpu_uuid), but {len(keys)} "
-                                                    f"sections of {t} are held: which GPU ran it is unknown")
-                        for g in unknown]
-            elif len(set(held.values())) < len(keys):
-                out.append((f"evidence.{section}", f"its {t} sections {', '.join(keys)} were measured on "
-                                                   f"{len(set(held.values()))} device(s): one section per GPU"))
-    return out
-
-
-def _poc_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
-    """A receipt of ``infercrane poc`` / ``receipt merge``: every embedded receipt validates on its own (fully: its
-    hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, they
-    share one model and one policy per lab, each GPU's kernel decision used the decode steps of that GPU's paired
-    A/B, and every section of the PoC derives again from them (``infercrane.poc.derive``)."""
-    from ..poc.derive import (DERIVED_FIELDS, EVIDENCE_SECTIONS, decode_steps_for, derive_sections, policy_identity,
-                              steps_dump)
-    from ..poc.gpus import gpu_key_of_receipt, type_of_key
-    from .models_v2 import POC_V2
-    from .models_v3 import SCREENING_V3
-
-    ev = r.evidence.model_dump(mode="json")
-    out: list[Problem] = []
-    for section in EVIDENCE_SECTIONS:
-        want = SCREENING_V3 if section == "kernel" else POC_V2
-        for g, sub in ev[section].items():
-            p = f"evidence.{section}.{g}"
-            if sub.get("schema_version") != want:
-                out.append((f"{p}.schema_version", f"is {sub.get('schema_version')!r}; a {section} section's receipt "
-                                                   f"is {want}"))
-                continue
-            if section != "kernel" and (sub.get("evidence") is not None
-                                        or (sub.get("provenance") or {}).get("config", {}).get("command") != "serve ab"):
-                out.append((p, f"a {section} section's receipt is one serve ab receipt (not a PoC receipt)"))
-                continue
-            model, problems = check_document(sub)
-            out += [(f"{p}.{q}" if not q.startswith("<") else f"{p}{q}", m) for q, m in problems]
-            if model is None or problems:
-                continue
-            if gpu_key_of_receipt(sub) != type_of_key(g):
-                out.append((p, f"is filed under GPU type {type_of_key(g)!r} but was measured on "
-                               f"{gpu_key_of_receipt(sub)!r}"))
-            if section != "kernel" and not sub.get("complete"):
-                out.append((f"{p}.complete", "a section's serving receipt is complete: an A/B that stopped part-way "
-                                             "decides nothing"))
-    out += _one_section_per_device(ev)
-    if out:  # nothing is derived from evidence that does not stand on its own
-        return out
-    if ev.get("serving_gpu") is not None and not any(ev["serving_gpu"] in ev[s] for s in ("paired", "public")):
-        out.append(("evidence.serving_gpu", f"is {ev['serving_gpu']!r}, a GPU type with no serving section"))
-    docs = [(f"evidence.{s}.{g}", d) for s in EVIDENCE_SECTIONS for g, d in ev[s].items()]
-    ids = {(_model_id(d)) for _, d in docs}
-    if len(ids) > 1:
-        out.append(("evidence", f"its receipts are of different models (id, revision): {sorted(ids, key=str)}"))
-    for lab, sections in (("kernel", ("kernel",)), ("serving", ("paired", "public"))):
-        held = {policy_identity(d) for s in sections for d in ev[s].values()}
-        if len(held) > 1:
-            out.append(("evidence", f"its {lab} receipts were decided under different {lab} policies"))
-    for g, kernel in ev["kernel"].items():
-        paired = ev["paired"].get(g)
-        if paired is None:
-            continue
-        try:
-            steps = steps_dump(decode_steps_for(kernel, paired))
-        except (KeyError, TypeError, ValueError) as e:
-            out.append((f"evidence.kernel.{g}.decode_steps", f"cannot be derived from the paired A/B: {e}"))
-            continue
-        if kernel.get("decode_step") is not None:
-            out.append((f"evidence.kernel.{g}.decode_step", "is one step for every row, but the paired A/B on this "
-                                                            "GPU gives one per row count (decode_steps)"))
-        out += _differs(f"evidence.kernel.{g}.decode_steps", kernel.get("decode_steps") or [], steps,
-                        f"the paired A/B's candidate TPOT p50 per concurrency (rows = concurrency) on {g}")
-    if r.complete:
-        missing = [s for s in EVIDENCE_SECTIONS if not ev[s]]
-        if missing:
-            out.append(("complete", f"is true but the evidence holds no {', '.join(missing)} section"))
-    try:
-        derived = derive_sections(ev)
-    except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
-        return out + [("evidence", f"the PoC's sections cannot be derived from it: {type(e).__name__}: {e}")]
-    return out + _derived_differences(r, r.model_dump(mode="json"), derived, DERIVED_FIELDS,
-                                      "deriving it again from the evidence")
-
-
-def _model_id(doc: dict[str, Any]) -> tuple[str, str | None]:
+def model_id(doc: dict[str, Any]) -> tuple[str, str | None]:
     """(id, revision) of the model a receipt's numbers are of."""
     m = doc.get("model_shape_source") or doc.get("model") or {}
     rev = m.get("revision")
@@ -414,66 +318,6 @@ def _geomean_ratio(values: tuple[float, ...]) -> float:
 
 
 STATISTIC_LABELS = ("interval_method", "test_method", "verdict_rule")
-
-
-def _in_stated_shape(derived: dict[str, Any], stated: dict[str, Any]) -> dict[str, Any]:
-    """The derived fields in the shape of a receipt written before statistics named their methods or driver
-    agreement carried an interval: a record that holds none of those later fields is compared without them (it makes
-    no claim they would back), and the public block's agreement lines are derived from the records as they stand."""
-    from ..serving.receipt import AGREEMENT_INTERVAL_FIELDS, agreement_line
-
-    d = dict(derived)
-    if stated.get("policy_sha256") is None:  # written before drift was recorded
-        for key in ("paired_aiperf", "bench"):
-            if d.get(key) and stated.get(key) and not stated[key].get("drift"):
-                d[key] = {**d[key], "drift": []}
-    for key, fields, marker in (("paired_aiperf", STATISTIC_LABELS, "interval_method"),
-                                ("bench", AGREEMENT_INTERVAL_FIELDS, "verdict")):
-        inner = "statistics" if key == "paired_aiperf" else "driver_agreement"
-        mine, theirs = d.get(key), stated.get(key)
-        if not (mine and theirs) or len(mine.get(inner, [])) != len(theirs.get(inner, [])):
-            continue
-        records = [({**m, **{f: None for f in fields}} if t.get(marker) is None else m)
-                   for m, t in zip(mine[inner], theirs[inner])]
-        d[key] = {**mine, inner: records}
-        if key == "bench" and d.get("public_workload_reproduction"):
-            d["public_workload_reproduction"] = {**d["public_workload_reproduction"],
-                                                 "driver_agreement": [agreement_line(a) for a in records]}
-    return d
-
-
-def _token_count_sources(doc: dict[str, Any]) -> list[Problem]:
-    """Each run's token-count source is the one its driver used: the recorded workload's for AIPerf, the server's
-    usage for ``vllm bench serve`` (it has no other)."""
-    config = doc["provenance"]["config"]
-    workload = config.get("measured_config", config).get("workload") or {}
-    asked = workload.get("token_count_source", "server")
-    out: list[Problem] = []
-    for i, run in enumerate(doc["runs"]):
-        want = asked if run["driver"] == "aiperf" else "server"
-        if run.get("token_count_source") != want:
-            out.append((f"runs[{i}].token_count_source", f"is {run.get('token_count_source')!r} but the {run['driver']} "
-                                                         f"run of this workload counted tokens from {want!r}"))
-    return out
-
-
-def _serving_rederived(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
-    """Every conclusion of a complete ``serve ab`` / ``serve bench`` receipt decided again from its raw runs, its
-    recorded configuration and the policy it embeds; each disagreement names its field path and both values."""
-    from ..serving.receipt import DERIVED_FIELDS, rederive
-
-    doc = r.model_dump(mode="json")
-    out = _token_count_sources(doc)
-    try:
-        derived = rederive(doc)
-    except InputError as e:
-        return [("provenance.config", f"the receipt's conclusions cannot be derived again from it: {e.message}")]
-    except (KeyError, TypeError, ValueError, ValidationError) as e:
-        return [("provenance.config", f"the receipt's conclusions cannot be derived again from it: "
-                                      f"{type(e).__name__}: {e}")]
-    return out + _derived_differences(r, doc, derived, DERIVED_FIELDS,
-                                      "deciding again from the runs under the receipt's policy",
-                                      shape=lambda again: _in_stated_shape(again, doc))
 
 
 def _backed_by_runs(p: str, m: Any, driver: str, all_runs: list[Any]) -> list[Problem]:
@@ -542,7 +386,7 @@ def _bench_rules(b: Any, runs: list[Any]) -> list[Problem]:
 REL_TOL = 1e-9  # a figure re-derived on another machine (other numpy/scipy builds) may differ in the last bits
 
 
-def _first_difference(stated: Any, derived: Any, path: str = "") -> tuple[str, Any, Any] | None:
+def first_difference(stated: Any, derived: Any, path: str = "") -> tuple[str, Any, Any] | None:
     """The first place where two JSON values differ (floats within ``REL_TOL``), as (path, stated, derived)."""
     if isinstance(stated, bool) or isinstance(derived, bool):
         return None if stated is derived else (path, stated, derived)
@@ -553,7 +397,7 @@ def _first_difference(stated: Any, derived: Any, path: str = "") -> tuple[str, A
         for k in list(dict.fromkeys([*stated, *derived])):
             if k not in stated or k not in derived:
                 return (f"{path}.{k}", stated.get(k, "<absent>"), derived.get(k, "<absent>"))
-            d = _first_difference(stated[k], derived[k], f"{path}.{k}")
+            d = first_difference(stated[k], derived[k], f"{path}.{k}")
             if d:
                 return d
         return None
@@ -561,15 +405,15 @@ def _first_difference(stated: Any, derived: Any, path: str = "") -> tuple[str, A
         if len(stated) != len(derived):
             return (f"{path}", f"{len(stated)} items", f"{len(derived)} items")
         for i, (a, b) in enumerate(zip(stated, derived)):
-            d = _first_difference(a, b, f"{path}[{i}]")
+            d = first_difference(a, b, f"{path}[{i}]")
             if d:
                 return d
         return None
     return None if stated == derived else (path, stated, derived)
 
 
-def _differs(path: str, stated: Any, derived: Any, what: str) -> list[Problem]:
-    d = _first_difference(stated, derived)
+def differs(path: str, stated: Any, derived: Any, what: str) -> list[Problem]:
+    d = first_difference(stated, derived)
     if d is None:
         return []
     where, a, b = d
@@ -577,67 +421,23 @@ def _differs(path: str, stated: Any, derived: Any, what: str) -> list[Problem]:
     return [(f"{path}{where}", f"is {shown(a)} but {what} gives {shown(b)}")]
 
 
-def _derived_differences(r: BaseModel, doc: dict[str, Any], derived: dict[str, Any], fields: tuple[str, ...],
+def derived_differences(r: BaseModel, doc: dict[str, Any], derived: dict[str, Any], fields: tuple[str, ...],
                          what: str, shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[Problem]:
     """Each of ``fields`` as the receipt states it against as ``derived`` gives it, both read through the receipt's
     own types (so that absent and default read alike); ``shape`` adapts the derived document first."""
     try:
         again = type(r).model_validate({**doc, **derived}).model_dump(mode="json")
     except ValidationError as e:
-        return [(f"<derived>{p}", m) for p, m in _pydantic_problems(e)]
+        return [(f"<derived>{p}", m) for p, m in pydantic_problems(e)]
     if shape is not None:
         again = shape(again)
-    return [p for field in fields for p in _differs(field, doc[field], again[field], what)]
+    return [p for field in fields for p in differs(field, doc[field], again[field], what)]
 
 
-def _dump(value: Any) -> Any:
+def dump(value: Any) -> Any:
     if isinstance(value, list):
-        return [_dump(v) for v in value]
+        return [dump(v) for v in value]
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-
-
-def _rules_screening_v3(r: Any) -> list[Problem]:
-    """Everything derived is derived again from ``result`` under ``policy`` and ``decode_step``."""
-    from infercrane.kernels import registry
-    from infercrane.kernels.harness.compare import with_comparisons
-    from infercrane.kernels.harness.runner import summarize_cell
-    from infercrane.kernels.receipt import DERIVED_FIELDS, derive
-
-    out: list[Problem] = []
-    res = r.result
-    timed = res.run_kind == "timed"
-    if (r.evidence_class == "real-gpu-microbenchmark") != timed:
-        out.append(("evidence_class", f"is {r.evidence_class!r} but the result's run_kind is {res.run_kind!r}"))
-    if r.app_id != r.provenance.run_id:
-        out.append(("app_id", f"is {r.app_id!r} but provenance.run_id is {r.provenance.run_id!r}"))
-    shape = r.model_shape_source
-    for field, want in (("op", res.spec.op), ("operator", res.spec.operator), ("hidden_size", res.spec.hidden_size),
-                        ("rms_norm_eps", res.spec.eps), ("dtype", res.spec.dtype)):
-        if getattr(shape, field) != want:
-            out.append((f"model_shape_source.{field}", f"is {getattr(shape, field)!r} but the result's spec says "
-                                                       f"{want!r}"))
-    try:
-        spec = registry.op_module(res.spec.op).SPEC(
-            hidden_size=res.spec.hidden_size, eps=res.spec.eps, dtype=res.spec.dtype, rows=tuple(res.rows),
-            num_layers=res.spec.num_layers)
-    except Exception as e:  # an op this InferCrane does not know cannot be re-derived
-        return out + [("result.spec.op", f"cannot be re-derived here: {type(e).__name__}: {e}")]
-    for i, impl in enumerate(res.implementations):
-        for j, cell in enumerate(impl.timings):
-            want = summarize_cell(cell.rows, cell.mode, cell.blocks, spec.bytes_moved(cell.rows), res.calibration)
-            out += _differs(f"result.implementations[{i}].timings[{j}]", cell.model_dump(mode="json"),
-                            want.model_dump(mode="json"), "its raw blocks and the calibration")
-    if timed:
-        want = with_comparisons(res, r.policy)
-        for field in ("comparisons", "comparison_notes", "comparison_policy"):
-            out += _differs(f"result.{field}", _dump(getattr(res, field)), _dump(getattr(want, field)),
-                            "comparing the timing cells under the policy")
-    try:
-        derived = derive(res, r.policy, r.decode_steps or r.decode_step)
-    except Exception as e:
-        return out + [("result", f"no decision can be derived from it: {type(e).__name__}: {e}")]
-    return out + _derived_differences(r, r.model_dump(mode="json"), derived, DERIVED_FIELDS,
-                                      "deciding again from the result")
 
 
 RULES: dict[type[BaseModel], Callable[[Any], list[Problem]]] = {
@@ -645,7 +445,7 @@ RULES: dict[type[BaseModel], Callable[[Any], list[Problem]]] = {
     v1.OptimizationPocReceiptV1: _rules_poc_v1,
     v2.CudaKernelScreeningReceiptV2: _rules_screening_v2,
     v2.OptimizationPocReceiptV2: _rules_poc_v2,
-    v3.CudaKernelScreeningReceiptV3: _rules_screening_v3,
+    v3.CudaKernelScreeningReceiptV3: lambda r: lab_rules("kernel")(r),  # found when a v3 receipt is read
 }
 
 
@@ -662,7 +462,7 @@ def policy_state(doc: dict[str, Any]) -> tuple[str | None, list[Problem]]:
     try:
         policy = (KernelPolicy if kernel else ServingPolicy).model_validate(raw)
     except ValidationError as e:
-        return None, [(f"policy{p if p.startswith('.') else '.' + p}", m) for p, m in _pydantic_problems(e)]
+        return None, [(f"policy{p if p.startswith('.') else '.' + p}", m) for p, m in pydantic_problems(e)]
     actual = policy_sha256(policy)
     if actual != stated:
         return None, [("policy_sha256", f"is {stated} but the embedded policy hashes to {actual}: the policy was "
@@ -671,7 +471,7 @@ def policy_state(doc: dict[str, Any]) -> tuple[str | None, list[Problem]]:
     return ("packaged policy" if actual == packaged else f"custom policy (sha256 {actual[:12]}…)"), []
 
 
-def _pydantic_problems(err: ValidationError) -> list[Problem]:
+def pydantic_problems(err: ValidationError) -> list[Problem]:
     out = []
     for e in err.errors():
         loc = ""
@@ -713,7 +513,7 @@ def check_document(doc: dict[str, Any]) -> tuple[BaseModel | None, list[Problem]
     try:
         model = model_cls.model_validate(doc)
     except ValidationError as e:
-        return None, problems + _pydantic_problems(e)
+        return None, problems + pydantic_problems(e)
     return model, problems + policy_state(doc)[1] + RULES[model_cls](model)
 
 

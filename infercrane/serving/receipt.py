@@ -21,6 +21,8 @@ from ..stats.compare import Band, b_over_a_ci, classify_band
 from .metrics import RunMetrics
 from .workload import PlanResult
 
+Problem = tuple[str, str]
+
 # RunMetrics field -> receipt field (the seed's names).
 RUN_FIELDS = {
     "output_tok_s": "output_tokens_per_second", "request_s": "request_throughput",
@@ -733,3 +735,69 @@ def rederive(doc: dict[str, Any]) -> dict[str, Any]:
 
         again["kernel_in_serving"] = {"inputs": block["inputs"], "prediction": derive_prediction(block["inputs"], again)}
     return {k: again.get(k) for k in DERIVED_FIELDS}
+
+
+# --- re-derivation rules (receipts.registry.LAB_RULES) ------------------------------------------------------
+
+def _in_stated_shape(derived: dict[str, Any], stated: dict[str, Any]) -> dict[str, Any]:
+    """The derived fields in the shape of a receipt written before statistics named their methods or driver
+    agreement carried an interval: a record that holds none of those later fields is compared without them (it makes
+    no claim they would back), and the public block's agreement lines are derived from the records as they stand."""
+    from ..receipts.validate import STATISTIC_LABELS
+
+    d = dict(derived)
+    if stated.get("policy_sha256") is None:  # written before drift was recorded
+        for key in ("paired_aiperf", "bench"):
+            if d.get(key) and stated.get(key) and not stated[key].get("drift"):
+                d[key] = {**d[key], "drift": []}
+    for key, fields, marker in (("paired_aiperf", STATISTIC_LABELS, "interval_method"),
+                                ("bench", AGREEMENT_INTERVAL_FIELDS, "verdict")):
+        inner = "statistics" if key == "paired_aiperf" else "driver_agreement"
+        mine, theirs = d.get(key), stated.get(key)
+        if not (mine and theirs) or len(mine.get(inner, [])) != len(theirs.get(inner, [])):
+            continue
+        records = [({**m, **{f: None for f in fields}} if t.get(marker) is None else m)
+                   for m, t in zip(mine[inner], theirs[inner])]
+        d[key] = {**mine, inner: records}
+        if key == "bench" and d.get("public_workload_reproduction"):
+            d["public_workload_reproduction"] = {**d["public_workload_reproduction"],
+                                                 "driver_agreement": [agreement_line(a) for a in records]}
+    return d
+
+
+def _token_count_sources(doc: dict[str, Any]) -> list[Problem]:
+    """Each run's token-count source is the one its driver used: the recorded workload's for AIPerf, the server's
+    usage for ``vllm bench serve`` (it has no other)."""
+    config = doc["provenance"]["config"]
+    workload = config.get("measured_config", config).get("workload") or {}
+    asked = workload.get("token_count_source", "server")
+    out: list[Problem] = []
+    for i, run in enumerate(doc["runs"]):
+        want = asked if run["driver"] == "aiperf" else "server"
+        if run.get("token_count_source") != want:
+            out.append((f"runs[{i}].token_count_source", f"is {run.get('token_count_source')!r} but the {run['driver']} "
+                                                         f"run of this workload counted tokens from {want!r}"))
+    return out
+
+
+def rederived_problems(r: Any) -> list[Problem]:
+    """The serving lab's rules (``receipts.registry.LAB_RULES``): every conclusion of a complete ``serve ab`` /
+    ``serve bench`` receipt decided again from its raw runs, its recorded configuration and the policy it embeds;
+    each disagreement names its field path and both values."""
+    from pydantic import ValidationError
+
+    from ..errors import InputError
+    from ..receipts.validate import derived_differences
+
+    doc = r.model_dump(mode="json")
+    out = _token_count_sources(doc)
+    try:
+        derived = rederive(doc)
+    except InputError as e:
+        return [("provenance.config", f"the receipt's conclusions cannot be derived again from it: {e.message}")]
+    except (KeyError, TypeError, ValueError, ValidationError) as e:
+        return [("provenance.config", f"the receipt's conclusions cannot be derived again from it: "
+                                      f"{type(e).__name__}: {e}")]
+    return out + derived_differences(r, doc, derived, DERIVED_FIELDS,
+                                      "deciding again from the runs under the receipt's policy",
+                                      shape=lambda again: _in_stated_shape(again, doc))
