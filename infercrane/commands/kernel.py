@@ -212,7 +212,7 @@ def _impl_line(i: dict[str, Any]) -> str:
     if i["status"] == "skipped":
         return _first_line(i.get("skip_reason") or i.get("error") or "skipped")
     if i["status"] != "ok":
-        from ..kernels.result import FAILURE_WORDS
+        from ..receipts.screen_result import FAILURE_WORDS
 
         error = str(i.get("error") or "").strip()
         kind = i.get("failure")

@@ -235,7 +235,7 @@ class KernelDecisionInputs(BaseModel):
     skipped_baselines: list[SkippedBaseline] = Field(default_factory=list)
     ceilings: list[AmdahlCeiling] = Field(default_factory=list, description="one Amdahl estimate per decode shape")
     failure: Failure | None = Field(
-        default=None, description="the candidate failed in the screen: its failure kind (``kernels/result.py``)")
+        default=None, description="the candidate failed in the screen: its failure kind (``receipts/screen_result.py``)")
     failure_detail: str | None = Field(default=None, description="the first line of its error")
     interrupted: str | None = Field(default=None, description="the screen was stopped before it finished: why")
     flag_rule: FlagRule | None = Field(

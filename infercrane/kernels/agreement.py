@@ -114,7 +114,7 @@ def _gm(values: list[float]) -> float:
 def compare_screens(a: dict[str, Any], b: dict[str, Any]) -> Agreement:
     """The agreement of two kernel screen receipts' documents (v3) of one op (module docstring); ValueError for
     receipts of two ops or shapes."""
-    from infercrane.kernels.result import ScreenResult
+    from infercrane.receipts.screen_result import ScreenResult
 
     ra, rb = ScreenResult.model_validate(a["result"]), ScreenResult.model_validate(b["result"])
     sa, sb = ra.spec.model_dump(), rb.spec.model_dump()

@@ -29,24 +29,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal
 
-from pydantic import Field
-
-from infercrane.receipts.base import Strict
+from infercrane.receipts.screen_result import Tolerance
 
 Kind = Literal["baseline", "candidate"]
 USER_KEY = "user"  # the key of a user's candidate file
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-COMPARISON_RULE = "|got - ref| <= atol + rtol * |ref| elementwise, atol = atol_scale * rms(ref); NaN/inf never pass"
-
-
-class Tolerance(Strict):
-    """``|got - ref| <= atol + rtol * |ref|`` with ``atol = atol_scale * rms(ref)`` of the tensor compared."""
-
-    dtype: str
-    rtol: float = Field(gt=0)
-    atol_scale: float = Field(gt=0)
-    rule: str = COMPARISON_RULE
-    derivation: str
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..decide.policy import KernelPolicy, policy_sha256
 from ..receipts.models_v2 import IMPL_KEYS
 from ..receipts.models_v3 import SCREENING_V3
 from .harness.compare import decision_inputs, failure_detail, recorded_flag_rule
-from .result import FAILURE_WORDS, ImplementationResult, ScreenResult
+from ..receipts.screen_result import FAILURE_WORDS, ImplementationResult, ScreenResult
 
 CANDIDATE_PHRASES = {"triton": "Triton candidate", "cuda": "handwritten CUDA candidate", "user": "user candidate"}
 IMPLEMENTATION_NAMES = {"triton": "Triton kernel (InferCrane)", "cuda": "handwritten CUDA C++ compiled with NVRTC",

@@ -2,7 +2,7 @@
 
 v3 keeps every field of the seed format (``candidate``, ``measurements`` with ``<impl>_ms`` and
 ``speedup_vs_<impl>``, ``decision``, ``reason``, ``qualification_boundary``, …) and carries the screen's result as
-measured (``result``: ``infercrane.kernels.result.ScreenResult``, one model), the policy it was decided under and the
+measured (``result``: ``infercrane.receipts.screen_result.ScreenResult``, one model), the policy it was decided under and the
 decode step time behind the end-to-end ceiling. Every derived field — the decision table, every timing cell's summary
 and flags, every comparison, the decisions, the Amdahl ceilings — is recomputed from ``result`` by ``validate``, so a
 receipt whose decision, verdict, interval or median was edited does not validate, whatever its hash says.
@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from infercrane.decide.policy import KernelPolicy
-from infercrane.kernels.result import ScreenResult
+from .screen_result import ScreenResult
 
 from .base import AwareDatetime, NonEmptyStr, Strict
 from .models_v2 import (

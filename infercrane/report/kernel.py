@@ -36,7 +36,7 @@ def rows_axes(ax: Any, *, ylabel: str, title: str, rows: list[int], log_y: bool 
 
 def trial_medians(cell: dict[str, Any]) -> list[float]:
     """Each trial's median of its kept samples (``TimingCell.trial_medians``: the rejected samples left out)."""
-    from ..kernels.result import TimingCell
+    from ..receipts.screen_result import TimingCell
 
     return TimingCell.model_validate(cell).trial_medians()
 
@@ -232,7 +232,7 @@ def _worst(cell: dict[str, Any]) -> tuple[float | None, float | None, int]:
 def _correctness_cell(cell: dict[str, Any]) -> str:
     """A correctness table cell: PASS with the worst errors, or FAIL with the first failing check (as the receipt's
     ``CorrectnessResult.failure_summary`` words it)."""
-    from ..kernels.result import CorrectnessResult
+    from ..receipts.screen_result import CorrectnessResult
 
     rel, abs_, checks = _worst(cell)
     if not cell.get("passed"):

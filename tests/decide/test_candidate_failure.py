@@ -13,7 +13,7 @@ from infercrane.decide.kernel import KernelDecisionInputs, ShapeResult, decide_k
 from infercrane.decide.policy import KernelPolicy, load_policy
 from infercrane.kernels.harness.compare import decision_inputs, with_comparisons
 from infercrane.kernels.receipt import _correctness_text, build_document, derive
-from infercrane.kernels.result import CheckResult, ScreenResult
+from infercrane.receipts.screen_result import CheckResult, ScreenResult
 from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.validate import check_document
 

@@ -32,7 +32,7 @@ from infercrane.kernels.harness.compare import (
     with_comparisons,
 )
 from infercrane.kernels.receipt import derive
-from infercrane.kernels.result import Comparison, ScreenResult, WidenedInterval
+from infercrane.receipts.screen_result import Comparison, ScreenResult, WidenedInterval
 from infercrane.receipts.models_v3 import DecodeStep
 from infercrane.stats import Verdict
 from infercrane.stats.trials import trial_speedup

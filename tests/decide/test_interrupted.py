@@ -9,7 +9,7 @@ from pathlib import Path
 from infercrane.decide.policy import KernelPolicy
 from infercrane.kernels.harness.compare import with_comparisons
 from infercrane.kernels.receipt import derive
-from infercrane.kernels.result import ScreenResult
+from infercrane.receipts.screen_result import ScreenResult
 from infercrane.stats import Verdict
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ import pytest
 
 from infercrane.kernels.harness import placement as P
 from infercrane.kernels.harness import timing as T
-from infercrane.kernels.result import GraphPlacement, TimingBlock
+from infercrane.receipts.screen_result import GraphPlacement, TimingBlock
 
 
 def _block(samples, *, calls=100, elapsed=None, graphs=None, rejected=()):

@@ -98,7 +98,7 @@ def _widened_doc():
     from infercrane.decide.policy import KernelPolicy
     from infercrane.kernels.harness.compare import with_comparisons
     from infercrane.kernels.receipt import derive
-    from infercrane.kernels.result import ScreenResult
+    from infercrane.receipts.screen_result import ScreenResult
 
     path = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-02-h200-executors/local-rms_norm.h200.json"
     doc = json.loads(path.read_text())

@@ -185,7 +185,7 @@ def _widened(path: Path) -> dict[str, Any]:
     from infercrane.decide.policy import KernelPolicy
     from infercrane.kernels.harness.compare import with_comparisons
     from infercrane.kernels.receipt import derive
-    from infercrane.kernels.result import ScreenResult
+    from infercrane.receipts.screen_result import ScreenResult
 
     doc = copy.deepcopy(_load(path))
     pol = KernelPolicy.model_validate(doc["policy"])
@@ -257,7 +257,7 @@ def test_an_interrupted_screen_writes_its_partial_receipt_and_exits_130(tmp_path
     interruption's (130 Ctrl-C, 143 SIGTERM)."""
     from infercrane.cli import main
     from infercrane.kernels.harness import runner
-    from infercrane.kernels.result import ScreenResult
+    from infercrane.receipts.screen_result import ScreenResult
     from infercrane.receipts.validate import load_receipt
 
     partial = ScreenResult.model_validate(_load(RECEIPTS[0])["result"]).model_copy(update={"interrupted": why})

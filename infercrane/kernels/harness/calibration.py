@@ -18,7 +18,7 @@ import statistics
 from typing import Any
 
 from infercrane.kernels.harness.timing import ClockReader, graph_fixed_cost, l2_flush_bytes, time_cell
-from infercrane.kernels.result import Calibration, CopyBandwidth, DeviceInfo, TimingBlock  # noqa: F401
+from infercrane.receipts.screen_result import Calibration, CopyBandwidth, DeviceInfo, TimingBlock  # noqa: F401
 
 COPY_BYTES = 1 << 30  # 1 GiB source + 1 GiB destination: 2 GiB moved per copy
 COPY_SAMPLES = 10

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, get_args
 
-from infercrane.kernels.result import (  # noqa: F401  (the result model)
+from infercrane.receipts.screen_result import (  # noqa: F401  (the result model)
     FAILURE_WORDS,
     TIMER_DISAGREEMENT,
     Comparison,
@@ -53,7 +53,7 @@ from infercrane.stats.compare import Verdict
 if TYPE_CHECKING:
     from infercrane.decide.kernel import KernelDecisionInputs
     from infercrane.decide.policy import KernelPolicy
-    from infercrane.kernels.result import ScreenResult, TimingCell
+    from infercrane.receipts.screen_result import ScreenResult, TimingCell
     from infercrane.stats.trials import TrialSpeedup
 
 FLAG_RULES: tuple[str, ...] = get_args(FlagRule)
@@ -190,7 +190,7 @@ def with_comparisons(result: "ScreenResult", policy: "KernelPolicy", flag_rule: 
     screen passes ``NEW_SCREEN_FLAG_RULE``), and the first of deciding again under another policy or validating a
     receipt. ``flag_rule`` None: the rule the result records (``comparison_policy["flag_rule"]``), else ``void``
     (and the record stays without one, as it was). Pairs left uncompared are named in ``comparison_notes``."""
-    from infercrane.kernels.result import ScreenResult
+    from infercrane.receipts.screen_result import ScreenResult
 
     rule = flag_rule if flag_rule is not None else recorded_flag_rule(result)
     notes: list[str] = []

@@ -34,8 +34,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from infercrane.kernels.harness.execute import GUARD_ROWS
-from infercrane.kernels.op import Tolerance, torch_dtype
-from infercrane.kernels.result import CheckResult, CorrectnessResult, TensorCheck
+from infercrane.kernels.op import torch_dtype
+from infercrane.receipts.screen_result import Tolerance
+from infercrane.receipts.screen_result import CheckResult, CorrectnessResult, TensorCheck
 
 # Input scale ``s`` of check i is CHECK_SCALES[i % len]: large and small magnitudes, both well inside bf16's range.
 CHECK_SCALES: tuple[float, ...] = (1.0, 16.0, 1.0 / 16.0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from pydantic import BaseModel, ConfigDict, Field
+from infercrane.receipts.screen_result import Levels, PlacementCondition
 
 GRAPHS_PER_TRIAL = 4
 PAD_MAX_BYTES = 1 << 20  # pads under 1 MiB (the allocator's small-block pool, where the inputs go), 512-byte steps
@@ -36,30 +36,6 @@ DRAW_METHOD = (
     "for every implementation; before each graph's buffers are made the allocator's cache is emptied, so the pad "
     "sets where they land"
 )
-
-
-class PlacementCondition(BaseModel):
-    """The conditions one timed graph was captured under."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    index: int = Field(ge=0, description="trial * graphs_per_trial + graph")
-    pad_bytes: int = Field(ge=0, description="device bytes allocated before the inputs and held while timing")
-    freed: int = Field(ge=0, description="tiny graphs captured and freed right before the timed capture")
-    kept: int = Field(ge=0, description="tiny graphs captured before the timed capture and kept alive while timing")
-
-
-class Levels(BaseModel):
-    """Per-graph figures split at their widest relative gap, when it exceeds ``gap``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    levels: int = Field(ge=1, le=2)
-    widest_gap: float | None = Field(default=None, description="largest relative step between sorted figures")
-    low_n: int | None = None
-    low_median_us: float | None = None
-    high_n: int | None = None
-    high_median_us: float | None = None
 
 
 def draw(seed: int, index: int) -> PlacementCondition:

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
 from infercrane.errors import InputError, UnavailableError
-from infercrane.kernels.result import (  # noqa: F401  (ScreenResult and friends: the result model)
+from infercrane.receipts.screen_result import (  # noqa: F401  (ScreenResult and friends: the result model)
     SCREEN_RESULT_SCHEMA, Calibration, CorrectnessResult, Failure, ImplementationResult, ScreenResult, SpecRecord,
     Status, TimingBlock, TimingCell,
 )

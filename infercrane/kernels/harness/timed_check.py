@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from infercrane.kernels.result import TensorCheck, TimedCheck
+from infercrane.receipts.screen_result import TensorCheck, TimedCheck
 
 VERIFY_SEED_SALT = 0x7173_D0E5
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from infercrane.kernels.result import TimingBlock
+from infercrane.receipts.screen_result import TimingBlock
 
 MODES: tuple[str, ...] = ("launch", "graph", "cold")
 
@@ -656,7 +656,7 @@ class CellTimer:
     def finish(self, finite_check: Callable[[], bool] | None = None) -> TimingBlock:
         import statistics
 
-        from infercrane.kernels.result import GraphPlacement
+        from infercrane.receipts.screen_result import GraphPlacement
 
         after = self.clock.read_mhz()
         _sync()

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infercrane.kernels.op import DTYPE_BYTES, Contract, OpSpec, Tolerance, generator, normal
+from infercrane.kernels.op import DTYPE_BYTES, Contract, OpSpec, generator, normal
+from infercrane.receipts.screen_result import Tolerance
 
 OPERATOR = "fused residual-add + RMSNorm"
 OP_NAME = "fused_add_rmsnorm"

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infercrane.kernels.op import Contract, OpSpec, Tolerance, generator, normal
+from infercrane.kernels.op import Contract, OpSpec, generator, normal
+from infercrane.receipts.screen_result import Tolerance
 
 OPERATOR = "RMSNorm"
 OP_NAME = "rms_norm"

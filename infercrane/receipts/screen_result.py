@@ -6,6 +6,8 @@ samples per trial with calls per sample, clocks, rejected samples, sizing and th
 (``TimingCell`` / ``TimingBlock``), the device calibration (``Calibration``) and the comparisons
 (``Comparison``). The harness fills them (``runner``, ``timing``, ``correctness``, ``calibration``, ``compare``);
 the receipt carries them whole and hashed; ``decide`` reads them, so deciding again is loading and deciding again.
+They are receipt data, so they live among the receipts; an op's tolerances (``Tolerance``) and a graph's placement
+(``PlacementCondition``, ``Levels``) are declared here for the same reason.
 """
 from __future__ import annotations
 
@@ -13,10 +15,8 @@ import math
 import statistics
 from typing import Any, Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from infercrane.kernels.harness.placement import Levels, PlacementCondition
-from infercrane.kernels.op import Tolerance
 from infercrane.receipts.base import AwareDatetime, Strict
 from infercrane.decide.failures import FAILURE_WORDS, Failure  # noqa: F401  (re-exported with the result model)
 from infercrane.decide.kernel import FlagRule
@@ -29,6 +29,41 @@ Mode = Literal["launch", "graph", "cold"]
 Phase = Literal["eager", "reuse", "graph"]
 Status = Literal["ok", "failed", "skipped"]
 CHECKED_BY = "InferCrane's own process, from the bytes the implementation's worker handed back (not its reply)"
+COMPARISON_RULE = "|got - ref| <= atol + rtol * |ref| elementwise, atol = atol_scale * rms(ref); NaN/inf never pass"
+
+
+class Tolerance(Strict):
+    """``|got - ref| <= atol + rtol * |ref|`` with ``atol = atol_scale * rms(ref)`` of the tensor compared."""
+
+    dtype: str
+    rtol: float = Field(gt=0)
+    atol_scale: float = Field(gt=0)
+    rule: str = COMPARISON_RULE
+    derivation: str
+
+
+class PlacementCondition(BaseModel):
+    """The conditions one timed graph was captured under."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(ge=0, description="trial * graphs_per_trial + graph")
+    pad_bytes: int = Field(ge=0, description="device bytes allocated before the inputs and held while timing")
+    freed: int = Field(ge=0, description="tiny graphs captured and freed right before the timed capture")
+    kept: int = Field(ge=0, description="tiny graphs captured before the timed capture and kept alive while timing")
+
+
+class Levels(BaseModel):
+    """Per-graph figures split at their widest relative gap, when it exceeds ``gap``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    levels: int = Field(ge=1, le=2)
+    widest_gap: float | None = Field(default=None, description="largest relative step between sorted figures")
+    low_n: int | None = None
+    low_median_us: float | None = None
+    high_n: int | None = None
+    high_median_us: float | None = None
 
 
 class DeviceInfo(Strict):
