@@ -40,7 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from ..errors import InputError
-from ..serving.config import LoadOptions, ServerOptions
+from ..serving.config import STARTUP_TIMEOUT_S, LoadOptions, ServerOptions
 from .gpus import KNOWN_GPU_TYPES
 
 POC_CONFIG_SCHEMA = "infercrane.poc-config/v1"
@@ -144,7 +144,7 @@ class ServingSection(ServerOptions):
     drivers: list[Literal["aiperf", "vllm-bench"]] = Field(["aiperf"], min_length=1,
                                                            description="load generators; the first is primary")
     policy: str | None = Field(None, description="a serving policy file (default: the packaged one)")
-    startup_timeout_s: float = Field(900.0, gt=0, description="engine start-up limit")
+    startup_timeout_s: float = Field(STARTUP_TIMEOUT_S, gt=0, description="engine start-up limit")
     coresident: bool = Field(False, description="both arms' engines up at once on the one GPU, each with half of "
                                                 "vLLM's default memory share, so an A/B restarts no engine")
 

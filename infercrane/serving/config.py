@@ -26,6 +26,7 @@ from ..options import Many, flag
 # The workload each command runs when --workload is not given.
 DEFAULT_WORKLOAD = {"ab": "seed-paired", "bench": "public-1000"}
 RUNS_RANGE = (3, 100)
+STARTUP_TIMEOUT_S = 900.0  # how long an engine may take to answer its health check and a first completion
 REDACTED = "<redacted>"  # as engine.REDACTED (not imported: --help must stay light)
 LOAD = Group("Load (AIPerf's names; override the workload)", sort_key=10)
 SERVER = Group("Server access", sort_key=11)
@@ -232,7 +233,8 @@ class ServeConfig(ServerOptions, LoadOptions):
                                                                   "concurrency slot.")
     min_requests: int | None = Field(None, ge=1, description="Derived request count: at least this many per point.")
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
-    startup_timeout_s: float = Field(900.0, gt=0, description="Engine start-up limit (health + first completion).")
+    startup_timeout_s: float = Field(STARTUP_TIMEOUT_S, gt=0,
+                                     description="Engine start-up limit (health + first completion).")
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
     sign_key: Path | None = Field(None, description="Sign the receipt each time it is written (an ed25519 private key "
                                                     "from `infercrane receipt keygen`); checked before anything runs.")
@@ -321,7 +323,7 @@ class ApplyConfig(BaseModel):
                                                           "screening the kernel at the rows the workload runs.")
     trials: int = Field(5, ge=1, le=100, description="Timing trials of that screen.")
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
-    startup_timeout_s: float = Field(900.0, gt=0, description="Engine start-up limit.")
+    startup_timeout_s: float = Field(STARTUP_TIMEOUT_S, gt=0, description="Engine start-up limit.")
     out: Path | None = Field(None, description="Folder of the receipts (default runs/RUN_ID/apply).")
 
     @field_validator("op")

@@ -83,6 +83,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.errors import InputError, RunFailed
 from infercrane.proc import PARENT_DEATH_PREEXEC, describe_pid, group_alive, group_pids, stop_process_group
+from infercrane.serving.config import STARTUP_TIMEOUT_S
 from infercrane.serving.engine_kinds import HOST, get_engine_kind
 from infercrane.serving.recipes import PROGRAM_ENV_VARS, Recipe
 
@@ -504,7 +505,7 @@ class Engine(_Served):
     """
 
     def __init__(self, recipe: Recipe, *, log_dir: str | Path, label: str | None = None, port: int | None = None,
-                 startup_timeout_s: float = 900.0, grace_s: tuple[float, float, float] = (20.0, 10.0, 5.0),
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S, grace_s: tuple[float, float, float] = (20.0, 10.0, 5.0),
                  gpu_memory_utilization: float | None = None, coresident_with: Sequence[str] = (),
                  kv_cache_bytes: int | None = None, access: ServerAccess | None = None) -> None:
         self.recipe = recipe.resolved() if recipe.sha256 is None else recipe

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from infercrane.errors import InfercraneError, InputError, RunFailed
+from infercrane.serving.config import STARTUP_TIMEOUT_S
 from infercrane.serving.engine import EngineRecord
 from infercrane.serving.metrics import RunMetrics
 from infercrane.serving.recipes import Recipe
@@ -563,7 +564,7 @@ def aiperf_block(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[
 
 def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workload, *, out_dir: str | Path,
              drivers: Sequence[str] | str = "aiperf", order: ArmOrder | None = None, tokenizer: str | None = None,
-             startup_timeout_s: float = 900.0, preflight: bool = True,
+             startup_timeout_s: float = STARTUP_TIMEOUT_S, preflight: bool = True,
              on_run: Callable[[RunMetrics], None] | None = None, into: PlanResult | None = None,
              on_start: Callable[[], None] | None = None, coresident: bool = False,
              engines: Mapping[str, Any] | None = None,
@@ -1018,7 +1019,7 @@ def _launch_coresident(arms: Mapping[str, Recipe], out: Path, startup_timeout_s:
 
 
 def run_arm(recipe: Recipe, workload: Workload, *, out_dir: str | Path, drivers: Sequence[str] | str = "aiperf",
-            tokenizer: str | None = None, startup_timeout_s: float = 900.0,
+            tokenizer: str | None = None, startup_timeout_s: float = STARTUP_TIMEOUT_S,
             on_run: Callable[[RunMetrics], None] | None = None) -> PlanResult:
     """One recipe alone: one engine lifetime, ``runs_per_arm`` runs x every concurrency."""
     return run_plan([recipe], workload, out_dir=out_dir, drivers=drivers, order="sequential", tokenizer=tokenizer,
