@@ -57,7 +57,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infercrane.decide.amdahl import AmdahlCeiling
-from infercrane.decide.policy import KernelPolicy, load_policy
+from infercrane.decide.policy import KernelPolicy, TimingMode, load_policy
 from infercrane.errors import InputError
 from infercrane.decide.failures import FAILURE_WORDS, Failure
 from infercrane.stats.compare import Verdict
@@ -69,7 +69,6 @@ from infercrane.stats.trials import TrialSpeedup, trial_speedup
 # before it) by 1 + |d| a cell.
 FlagRule = Literal["void", "widen", "widen_ratio"]
 
-TimingMode = Literal["launch", "graph", "cold"]
 DecisionCode = Literal["accept", "retain", "reject", "inconclusive"]
 NO_VERDICT = (Verdict.FLAGGED, Verdict.INSUFFICIENT)
 # The kinds a timing cell's flag can have (``harness/runner.py``, ``harness/timing.py``).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal, overload
+from typing import Literal, get_args, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -38,13 +38,19 @@ SERVING_LATER_FIELDS: dict[str, object] = {
 }
 
 
+# The kernel lab's timing modes (``kernels/harness/timing.py`` times each; ``docs/kernel-lab.md`` says how), named
+# once: the policy decides on one, the receipts record them, the screens take them.
+TimingMode = Literal["launch", "graph", "cold"]
+TIMING_MODES: tuple[str, ...] = get_args(TimingMode)
+
+
 class KernelPolicy(BaseModel):
     """How the kernel lab turns correctness and timings into accept / retain / reject."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal["infercrane.kernel-policy/v1"]
-    timing_mode: Literal["launch", "graph", "cold"] = Field(description="timing mode the decision reads")
+    timing_mode: TimingMode = Field(description="timing mode the decision reads")
     same_margin: float = Field(ge=0, lt=0.5, description="half-width of the SAME band around a speedup of 1")
     confidence: float = Field(gt=0.5, lt=1, description="confidence level of each trial-level speedup interval")
     counted_baselines: list[str] = Field(min_length=1, description="baselines the candidate must beat")

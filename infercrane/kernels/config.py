@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 from cyclopts import Parameter
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator
 
+from ..decide.policy import TIMING_MODES, TimingMode
 from ..options import Many
 from ..options import ExecutorOptions
 
-Mode = Literal["launch", "graph", "cold"]
 DEFAULT_OP = "fused_add_rmsnorm"
 
 
@@ -52,7 +52,7 @@ class ScreenConfig(ExecutorOptions, OpOptions):
     candidate: str | None = Field(None, description="Your kernel as path/to/file.py:function, screened as 'user'.")
     candidate_in_place: Annotated[bool | None, Parameter(negative="--candidate-out-of-place")] = Field(
         None, description="Override the candidate's declared contract (in place like vLLM, or returning the outputs).")
-    modes: Many[Mode] = Field(("launch", "graph", "cold"), description="Timing modes.")
+    modes: Many[TimingMode] = Field(TIMING_MODES, description="Timing modes.")
     trials: int = Field(5, ge=1, le=100, description="Timing trials; implementations are interleaved in each.")
     samples: int = Field(20, ge=3, le=1000, description="Samples per implementation, row count and mode in a trial.")
     checks: int = Field(3, ge=1, le=20, description="Correctness checks per row count, each on fresh random inputs.")

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
+from ..decide.policy import TIMING_MODES, TimingMode
 from ..errors import InputError
 from ..serving.config import STARTUP_TIMEOUT_S, LoadOptions, ServerOptions
 from .gpus import KNOWN_GPU_TYPES
@@ -46,7 +47,6 @@ from .gpus import KNOWN_GPU_TYPES
 POC_CONFIG_SCHEMA = "infercrane.poc-config/v1"
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
-Mode = Literal["launch", "graph", "cold"]
 
 
 class KernelSection(BaseModel):
@@ -62,7 +62,7 @@ class KernelSection(BaseModel):
     trials: int = Field(5, ge=1, le=100, description="timing trials")
     samples: int = Field(20, ge=3, le=1000, description="samples per implementation, row count and mode in a trial")
     checks: int = Field(3, ge=1, le=20, description="correctness checks per row count")
-    modes: list[Mode] = Field(["launch", "graph", "cold"], min_length=1, description="timing modes")
+    modes: list[TimingMode] = Field(list(TIMING_MODES), min_length=1, description="timing modes")
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
     policy: str | None = Field(None, description="a kernel policy file (default: the packaged one)")
     seed: int = Field(0, ge=0)

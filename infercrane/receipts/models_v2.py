@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from ..decide.policy import TimingMode
 from .base import AwareDatetime, NonEmptyStr, Strict
 from .models_v1 import (
     CustomKernelV1,
@@ -25,7 +26,6 @@ POC_V2 = "infercrane.optimization-poc-receipt/v2"
 SCREENING_V2 = "infercrane.cuda-kernel-screening-receipt/v2"
 
 DecisionCode = Literal["accept", "retain", "reject", "inconclusive"]
-TimingMode = Literal["launch", "graph", "cold"]
 SHA256 = Field(pattern=r"^[0-9a-f]{64}$")
 
 

@@ -20,12 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from infercrane.receipts.base import AwareDatetime, Strict
 from infercrane.decide.failures import FAILURE_WORDS, Failure  # noqa: F401  (re-exported with the result model)
 from infercrane.decide.kernel import FlagRule
+from infercrane.decide.policy import TimingMode
 from infercrane.stats.compare import Verdict
 from infercrane.stats.summary import Summary
 from infercrane.stats.trials import TrialSpeedup
 
 SCREEN_RESULT_SCHEMA = "infercrane.kernel-screen-result/v2"
-Mode = Literal["launch", "graph", "cold"]
+Mode = TimingMode
 Phase = Literal["eager", "reuse", "graph"]
 Status = Literal["ok", "failed", "skipped"]
 CHECKED_BY = "InferCrane's own process, from the bytes the implementation's worker handed back (not its reply)"
@@ -311,7 +312,7 @@ class Comparison(Strict):
     reference: str
     reference_kind: Literal["baseline", "candidate"]
     rows: int
-    mode: Literal["launch", "graph", "cold"]
+    mode: TimingMode
     speedup: TrialSpeedup = Field(description="trial-level speedup of the candidate over the reference")
     flags: list[str] = Field(default_factory=list, description="flags of either cell, naming the implementation")
     verdict: Verdict = Field(description="own verdict: the speedup's, after the flag rule")
@@ -404,7 +405,7 @@ class TimingCell(Strict):
     """All samples of one implementation at one (rows, mode), pooled over trials."""
 
     rows: int
-    mode: Literal["launch", "graph", "cold"]
+    mode: TimingMode
     calls_per_sample: int
     blocks: list[TimingBlock] = Field(description="raw samples and clocks of each trial")
     kept_samples_us: list[float] = Field(description="all samples except those rejected as throttled")
@@ -504,7 +505,7 @@ class ScreenResult(Strict):
     isolation: Literal["subprocess", "in_process"]
     rows: list[int]
     modes_requested: list[str]
-    modes: list[Literal["launch", "graph", "cold"]] = Field(description="modes actually timed; empty when functional")
+    modes: list[TimingMode] = Field(description="modes actually timed; empty when functional")
     methods: dict[str, str] = Field(description="timing mode -> the method sentence of its timing function")
     correctness_method: str
     tolerance: Tolerance

@@ -20,6 +20,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
+from infercrane.decide.policy import TIMING_MODES
 from infercrane.errors import InputError, UnavailableError
 from infercrane.receipts.screen_result import (  # noqa: F401  (ScreenResult and friends: the result model)
     SCREEN_RESULT_SCHEMA, Calibration, CorrectnessResult, Failure, ImplementationResult, ScreenResult, SpecRecord,
@@ -347,7 +348,7 @@ class _Impl:
 def screen(
     spec: Any,
     impl_keys: list[str] | tuple[str, ...] | None = None,
-    modes: list[str] | tuple[str, ...] = ("launch", "graph", "cold"),
+    modes: list[str] | tuple[str, ...] = TIMING_MODES,
     rows: list[int] | tuple[int, ...] | None = None,
     trials: int = DEFAULT_TRIALS,
     candidate: Any = None,

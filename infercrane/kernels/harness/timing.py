@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from infercrane.decide.policy import TIMING_MODES
 from infercrane.receipts.screen_result import TimingBlock
 
-MODES: tuple[str, ...] = ("launch", "graph", "cold")
+MODES: tuple[str, ...] = TIMING_MODES
 
 WARMUP_MIN_CALLS = 10
 WARMUP_MIN_MS = 25.0
