@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from infercrane.kernels.ops import vllm_lib
+from infercrane.kernels.ops.compile_per_shape import fresh_copy
 from infercrane.kernels.ops.fused_add_rmsnorm import baselines
 
 torch = pytest.importorskip("torch")
@@ -20,7 +22,7 @@ def test_eager_is_out_of_place_and_keeps_dtype():
 
 
 def test_fresh_copy_has_its_own_code_object():
-    f = baselines._fresh_copy(baselines.fused_add_rmsnorm_eager, "rows8")
+    f = fresh_copy(baselines.fused_add_rmsnorm_eager, "rows8")
     assert f.__code__ is not baselines.fused_add_rmsnorm_eager.__code__
     assert f.__code__.co_name.endswith("rows8")
     x = torch.randn(2, 16, dtype=torch.bfloat16)
@@ -31,13 +33,13 @@ def test_fresh_copy_has_its_own_code_object():
 
 @pytest.mark.slow
 def test_torch_compile_compiles_once_per_shape_on_cpu():
-    ok, reason = baselines.torch_compile_available()
+    ok, reason = baselines.BASELINES.torch_compile_available()
     if not ok:
         pytest.skip(reason)
     from infercrane.kernels.harness.correctness import check_implementation
     from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
 
-    fn = baselines.load_torch_compile(None)
+    fn = baselines.BASELINES.load_torch_compile(None)
     res = check_implementation(fn, FusedAddRMSNormSpec(hidden_size=64, eps=1e-6), in_place=False, rows=2, checks=2)
     assert res.passed, res.failure_summary()
     assert fn.compiled_shapes == [((2, 64), "torch.bfloat16", "cpu")]
@@ -49,7 +51,7 @@ def test_torch_compile_compiles_once_per_shape_on_cpu():
     ("/opt/lib/_C.abi3.so", None),
 ])
 def test_vllm_version_from_path(path, version):
-    assert baselines.vllm_version_from_path(path) == version
+    assert vllm_lib.vllm_version_from_path(path) == version
 
 
 def test_vllm_version_from_dist_info_next_to_package(tmp_path):
@@ -57,15 +59,15 @@ def test_vllm_version_from_dist_info_next_to_package(tmp_path):
     (tmp_path / "vllm-0.22.1.dist-info").mkdir()
     lib = tmp_path / "vllm" / "_C.abi3.so"
     lib.write_bytes(b"")
-    assert baselines.vllm_version_from_path(lib) == "0.22.1"
+    assert vllm_lib.vllm_version_from_path(lib) == "0.22.1"
 
 
 @pytest.mark.gpu
 def test_vllm_route_is_found_or_says_why():
-    baselines._vllm_route.cache_clear()
-    ok, reason = baselines.vllm_available()
+    baselines.BASELINES.vllm_route.cache_clear()
+    ok, reason = baselines.BASELINES.vllm_available()
     if ok:
-        info = baselines.describe_vllm()
+        info = baselines.BASELINES.describe_vllm()
         assert info["route"] and info["vllm"]
     else:
         assert "vLLM not importable" in reason or "INFERCRANE_VLLM_OPS_LIB" in reason or "loaded" in reason

@@ -95,7 +95,7 @@ def test_torch_compile_on_cpu_needs_a_cxx_compiler(monkeypatch):
 
 
 def test_missing_module_is_skipped_with_reason():
-    from infercrane.kernels.ops.listing import module_available
+    from infercrane.kernels.ops.rowwise import module_available
 
     probe = module_available("infercrane.kernels.ops.fused_add_rmsnorm", "no_such_kernel_module", "fn")
     ok, reason = probe()

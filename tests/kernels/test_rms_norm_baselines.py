@@ -58,10 +58,10 @@ def test_eager_rounds_before_the_weight_multiply_like_vllm_native():
 
 @pytest.mark.slow
 def test_torch_compile_compiles_once_per_shape_on_cpu():
-    ok, reason = baselines.torch_compile_available()
+    ok, reason = baselines.BASELINES.torch_compile_available()
     if not ok:
         pytest.skip(reason)
-    fn = baselines.load_torch_compile(None)
+    fn = baselines.BASELINES.load_torch_compile(None)
     for rows, hidden, seed in ((2, 128, 1), (3, 128, 2), (2, 128, 3)):
         x, w, ref = _inputs(rows, hidden, seed=seed)
         x0 = x.clone()
@@ -119,31 +119,31 @@ def test_user_candidate_follows_its_declared_contract(tmp_path):
 def test_vllm_route_names_the_rms_norm_op(monkeypatch):
     """The shared route finder (``vllm_lib.resolve_vllm_op``) is asked for this op's kernel, by name."""
     seen = []
-    monkeypatch.setattr(baselines, "resolve_vllm_op", lambda name: seen.append(name) or (None, {}, "stub"))
-    baselines._vllm_route.cache_clear()
+    monkeypatch.setattr(vllm_lib, "resolve_vllm_op", lambda name: seen.append(name) or (None, {}, "stub"))
+    baselines.BASELINES.vllm_route.cache_clear()
     try:
-        assert baselines.vllm_available() == (False, "stub")
+        assert baselines.BASELINES.vllm_available() == (False, "stub")
         from infercrane.errors import UnavailableError
 
         with pytest.raises(UnavailableError, match="stub"):
-            baselines.load_vllm(None)
+            baselines.BASELINES.load_vllm(None)
     finally:
-        baselines._vllm_route.cache_clear()
+        baselines.BASELINES.vllm_route.cache_clear()
     assert seen == ["rms_norm"]
 
 
 @pytest.mark.gpu
 def test_vllm_vendor_kernel_matches_the_oracle():
     """vLLM's ``rms_norm(out, input, weight, epsilon)``, in place, when vLLM imports or the library is named."""
-    baselines._vllm_route.cache_clear()
-    ok, reason = baselines.vllm_available()
+    baselines.BASELINES.vllm_route.cache_clear()
+    ok, reason = baselines.BASELINES.vllm_available()
     if not ok:
         if os.environ.get(vllm_lib.VLLM_LIB_ENV, "").strip():
             pytest.fail(f"{vllm_lib.VLLM_LIB_ENV} is set but vLLM's rms_norm is unavailable: {reason}")
         pytest.skip(reason)
-    info = baselines.describe_vllm()
+    info = baselines.BASELINES.describe_vllm()
     assert info["route"].endswith("rms_norm") and info["vllm"]
-    fn = baselines.load_vllm(None)
+    fn = baselines.BASELINES.load_vllm(None)
     for rows, hidden in ((1, 1024), (512, 1024), (512, 128), (7, 1000)):
         x, w, ref = _inputs(rows, hidden, seed=rows + hidden, device="cuda")
         x0 = x.clone()

@@ -8,7 +8,7 @@ Two routes, tried in order:
    version comes from ``INFERCRANE_VLLM_VERSION``, else from the library's path (wheel folder or dist-info).
 
 ``resolve_vllm_op(name)`` returns ``(fn, info, "")`` or ``(None, {}, reason)`` and never raises; callers cache it
-(an op's ``baselines`` module does, once per process). torch is imported inside the functions only.
+(``rowwise.Baselines`` does, once per process for each op). torch is imported inside the functions only.
 """
 from __future__ import annotations
 

@@ -1,23 +1,65 @@
-"""The listing every norm op of InferCrane shares: eager, torch.compile and vLLM's kernel as baselines, then
-InferCrane's Triton and CUDA kernels, in that order (``STANDARD_KEYS``).
+"""What the row-wise norm ops of InferCrane share: their baselines (``Baselines``: eager PyTorch, torch.compile and
+vLLM's kernel, bound to an op's eager function and vLLM op name) and their listing: those baselines, then InferCrane's
+Triton and CUDA kernels, in that order (``STANDARD_KEYS``).
 
-An op's ``candidates.py`` calls ``standard_implementations`` with its package, its function names and its notes.
+An op's ``baselines.py`` writes its eager function and binds it (``BASELINES = Baselines(eager, vllm_op)``); its
+``candidates.py`` calls ``standard_implementations`` with its package, those baselines and its notes.
 InferCrane's kernels live in sibling modules of the op that are imported by module path only when probed or loaded,
 so a module that is missing or broken shows as "skipped: <reason>". An op whose implementations differ writes its own
 listing of ``op.Implementation``.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
 
 from infercrane.kernels.op import Implementation
+from infercrane.kernels.ops import vllm_lib
+from infercrane.kernels.ops.compile_per_shape import PerShapeCompiled, describe_torch_compile, torch_compile_available
 
 STANDARD_KEYS: tuple[str, ...] = ("eager", "torch_compile", "vllm_vendor", "triton", "cuda")
+
+
+def torch_importable() -> tuple[bool, str]:
+    try:
+        import torch  # noqa: F401  (importable is all that is asked)
+    except Exception as e:
+        return False, f"torch is not importable: {type(e).__name__}: {e}"
+    return True, ""
+
+
+class Baselines:
+    """An op's three baselines: ``eager`` (its PyTorch function, out of place), ``torch.compile`` of it
+    (``compile_per_shape``: one compiled graph per row count) and vLLM's kernel named ``vllm_op`` (``vllm_lib``: found
+    once per process, ``vllm_route``; loading a library is once-only)."""
+
+    VLLM_LIB_ENV = vllm_lib.VLLM_LIB_ENV
+    eager_available = staticmethod(torch_importable)
+    torch_compile_available = staticmethod(torch_compile_available)
+    describe_torch_compile = staticmethod(describe_torch_compile)
+
+    def __init__(self, eager: Callable[..., Any], vllm_op: str) -> None:
+        self.eager, self.vllm_op = eager, vllm_op
+        self.vllm_route = functools.lru_cache(maxsize=1)(lambda: vllm_lib.resolve_vllm_op(vllm_op))
+
+    def load_eager(self, spec: Any) -> Callable[..., Any]:
+        return self.eager
+
+    def load_torch_compile(self, spec: Any) -> Callable[..., Any]:
+        return PerShapeCompiled(self.eager)
+
+    def vllm_available(self) -> tuple[bool, str]:
+        return vllm_lib.route_available(self.vllm_route())
+
+    def load_vllm(self, spec: Any) -> Callable[..., Any]:
+        return vllm_lib.route_kernel(self.vllm_route())
+
+    def describe_vllm(self) -> dict[str, str]:
+        return dict(self.vllm_route()[1])
 
 
 def module_available(package: str, module: str, attr: str) -> Callable[[], tuple[bool, str]]:
@@ -81,12 +123,12 @@ def triton_on_cpu() -> tuple[bool, str]:
     return False, "functional run on CPU tensors: Triton runs on CPU only under TRITON_INTERPRET=1"
 
 
-def standard_implementations(package: str, here: Path, baselines: ModuleType, *, op: str, eager_note: str,
-                             vllm_name: str) -> tuple[Implementation, ...]:
-    """The five implementations of ``STANDARD_KEYS``: ``baselines`` provides eager, torch.compile and vLLM's kernel
-    (``<op>_eager``, ``eager_available``, ``load_eager``, ``torch_compile_available``, ``load_torch_compile``,
-    ``describe_torch_compile``, ``vllm_available``, ``load_vllm``, ``describe_vllm``, ``VLLM_LIB_ENV``); the op's
+def standard_implementations(package: str, here: Path, baselines: Baselines, *, op: str,
+                             eager_note: str) -> tuple[Implementation, ...]:
+    """The five implementations of ``STANDARD_KEYS``: ``baselines`` (the op's ``baselines.BASELINES``, its eager
+    function ``baselines.<op>_eager``) provides eager, torch.compile and vLLM's kernel; the op's
     ``triton_kernel.<op>_triton`` and ``cuda_kernel.<op>_cuda`` are InferCrane's kernels."""
+    vllm_name = baselines.vllm_op
     impls = (
         Implementation(
             key="eager", label="PyTorch eager", kind="baseline", in_place=False,
