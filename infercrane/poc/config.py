@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from ..decide.policy import TIMING_MODES, TimingMode
 from ..errors import InputError
-from ..serving.config import STARTUP_TIMEOUT_S, LoadOptions, ServerOptions
+from ..serving.config import LoadOptions, ServerOptions
+from ..serving.engine_kinds import STARTUP_TIMEOUT_S
 from .gpus import KNOWN_GPU_TYPES
 
 POC_CONFIG_SCHEMA = "infercrane.poc-config/v1"

@@ -22,11 +22,11 @@ from cyclopts import Group, Parameter
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator
 
 from ..options import Many, flag
+from .engine_kinds import STARTUP_TIMEOUT_S
 
 # The workload each command runs when --workload is not given.
 DEFAULT_WORKLOAD = {"ab": "seed-paired", "bench": "public-1000"}
 RUNS_RANGE = (3, 100)
-STARTUP_TIMEOUT_S = 900.0  # how long an engine may take to answer its health check and a first completion
 REDACTED = "<redacted>"  # as engine.REDACTED (not imported: --help must stay light)
 LOAD = Group("Load (AIPerf's names; override the workload)", sort_key=10)
 SERVER = Group("Server access", sort_key=11)

@@ -83,8 +83,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.errors import InputError, RunFailed
 from infercrane.proc import PARENT_DEATH_PREEXEC, describe_pid, group_alive, group_pids, stop_process_group
-from infercrane.serving.config import STARTUP_TIMEOUT_S
-from infercrane.serving.engine_kinds import HOST, get_engine_kind
+from infercrane.serving.engine_kinds import HOST, STARTUP_TIMEOUT_S, get_engine_kind
 from infercrane.serving.recipes import PROGRAM_ENV_VARS, Recipe
 
 _log = logging.getLogger(__name__)

@@ -14,6 +14,8 @@ from typing import Protocol, Sequence
 
 from infercrane.errors import InputError, RunFailed
 
+STARTUP_TIMEOUT_S = 900.0  # how long an engine may take to answer its health check and a first completion
+
 
 class Recipe(Protocol):
     """What a kind reads of a recipe (``recipes.Recipe``) to build its command line."""

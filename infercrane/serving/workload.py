@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from infercrane.errors import InfercraneError, InputError, RunFailed
-from infercrane.serving.config import STARTUP_TIMEOUT_S
+from infercrane.serving.engine_kinds import STARTUP_TIMEOUT_S
 from infercrane.serving.engine import EngineRecord
 from infercrane.serving.metrics import RunMetrics
 from infercrane.serving.recipes import Recipe
