@@ -152,19 +152,9 @@ def stop_process_group(proc: subprocess.Popen, waits: tuple[float, ...] = (20.0,
 
 
 def group_pids(pgid: int) -> list[int]:
-    """Every live process whose process group is ``pgid`` (from ``/proc/<pid>/stat``)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(entry))
-    return out
+    """Every live process whose process group is ``pgid`` (``stat``: zombies left out)."""
+    found = ((int(e), stat(int(e))) for e in os.listdir("/proc") if e.isdigit())
+    return [pid for pid, st in found if st is not None and st[2] == pgid and st[0] != "Z"]
 
 
 def describe_pid(pid: int) -> str:

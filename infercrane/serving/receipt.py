@@ -173,13 +173,7 @@ def _epoch(iso: str | None) -> float | None:
 
 def _union(spans: list[tuple[float, float]]) -> float:
     """Seconds covered by at least one of ``spans`` (a span that ends before it begins covers nothing)."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(spans):
-        if b <= max(a, end):
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
+    return sum(b - a for a, b in _merged(spans))
 
 
 def sitting_time(engines: list[Any], runs: list[dict[str, Any]], *, start: float, end: float) -> dict[str, Any]:
