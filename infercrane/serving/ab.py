@@ -451,8 +451,10 @@ def _max_model_len(recipe: Any, cfg: dict[str, Any]) -> int | None:
     ``max_position_embeddings``. vLLM refuses to start with a KV cache that cannot hold one such sequence."""
     args = list(getattr(recipe, "engine_args", None) or [])
     for i, arg in enumerate(args):
-        value = arg.split("=", 1)[1] if arg.startswith("--max-model-len=") else (
-            args[i + 1] if arg == "--max-model-len" and i + 1 < len(args) else None)
+        flag, eq, inline = arg.partition("=")
+        if flag not in ("--max-model-len", "--max_model_len"):  # vLLM takes either spelling
+            continue
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
         if value is not None:  # vLLM's human-readable form: 1k = 1000, 1K = 1024 (m, M, g, G alike)
             scale = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}.get(value[-1:], 1)
             try:

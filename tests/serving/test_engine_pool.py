@@ -109,7 +109,8 @@ def test_a_fixed_cache_holds_one_sequence_of_the_engines_longest_length(tmp_path
     assert kv_cache_bytes_for(eager, [small]) == (40960 + 32) * PER_TOKEN
     shorter = eager.with_overrides(engine_args=[*eager.engine_args, "--max-model-len", "4096"])
     assert kv_cache_bytes_for(shorter, [small]) == 1.5 * 32 * 192 * PER_TOKEN
-    for arg, tokens in (("--max-model-len=16K", 16384), ("--max-model-len=16k", 16000)):  # vLLM's K and k
+    for arg, tokens in (("--max-model-len=16K", 16384), ("--max-model-len=16k", 16000),  # vLLM's K and k
+                        ("--max_model_len=16K", 16384)):
         assert kv_cache_bytes_for(eager.with_overrides(engine_args=[*eager.engine_args, arg]),
                                   [small]) == (tokens + 32) * PER_TOKEN
 
