@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
+import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,8 +33,9 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+ARMING_TIMEOUT_S = 60.0  # how long popen_dying_with_parent waits for its process to arm the parent-death signal
 END_DEADLINE_S = 10.0  # how long end_processes keeps rescanning for processes to kill
 
 _PR_SET_PDEATHSIG = 1
@@ -62,13 +66,51 @@ def set_child_subreaper() -> bool:
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def popen_dying_with_parent(cmd: list[str], *, env: Mapping[str, str] | None = None,
+                            **popen: Any) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, env=env, **popen)`` for a process that gets SIGTERM when the thread that starts it
+    ends; pass ``start_new_session=True``, so that it leads a group that can be stopped as one. The process is this
+    file run as a script (``exec_dying_with_parent``), which arms the parent-death signal, says so through a pipe, and
+    becomes CMD (same pid); this returns once the signal is armed, as a ``preexec_fn`` would have it. Not a
+    ``preexec_fn``: with one, ``subprocess`` runs Python's at-fork hooks (logging's among them) in the parent, and a
+    Ctrl-C that lands in one is printed as "Exception ignored" and lost. FileNotFoundError, as ``Popen`` raises it,
+    when CMD's program is not on ``env``'s PATH. Outside Linux: a plain ``Popen``."""
+    if not LINUX:
+        return subprocess.Popen(cmd, env=env, **popen)
+    program = cmd[0]
+    if shutil.which(program, path=os.pathsep.join(os.get_exec_path(env))) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    armed, arming = os.pipe()
+    try:
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(os.getpid()),
+                                     str(arming), "--", *cmd], env=env, pass_fds=(arming,), **popen)
+        finally:
+            os.close(arming)
+        select.select([armed], [], [], ARMING_TIMEOUT_S)  # a byte once armed, or end of file if it failed first
+    finally:
+        os.close(armed)
+    return proc
+
+
+def exec_dying_with_parent(argv: list[str]) -> int:
+    """``proc.py PARENT_PID FD -- CMD [ARG...]``: arm the parent-death signal, check that the parent is still
+    PARENT_PID (it may have died before the signal was armed), write a byte to FD and close it, then become CMD.
+    Returns only on failure: 2 (usage), 143 (the parent is gone), 127 (CMD cannot be run)."""
+    if len(argv) < 4 or argv[2] != "--" or not (argv[0].isdigit() and argv[1].isdigit()):
+        print("usage: proc.py PARENT_PID FD -- CMD [ARG...]", file=sys.stderr)
+        return 2
     set_parent_death_signal(signal.SIGTERM)
-
-
-# ``preexec_fn`` of a process that gets SIGTERM when the thread that started it ends (None where there is no such
-# signal): pass it with ``start_new_session=True``, so that the process leads a group that can be stopped as one
-PARENT_DEATH_PREEXEC: Callable[[], None] | None = _die_with_parent if LINUX else None
+    if os.getppid() != int(argv[0]):
+        return 128 + signal.SIGTERM
+    with contextlib.suppress(OSError):
+        os.write(int(argv[1]), b"1")
+        os.close(int(argv[1]))
+    try:
+        os.execvp(argv[3], argv[3:])
+    except OSError as exc:
+        print(f"infercrane: cannot start {argv[3]}: {exc}", file=sys.stderr, flush=True)
+    return 127
 
 
 # ------------------------------------------------------------------------------------------ liveness
@@ -318,3 +360,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         restore()
+
+
+if __name__ == "__main__":  # the launcher of ``popen_dying_with_parent``
+    sys.exit(exec_dying_with_parent(sys.argv[1:]))

@@ -72,7 +72,7 @@ def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
     """Run ``job`` here (module docstring); never raises for the command's own failure, which is the result's.
     ``on_start`` gets the command's process as it starts (its group is the command's whole tree), for a cancel."""
     from infercrane import __version__
-    from infercrane.proc import PARENT_DEATH_PREEXEC, stop_process_group
+    from infercrane.proc import popen_dying_with_parent, stop_process_group
     from infercrane.serving.engine import exit_text
 
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="infercrane-job-"))
@@ -90,8 +90,8 @@ def run_job(job: Job, *, run_id: str | None = None, workdir: Path | None = None,
     cmd = [sys.executable, "-m", "infercrane", *job.argv, "--out", str(receipt)]
     t0, started_at = time.monotonic(), _utc_now()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=PARENT_DEATH_PREEXEC)
+        proc = popen_dying_with_parent(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
     if on_start is not None:
         on_start(proc)
     state: JobState = "done"

@@ -82,7 +82,7 @@ from types import MappingProxyType
 from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.proc import PARENT_DEATH_PREEXEC, describe_pid, group_alive, group_pids, stop_process_group
+from infercrane.proc import describe_pid, popen_dying_with_parent, group_alive, group_pids, stop_process_group
 from infercrane.serving.engine_kinds import HOST, STARTUP_TIMEOUT_S, get_engine_kind
 from infercrane.serving.recipes import PROGRAM_ENV_VARS, Recipe
 
@@ -607,10 +607,8 @@ class Engine(_Served):
             log.write(f"# infercrane: {shlex.join(self.command)}\n# env added: {self.env_added}\n"
                       f"# program env: {self.record.program_env}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True,
-                preexec_fn=PARENT_DEATH_PREEXEC)
+            self.proc = popen_dying_with_parent(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.pgid = self.proc.pid  # session leader: its pid is the group id
         self.record.pid = self.proc.pid
         with _LIVE_LOCK:

@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 from collections.abc import Callable, Mapping
 
 from infercrane.errors import InputError, RunFailed, UnavailableError
-from infercrane.proc import PARENT_DEATH_PREEXEC, stop_process_group
+from infercrane.proc import popen_dying_with_parent, stop_process_group
 from infercrane.serving.engine import engine_serving, exit_text, log_tail, utc_now
 from infercrane.serving.metrics import RunMetrics
 
@@ -233,9 +233,9 @@ def start_logged(cmd: list[str], *, log_path: Path, env: Mapping[str, str], what
     with open(log_path, "ab") as log:
         log.write(f"# infercrane: {shlex.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--", *cmd], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
-                                start_new_session=True, preexec_fn=PARENT_DEATH_PREEXEC)
+        proc = popen_dying_with_parent([sys.executable, str(GUARD), str(os.getpid()), "--", *cmd], stdout=log,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+                                       start_new_session=True)
     return Started(proc=proc, cpu0=cpu0, claimed0=_CLAIMED[0], log_path=log_path, cmd=list(cmd), what=what,
                    engine=engine)
 
