@@ -1,6 +1,6 @@
 """Starting a process that dies with its parent (``proc.popen_dying_with_parent``): it becomes the command, same pid;
-it ends with the thread that started it; a missing program fails as ``subprocess.Popen`` fails; and no Python at-fork hook runs
-in the parent, so a Ctrl-C cannot land in one and be lost."""
+it ends with the thread that started it; a missing program fails as ``subprocess.Popen`` fails; and no Python at-fork
+hook runs in the parent, so a Ctrl-C cannot land in one and be lost."""
 from __future__ import annotations
 
 import os

@@ -102,7 +102,7 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
                       hardware_info=old["provenance"]["hardware"], software=old["software"],
                       run_id=old["provenance"]["run_id"], model=model)
     doc = build_document(result, kind=kind, policy=pol, provenance=prov,
-                         engines=old["engines"])  # the engines' lifetimes as recorded; nothing was launched here
+                         engines=old["engines"], runs=old["runs"])  # as recorded: nothing was launched or run here
     written = write_receipt(doc, out)
     con = console()
     sign_written(written.path, sign_key, con)

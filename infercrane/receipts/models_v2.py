@@ -529,7 +529,12 @@ class RunRecord(Strict):
     concurrency: PositiveInt
     driver: NonEmptyStr
     status: Literal["ok", "failed"]
-    error: str | None = None
+    error: str | None = Field(default=None, description="a failed run's failed requests and output-length mismatches "
+                                                        "(receipts written before ``notes`` end it with its notes, "
+                                                        "'; '-separated, and keep no note of an ok run)")
+    notes: list[str] = Field(default_factory=list, description="what the driver's output said about the run "
+                                                               "(a drained window, too few requests for a p95, ...), "
+                                                               "ok or failed")
     started_at: AwareDatetime
     duration_s: NonNegativeFloat | None = None
     requests_completed: NonNegativeInt = 0

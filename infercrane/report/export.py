@@ -517,7 +517,8 @@ def _serving(name: str, r: OptimizationPocReceiptV2) -> list[Section]:
             "duration_s": run.duration_s, "status": run.status, "ok": run.status == "ok",
             "requests_completed": run.requests_completed, "failures": run.failures,
             "length_mismatches": run.length_mismatches, **{k: getattr(run, k) for k in RUN_METRICS},
-            "token_count_source": run.token_count_source, "raw_export": run.raw_export, "note": run.error})
+            "token_count_source": run.token_count_source, "raw_export": run.raw_export,
+            "note": "; ".join(n for n in (run.error, *run.notes) if n) or None})
     versus = base | {"arm": "B", "recipe": b, "reference": a}
     if pa is not None:
         versus |= {"driver": pa.primary_driver, "driver_version": r.drivers.get(pa.primary_driver)}

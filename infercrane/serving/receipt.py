@@ -41,8 +41,8 @@ def run_record(m: RunMetrics) -> dict[str, Any]:
         "recipe": m.arm, "run_index": m.run_index, "concurrency": m.concurrency, "driver": m.driver,
         "status": "ok" if m.ok and m.requests_completed else "failed",
         "error": None if m.ok and m.requests_completed else (
-            f"{m.failures} failed requests, {m.output_length_mismatches or 0} output-length mismatches"
-            + (f"; {'; '.join(m.notes)}" if m.notes else "")),
+            f"{m.failures} failed requests, {m.output_length_mismatches or 0} output-length mismatches"),
+        "notes": list(m.notes),
         "started_at": m.started_at or datetime.now(timezone.utc).isoformat(),
         "duration_s": m.duration_s, "requests_completed": m.requests_completed, "failures": m.failures,
         "length_mismatches": m.output_length_mismatches or 0, "token_count_source": m.token_count_source,
@@ -51,6 +51,15 @@ def run_record(m: RunMetrics) -> dict[str, Any]:
     for src, dst in RUN_FIELDS.items():
         rec[dst] = getattr(m, src)
     return rec
+
+
+def _before_notes(rec: dict[str, Any]) -> dict[str, Any]:
+    """``run_record``'s dict as receipts wrote it before runs had ``notes``: a failed run's notes at the end of its
+    ``error``, '; '-separated; an ok run's dropped."""
+    old = {k: v for k, v in rec.items() if k != "notes"}
+    if old["error"] is not None and rec["notes"]:
+        old["error"] = "; ".join([old["error"], *rec["notes"]])
+    return old
 
 
 def engine_record(e: Any) -> dict[str, Any]:
@@ -405,9 +414,11 @@ def _findings(result: PlanResult, stand_in: bool) -> list[dict[str, Any]]:
 
 
 def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, provenance: dict[str, Any],
-                   incomplete_reason: str | None = None, engines: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   incomplete_reason: str | None = None, engines: list[dict[str, Any]] | None = None,
+                   runs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``kind``: ``ab`` (two arms, paired_aiperf) or ``bench`` (one arm: bench, public_workload_reproduction).
-    ``engines``: the engine records as a receipt holds them (re-deciding a receipt), instead of ``result.engines``."""
+    ``engines`` and ``runs``: the engine and run records as a receipt holds them (re-deciding a receipt: the raw
+    evidence as it was written, in its own layout), instead of ``result``'s."""
     arms = list(result.recipes)
     w = result.workload
     primary = result.drivers[0]
@@ -426,7 +437,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         **_present(plan_wall_s=result.wall_s if complete else None),
         "drivers": {d: _driver_version(result, d) for d in result.drivers},
         "engines": engines if engines is not None else [engine_record(e) for e in result.engines],
-        "runs": [run_record(m) for m in result.runs],
+        "runs": runs if runs is not None else [run_record(m) for m in result.runs],
         **({"plan_blocks": [dict(b) for b in result.blocks]} if result.blocks else {}),
         "policy": policy.model_dump(mode="json") | {"workload_notes": result.notes},
         "policy_sha256": policy_sha256(policy),
@@ -664,8 +675,9 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
     order = "sequential" if kind == "bench" else (config["options"].get("order") or workload.arm_order)
     runs = []
     for i, rec in enumerate(doc["runs"]):
+        before_notes = "notes" not in rec  # an older receipt: a failed run's notes end its error
         error = rec.get("error") or ""
-        notes = error.split("; ", 1)[1].split("; ") if "; " in error else []
+        notes = (error.split("; ", 1)[1].split("; ") if "; " in error else []) if before_notes else rec["notes"]
         durations = rec["duration_s"] or 0.0
         metrics = RunMetrics(
             arm=rec["recipe"], recipe_sha256=recipes[rec["recipe"]].sha256 or "", run_index=rec["run_index"],
@@ -679,7 +691,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
             duration_s=durations, notes=notes,
             **{src: rec[dst] for src, dst in RUN_FIELDS.items() if src not in ("output_tok_s", "request_s")},
             output_tok_s=rec["output_tokens_per_second"] or 0.0, request_s=rec["request_throughput"] or 0.0)
-        again = run_record(metrics)
+        again = _before_notes(run_record(metrics)) if before_notes else run_record(metrics)
         if again != rec | {"started_at": again["started_at"]} or \
                 datetime.fromisoformat(again["started_at"]) != datetime.fromisoformat(rec["started_at"]):
             diff = sorted(k for k in rec if again.get(k) != rec[k])

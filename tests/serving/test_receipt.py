@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from infercrane.decide.policy import load_policy
 from infercrane.env.capture import provenance
+from infercrane.errors import InputError
 from infercrane.receipts.validate import write_receipt
 from infercrane.serving.metrics import RunMetrics
 from infercrane.serving.receipt import build_document, plan_config
@@ -192,3 +195,35 @@ def test_time_accounting_is_derived_from_the_runs_and_the_plan_wall_time(tmp_pat
     edited["paired_aiperf"]["time_accounting"]["measured_share"] = 0.9
     edited[HASH_FIELD] = content_hash(edited)
     assert any(p.startswith("paired_aiperf.time_accounting") for p, _ in check_document(edited)[1])
+
+
+def test_a_runs_notes_are_kept_ok_or_failed_and_an_older_layout_still_rebuilds(tmp_path: Path, stand_in_dir: Path,
+                                                                                 ts_recipe) -> None:
+    from infercrane.serving.receipt import plan_result_from_receipt
+
+    w = load_workload("seed-paired").with_overrides(concurrency=[8], runs_per_arm=3)
+    result = _plan(stand_in_dir, ts_recipe, ["slow", "fast"], w, ["aiperf"])
+    drained = "the window drained for 0.40 s (4% of its 10 s)"
+    result.runs += [_run("slow", i, 8, 400 + i).model_copy(update={"notes": [drained] if i == 0 else []})
+                    for i in range(3)]
+    failed = _run("fast", 0, 8, 2400).model_copy(update={"failures": 2, "notes": ["2 x error 500 a; b", "cancelled"]})
+    result.runs += [failed, *[_run("fast", i, 8, 2400 + i) for i in (1, 2)]]
+    result.complete = True
+    doc = write_receipt(build_document(result, kind="ab", policy=load_policy("serving"),
+                                       provenance=_prov(result, "ab")), tmp_path / "ab.json").document
+    runs = {(r["recipe"], r["run_index"]): r for r in doc["runs"]}
+    assert runs["slow", 0]["status"] == "ok" and runs["slow", 0]["notes"] == [drained]
+    assert runs["fast", 0]["error"] == "2 failed requests, 0 output-length mismatches"
+    assert runs["fast", 0]["notes"] == ["2 x error 500 a; b", "cancelled"]
+    rebuilt, _ = plan_result_from_receipt(doc)
+    assert [m.notes for m in rebuilt.runs] == [m.notes for m in result.runs]
+    # the layout before ``notes``: a failed run's notes end its error; an ok run's are not kept
+    old = {**doc, "runs": [{k: v for k, v in r.items() if k != "notes"} for r in doc["runs"]]}
+    for r in old["runs"]:
+        if r["error"]:
+            r["error"] += "; 2 x error 500 a; b; cancelled"
+    rebuilt, _ = plan_result_from_receipt(old)
+    assert rebuilt.runs[3].notes == ["2 x error 500 a", "b", "cancelled"] and rebuilt.runs[0].notes == []
+    old["runs"][0]["error"] = "dropped"  # a rebuilt run must still reproduce its record exactly
+    with pytest.raises(InputError, match=r"runs\[0\] cannot be rebuilt exactly"):
+        plan_result_from_receipt(old)
