@@ -21,14 +21,12 @@ from ..options import ExecutorOptions
 DEFAULT_OP = "fused_add_rmsnorm"
 
 
-class OpOptions(BaseModel):
-    """The operator and the device: what ``kernel list`` and ``kernel screen`` both ask."""
+class OpChoice(BaseModel):
+    """The operator: what ``kernel list``, ``kernel screen`` and a PoC's ``kernel`` section all name."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     op: str = Field(DEFAULT_OP, description="Operator (see `infercrane kernel list --op OP`).")
-    device: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: timed on a CUDA GPU, functional "
-                                                                       "(correctness only) without one.")
 
     @field_validator("op")
     @classmethod
@@ -40,7 +38,32 @@ class OpOptions(BaseModel):
         return value
 
 
-class ScreenConfig(ExecutorOptions, OpOptions):
+class OpOptions(OpChoice):
+    """The operator and the device: what ``kernel list`` and ``kernel screen`` both ask."""
+
+    device: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: timed on a CUDA GPU, functional "
+                                                                       "(correctness only) without one.")
+
+
+class ScreenKnobs(BaseModel):
+    """How a screen measures: what ``kernel screen`` and a PoC's ``kernel`` section both take, declared once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    modes: Many[TimingMode] = Field(TIMING_MODES, min_length=1, description="Timing modes.")
+    trials: int = Field(5, ge=1, le=100, description="Timing trials; implementations are interleaved in each.")
+    samples: int = Field(20, ge=3, le=1000, description="Samples per implementation, row count and mode in a trial.")
+    checks: int = Field(3, ge=1, le=20, description="Correctness checks per row count, each on fresh random inputs.")
+    dtype: Literal["bfloat16", "float16"] = Field("bfloat16", description="Storage dtype.")
+    seed: int = Field(0, ge=0, description="Base seed of the random inputs.")
+    timeout_s: float = Field(600.0, gt=0, description="Per-implementation worker timeout.")
+
+    def knobs(self) -> dict[str, object]:
+        """These fields' values, as keyword arguments of another ``ScreenKnobs``."""
+        return {k: getattr(self, k) for k in ScreenKnobs.model_fields}
+
+
+class ScreenConfig(ExecutorOptions, OpOptions, ScreenKnobs):
     model: str = Field("Qwen/Qwen3-0.6B", description="Catalog model id, or a config.json / model folder, whose "
                                                       "hidden size, eps and layer count set the shapes.")
     rows: Many[PositiveInt] | None = Field(None, description="Row counts (tokens in flight) to screen "
@@ -52,11 +75,6 @@ class ScreenConfig(ExecutorOptions, OpOptions):
     candidate: str | None = Field(None, description="Your kernel as path/to/file.py:function, screened as 'user'.")
     candidate_in_place: Annotated[bool | None, Parameter(negative="--candidate-out-of-place")] = Field(
         None, description="Override the candidate's declared contract (in place like vLLM, or returning the outputs).")
-    modes: Many[TimingMode] = Field(TIMING_MODES, description="Timing modes.")
-    trials: int = Field(5, ge=1, le=100, description="Timing trials; implementations are interleaved in each.")
-    samples: int = Field(20, ge=3, le=1000, description="Samples per implementation, row count and mode in a trial.")
-    checks: int = Field(3, ge=1, le=20, description="Correctness checks per row count, each on fresh random inputs.")
-    dtype: Literal["bfloat16", "float16"] = Field("bfloat16", description="Storage dtype.")
     decode_step_ms: float | None = Field(None, gt=0, description="Decode step wall time for the end-to-end (Amdahl) "
                                                                  "ceiling.")
     serving_receipt: Path | None = Field(None, description="Read the decode step time from a serving receipt "
@@ -66,8 +84,6 @@ class ScreenConfig(ExecutorOptions, OpOptions):
     serving_concurrency: int = Field(1, ge=1, description="Concurrency whose TPOT is the decode step time "
                                                           "(with --serving-receipt).")
     policy: Path | None = Field(None, description="A kernel policy file overriding the packaged thresholds.")
-    seed: int = Field(0, ge=0, description="Base seed of the random inputs.")
-    timeout_s: float = Field(600.0, gt=0, description="Per-implementation worker timeout.")
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/kernel-screen.json).")
     sign_key: Path | None = Field(None, description="Sign the receipt as it is written (an ed25519 private key from "
                                                     "`infercrane receipt keygen`); checked before anything runs.")

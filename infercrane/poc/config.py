@@ -21,13 +21,16 @@
     serving:
       stand_in: true                # serve an offline stand-in of the model (exact config, dummy weights)
 
-The A/B sections also take the load options of ``serve ab`` under AIPerf's names (``request_rate``,
-``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.LoadOptions``), and ``serving`` the server
-options (``tokenizer``, ``api_key``, ``headers``: ``serving.config.ServerOptions``); those are declared there, once, for
-both. ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items. The PoC receipt records the
-config with the API key and the header values redacted.
+The sections take the options of the commands they run, declared once there: ``kernel`` the screen's operator and
+measuring options (``kernels.config.OpChoice``, ``ScreenKnobs``: ``modes``, ``trials``, ``samples``, ``checks``,
+``dtype``, ``seed``, ``timeout_s``); the A/B sections the plan and load options of ``serve ab`` (``runs``, ``order``,
+``concurrency``, ``request_count``, ``requests_per_slot``, ``min_requests``, and under AIPerf's names ``request_rate``,
+``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.PlanOptions``); and ``serving`` the engine and
+server options (``stand_in``, ``drivers``, ``startup_timeout_s``, ``tokenizer``, ``api_key``, ``headers``:
+``serving.config.EngineOptions``). ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items.
+The PoC receipt records the config with the API key and the header values redacted.
 
-Every field is declared once below (or in those two option groups), with its type, bounds and default. Recipes,
+Every other field is declared once below, with its type, bounds and default. Recipes,
 workloads and policies are shipped names or paths (a relative path is read from the config file's folder). The decode
 step of the kernel's end-to-end ceiling is the paired A/B's candidate recipe (B): at each concurrency ``c``, the median
 over its runs of TPOT p50, for the kernel's row count ``c`` (a decode batch of ``c`` sequences is ``c`` rows).
@@ -39,10 +42,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from ..decide.policy import TIMING_MODES, TimingMode
 from ..errors import InputError
-from ..serving.config import LoadOptions, ServerOptions
-from ..serving.engine_kinds import STARTUP_TIMEOUT_S
+from ..kernels.config import OpChoice, ScreenKnobs
+from ..serving.config import EngineOptions, PlanOptions
 from .gpus import KNOWN_GPU_TYPES
 
 POC_CONFIG_SCHEMA = "infercrane.poc-config/v1"
@@ -50,33 +52,17 @@ CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
 
 
-class KernelSection(BaseModel):
-    """The kernel screen: ``infercrane kernel screen`` with these options (see ``infercrane kernel list``)."""
+class KernelSection(OpChoice, ScreenKnobs):
+    """The kernel screen: ``infercrane kernel screen`` with these options (see ``infercrane kernel list``; the
+    operator and how the screen measures are ``kernel screen``'s own fields, ``OpChoice`` and ``ScreenKnobs``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    op: str = Field("fused_add_rmsnorm", description="operator (infercrane kernel list --op OP)")
     candidates: list[str] = Field(min_length=1, description="candidate implementations screened (triton, cuda)")
     baselines: list[str] = Field(min_length=1, description="baselines they are timed against; every baseline the "
                                                            "kernel policy counts must be among them")
     rows: list[PositiveInt] | None = Field(None, min_length=1, description="row counts (default: the op's)")
-    trials: int = Field(5, ge=1, le=100, description="timing trials")
-    samples: int = Field(20, ge=3, le=1000, description="samples per implementation, row count and mode in a trial")
-    checks: int = Field(3, ge=1, le=20, description="correctness checks per row count")
-    modes: list[TimingMode] = Field(list(TIMING_MODES), min_length=1, description="timing modes")
-    dtype: Literal["bfloat16", "float16"] = "bfloat16"
     policy: str | None = Field(None, description="a kernel policy file (default: the packaged one)")
-    seed: int = Field(0, ge=0)
-    timeout_s: float = Field(600.0, gt=0, description="per-implementation worker timeout")
-
-    @field_validator("op")
-    @classmethod
-    def _known_op(cls, value: str) -> str:
-        from ..kernels import registry
-
-        if value not in registry.known_ops():
-            raise ValueError(f"unknown operator {value!r}; give one of {', '.join(registry.known_ops())}")
-        return value
 
     @model_validator(mode="after")
     def _known_implementations(self) -> "KernelSection":
@@ -95,23 +81,15 @@ class KernelSection(BaseModel):
         return self
 
 
-class ABSection(LoadOptions):
-    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (``LoadOptions``: the
-    load options of ``serve ab``, AIPerf's names)."""
+class ABSection(PlanOptions):
+    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (``PlanOptions``: the
+    plan and load options of ``serve ab``, declared there)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     recipes: list[str] = Field(min_length=2, max_length=2, description="[A, B]: the baseline recipe, then the "
                                                                        "candidate (shipped names or YAML files)")
     workload: str = Field(description="workload preset or YAML file")
-    runs: int | None = Field(None, ge=3, le=100, description="runs per arm (workload default)")
-    order: Literal["sequential", "interleaved", "sandwich"] | None = Field(None, description="arm order "
-                                                                                          "(workload default)")
-    concurrency: list[PositiveInt] | None = Field(None, min_length=1, description="concurrency points "
-                                                                                  "(workload default)")
-    request_count: int | None = Field(None, ge=1, description="requests per point (default derived per point)")
-    requests_per_slot: int | None = Field(None, ge=1)
-    min_requests: int | None = Field(None, ge=1)
     window_s: float | None = Field(None, gt=0, description="seconds of load per window instead of the workload's "
                                                            "request counts (AIPerf only)")
     warmup_s: float | None = Field(None, gt=0, description="seconds of warm-up before a block's first window "
@@ -127,34 +105,20 @@ class ABSection(LoadOptions):
         return value
 
     def workload_overrides(self) -> dict[str, Any]:
-        pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "concurrency": self.concurrency,
-                 "request_count": self.request_count, "requests_per_slot": self.requests_per_slot,
-                 "min_requests": self.min_requests, "window_s": self.window_s, "warmup_s": self.warmup_s,
-                 "warmup_requests": self.warmup_requests}
-        return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()
+        pairs = {"window_s": self.window_s, "warmup_s": self.warmup_s, "warmup_requests": self.warmup_requests}
+        return super().workload_overrides() | {k: v for k, v in pairs.items() if v is not None}
 
 
-class ServingSection(ServerOptions):
-    """What both A/Bs share (``ServerOptions``: the drivers' tokenizer, the API key and headers, as ``serve ab``
-    takes them)."""
+class ServingSection(EngineOptions):
+    """What both A/Bs share (``EngineOptions``: the stand-in, the drivers, the start-up limit, the drivers' tokenizer,
+    the API key and headers, as ``serve ab`` takes them)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    stand_in: bool = Field(False, description="serve an offline stand-in of the model with every recipe (exact "
-                                              "config, local tokenizer, dummy weights), under runs/stand-ins/")
-    drivers: list[Literal["aiperf", "vllm-bench"]] = Field(["aiperf"], min_length=1,
-                                                           description="load generators; the first is primary")
-    policy: str | None = Field(None, description="a serving policy file (default: the packaged one)")
-    startup_timeout_s: float = Field(STARTUP_TIMEOUT_S, gt=0, description="engine start-up limit")
+    policy: str | None = Field(None, description="a serving policy file (default: the packaged one; a relative path "
+                                                 "is read from the config file's folder)")
     coresident: bool = Field(False, description="both arms' engines up at once on the one GPU, each with half of "
                                                 "vLLM's default memory share, so an A/B restarts no engine")
-
-    @field_validator("drivers")
-    @classmethod
-    def _distinct(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"drivers repeat ({', '.join(value)}); give each once")
-        return value
 
 
 class PocConfig(BaseModel):

@@ -157,9 +157,8 @@ def _kernel_prepared(cfg: PocConfig, path: Path, sections_dir: Path, con: Any) -
     try:
         screen = ScreenConfig(op=k.op, device="cpu" if cfg.functional else "cuda", model=cfg.model,
                               rows=tuple(k.rows) if k.rows else None, impls=tuple(k.candidates + k.baselines),
-                              modes=tuple(k.modes), trials=k.trials, samples=k.samples, checks=k.checks,
-                              dtype=k.dtype, policy=Path(policy_ref) if policy_ref else None, seed=k.seed,
-                              timeout_s=k.timeout_s, out=sections_dir / "kernel.json")
+                              policy=Path(policy_ref) if policy_ref else None, out=sections_dir / "kernel.json",
+                              **k.knobs())
     except ValidationError as e:
         raise _input_error_from(e, f"{path}: kernel") from None
     with about(f"{path}: kernel"):

@@ -4,11 +4,12 @@ default, help).
 Layering: the recipe and workload files, then these overrides, then the frozen resolved objects whose hashes go into
 the receipt.
 
-Two groups of options are shared with the PoC config (``poc/config.py``), named as AIPerf names them, and declared
-here only: ``LoadOptions`` (what each request sends and how requests arrive: ``--request-rate``,
-``--arrival-pattern``, ``--isl``, ``--osl``, ``--extra-inputs``; overrides of the workload, so the receipt records
-them with it and both arms get the same), which a PoC's ``paired`` and ``public`` sections take; and
-``ServerOptions`` (how to reach the servers: ``--tokenizer``, ``--api-key``, ``--header``), which its ``serving``
+Groups of options shared with the PoC config (``poc/config.py``), declared here only: ``LoadOptions`` (what each
+request sends and how requests arrive, named as AIPerf names them: ``--request-rate``, ``--arrival-pattern``, ``--isl``,
+``--osl``, ``--extra-inputs``; overrides of the workload, so the receipt records them with it and both arms get the
+same) within ``PlanOptions`` (``--runs``, ``--order``, ``--concurrency``, request counts), which a PoC's ``paired`` and
+``public`` sections take; and ``ServerOptions`` (how to reach the servers: ``--tokenizer``, ``--api-key``,
+``--header``) within ``EngineOptions`` (``--stand-in``, ``--drivers``, ``--startup-timeout-s``), which its ``serving``
 section takes. Secrets: ``--api-key`` and the header values are never written: every dump of these models (the
 receipt's recorded options, the PoC receipt's config) shows ``<redacted>`` in their place.
 """
@@ -210,7 +211,55 @@ class ServerOptions(BaseModel):
                 if v is not None}
 
 
-class ServeConfig(ServerOptions, LoadOptions):
+class PlanOptions(LoadOptions):
+    """How many runs, in what order, at which points, of how many requests: overrides of the workload that ``serve ab``
+    / ``serve bench`` and a PoC's ``paired`` / ``public`` sections both take (``workload_overrides``), declared once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runs: int | None = Field(None, ge=RUNS_RANGE[0], le=RUNS_RANGE[1],
+                             description="Runs per arm, 3 to 100 (workload default: 5).")
+    order: Literal["sequential", "interleaved", "sandwich"] | None = Field(None, description="Arm order (workload "
+                                                                                              "default: sandwich).")
+    concurrency: Many[PositiveInt] | None = Field(None, min_length=1,
+                                                  description="Concurrency points (workload default).")
+    request_count: int | None = Field(None, ge=1, description="Requests per point (default derived per point).")
+    requests_per_slot: int | None = Field(None, ge=1, description="Derived request count: requests per "
+                                                                  "concurrency slot.")
+    min_requests: int | None = Field(None, ge=1, description="Derived request count: at least this many per point.")
+
+    def workload_overrides(self) -> dict[str, Any]:
+        """The workload fields these options replace, the load options' among them."""
+        pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,
+                 "requests_per_slot": self.requests_per_slot, "min_requests": self.min_requests,
+                 "concurrency": list(self.concurrency) if self.concurrency else None}
+        return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()
+
+
+class EngineOptions(ServerOptions):
+    """What engines serve and what drives them: ``serve ab`` / ``serve bench`` and a PoC's ``serving`` section both
+    take these (with the server options), declared once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stand_in: bool = Field(False, description="Serve an offline stand-in of the recipes' model (exact config, local "
+                                              "tokenizer, --load-format dummy), written under runs/stand-ins/.")
+    drivers: Many[Literal["aiperf", "vllm-bench"]] = Field(
+        ("aiperf",), description="Load generators, each run at every point on the same engine; the first is primary.")
+    startup_timeout_s: float = Field(STARTUP_TIMEOUT_S, gt=0,
+                                     description="Engine start-up limit (health + first completion).")
+
+    @field_validator("drivers")
+    @classmethod
+    def _distinct_drivers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("no driver given; give aiperf and/or vllm-bench")
+        if len(set(value)) != len(value):
+            raise ValueError(f"drivers repeat ({','.join(value)}); give each once")
+        return value
+
+
+class ServeConfig(EngineOptions, PlanOptions):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str | None = Field(None, description="Workload preset (quick, seed-paired, public-1000; see `infercrane "
@@ -219,22 +268,7 @@ class ServeConfig(ServerOptions, LoadOptions):
                                                    + ".")
     model: str | None = Field(None, description="Serve this model instead of the recipes' (a catalog id, "
                                                      "see `infercrane model list`, or a local model folder).")
-    stand_in: bool = Field(False, description="Serve an offline stand-in of the recipes' model (exact config, local "
-                                              "tokenizer, --load-format dummy), written under runs/stand-ins/.")
-    drivers: Many[Literal["aiperf", "vllm-bench"]] = Field(
-        ("aiperf",), description="Load generators, each run at every point on the same engine; the first is primary.")
-    runs: int | None = Field(None, ge=RUNS_RANGE[0], le=RUNS_RANGE[1],
-                             description="Runs per arm, 3 to 100 (workload default: 5).")
-    order: Literal["sequential", "interleaved", "sandwich"] | None = Field(None, description="Arm order (workload "
-                                                                                              "default: sandwich).")
-    concurrency: Many[PositiveInt] | None = Field(None, description="Concurrency points (workload default).")
-    request_count: int | None = Field(None, ge=1, description="Requests per point (default derived per point).")
-    requests_per_slot: int | None = Field(None, ge=1, description="Derived request count: requests per "
-                                                                  "concurrency slot.")
-    min_requests: int | None = Field(None, ge=1, description="Derived request count: at least this many per point.")
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
-    startup_timeout_s: float = Field(STARTUP_TIMEOUT_S, gt=0,
-                                     description="Engine start-up limit (health + first completion).")
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
     sign_key: Path | None = Field(None, description="Sign the receipt each time it is written (an ed25519 private key "
                                                     "from `infercrane receipt keygen`); checked before anything runs.")
@@ -270,15 +304,6 @@ class ServeConfig(ServerOptions, LoadOptions):
         except InputError as exc:
             raise ValueError(str(exc.lines()[0])) from None
 
-    @field_validator("drivers")
-    @classmethod
-    def _distinct_drivers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value:
-            raise ValueError("no driver given; give aiperf and/or vllm-bench")
-        if len(set(value)) != len(value):
-            raise ValueError(f"drivers repeat ({','.join(value)}); give each once")
-        return value
-
     @model_validator(mode="after")
     def _consistent(self) -> "ServeConfig":
         if self.request_rate is not None and self.requests_per_slot is not None:
@@ -294,12 +319,6 @@ class ServeConfig(ServerOptions, LoadOptions):
     def workload_for(self, kind: str) -> str:
         """The workload to run: ``--workload``, or the command's default (``DEFAULT_WORKLOAD``)."""
         return self.workload or DEFAULT_WORKLOAD[kind]
-
-    def workload_overrides(self) -> dict:
-        pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,
-                 "requests_per_slot": self.requests_per_slot, "min_requests": self.min_requests,
-                 "concurrency": list(self.concurrency) if self.concurrency else None}
-        return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()
 
 
 class ApplyConfig(BaseModel):
