@@ -19,6 +19,11 @@ from ..options import Many
 from ..options import ExecutorOptions
 
 DEFAULT_OP = "fused_add_rmsnorm"
+# How a screen measures by default (``ScreenKnobs``; the harness's own defaults too)
+DEFAULT_TRIALS = 5
+DEFAULT_SAMPLES_PER_TRIAL = 20
+DEFAULT_CHECKS = 3
+DEFAULT_TIMEOUT_S = 600.0
 
 
 class OpChoice(BaseModel):
@@ -51,12 +56,15 @@ class ScreenKnobs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     modes: Many[TimingMode] = Field(TIMING_MODES, min_length=1, description="Timing modes.")
-    trials: int = Field(5, ge=1, le=100, description="Timing trials; implementations are interleaved in each.")
-    samples: int = Field(20, ge=3, le=1000, description="Samples per implementation, row count and mode in a trial.")
-    checks: int = Field(3, ge=1, le=20, description="Correctness checks per row count, each on fresh random inputs.")
+    trials: int = Field(DEFAULT_TRIALS, ge=1, le=100,
+                        description="Timing trials; implementations are interleaved in each.")
+    samples: int = Field(DEFAULT_SAMPLES_PER_TRIAL, ge=3, le=1000,
+                         description="Samples per implementation, row count and mode in a trial.")
+    checks: int = Field(DEFAULT_CHECKS, ge=1, le=20,
+                        description="Correctness checks per row count, each on fresh random inputs.")
     dtype: Literal["bfloat16", "float16"] = Field("bfloat16", description="Storage dtype.")
     seed: int = Field(0, ge=0, description="Base seed of the random inputs.")
-    timeout_s: float = Field(600.0, gt=0, description="Per-implementation worker timeout.")
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="Per-implementation worker timeout.")
 
     def knobs(self) -> dict[str, object]:
         """These fields' values, as keyword arguments of another ``ScreenKnobs``."""

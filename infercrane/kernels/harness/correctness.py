@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from infercrane.kernels.config import DEFAULT_CHECKS
 from infercrane.kernels.harness.execute import GUARD_ROWS
 from infercrane.kernels.op import torch_dtype
 from infercrane.receipts.screen_result import Tolerance
@@ -40,7 +41,6 @@ from infercrane.receipts.screen_result import CheckResult, CorrectnessResult, Te
 
 # Input scale ``s`` of check i is CHECK_SCALES[i % len]: large and small magnitudes, both well inside bf16's range.
 CHECK_SCALES: tuple[float, ...] = (1.0, 16.0, 1.0 / 16.0)
-DEFAULT_CHECKS = 3
 GRAPH_SEED_SALT = 0x5EED_6A9F
 REUSE_SEED_SALT = 0x5EED_2E05
 PHASE_SEED_SALTS: dict[str, int] = {"eager": 0, "reuse": REUSE_SEED_SALT, "graph": GRAPH_SEED_SALT}

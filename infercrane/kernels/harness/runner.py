@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal
 
 from infercrane.decide.policy import TIMING_MODES
 from infercrane.errors import InputError, UnavailableError
+from infercrane.kernels.config import DEFAULT_CHECKS, DEFAULT_SAMPLES_PER_TRIAL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from infercrane.receipts.screen_result import (  # noqa: F401  (ScreenResult and friends: the result model)
     SCREEN_RESULT_SCHEMA, Calibration, CorrectnessResult, Failure, ImplementationResult, ScreenResult, SpecRecord,
     Status, TimingBlock, TimingCell,
@@ -29,9 +30,6 @@ from infercrane.receipts.screen_result import (  # noqa: F401  (ScreenResult and
 
 Progress = Callable[[int, int, str], None]
 
-DEFAULT_TRIALS = 5
-DEFAULT_SAMPLES_PER_TRIAL = 20
-DEFAULT_TIMEOUT_S = 600.0
 # Report % of copy bandwidth only where the byte floor (bytes / copy bandwidth) is at least this many times the
 # empty-kernel floor of the mode: below that the time is launch-bound and a bandwidth figure would mislead.
 BANDWIDTH_MIN_FLOOR_RATIO = 5.0
@@ -355,7 +353,7 @@ def screen(
     progress: Progress | None = None,
     *,
     samples_per_trial: int = DEFAULT_SAMPLES_PER_TRIAL,
-    checks: int = 3,
+    checks: int = DEFAULT_CHECKS,
     seed: int = 0,
     device: str = "auto",
     isolate: bool = True,
