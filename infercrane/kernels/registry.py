@@ -39,6 +39,24 @@ def op_module(op: str) -> Any:
     return importlib.import_module(OPS[op].rsplit(".", 1)[0] + ".spec")
 
 
+def vllm_adapter(op: str) -> Any:
+    """The op's vLLM signatures (``infercrane.kernels.ops.<op>.vllm_adapter``; imports torch)."""
+    if op not in OPS:
+        raise InputError(f"unknown operator {op!r}; known operators: {', '.join(OPS)}")
+    return importlib.import_module(OPS[op].rsplit(".", 1)[0] + ".vllm_adapter")
+
+
+def vllm_ops() -> dict[str, str]:
+    """vLLM IR op -> the op of the same computation, for every op whose folder names one (its package's
+    ``VLLM_OP``; nothing heavy is imported)."""
+    out = {}
+    for op, module in OPS.items():
+        name = getattr(importlib.import_module(module.rsplit(".", 1)[0]), "VLLM_OP", None)
+        if name:
+            out[name] = op
+    return out
+
+
 def default_rows(op: str) -> tuple[int, ...]:
     """Row counts screened by default (decode-sized batches)."""
     return tuple(op_module(op).DEFAULT_ROWS)

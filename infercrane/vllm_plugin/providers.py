@@ -131,11 +131,17 @@ def _check(choice: KernelChoice, names: tuple[str, ...], got: tuple[Tensor, ...]
 
 
 class _Provider:
-    """One op, one kernel: the launch body (stats, prewarm, gate) and the implementation and ``supports_args``
-    vLLM gets (``functions``)."""
+    """One op, one kernel: the launch body (stats, prewarm, gate), what it reads of the launch's arguments (from the
+    op's spec), and ``takes`` for ``supports_args``; the op's folder gives vLLM's signatures (``vllm_adapter``:
+    the launch, the implementation, ``supports_args``)."""
 
     def __init__(self, choice: KernelChoice, kernel: Kernel, native: Callable[..., Any], stats: ProviderStats):
+        from infercrane.kernels import registry
+
         self.choice, self.kernel, self.native, self.stats = choice, kernel, native, stats
+        self.spec = registry.op_module(choice.lab_op).SPEC  # the op's contracts: what the launch's arguments are
+        self.adapter = registry.vllm_adapter(choice.lab_op)  # its vLLM signatures
+        self.output_names: tuple[str, ...] = tuple(self.spec.OUTPUTS)
         self.prewarmed: set[tuple[int, torch.dtype]] = set()
 
     def wants_check(self, shape: str, x: Tensor, key: Any, capturing: bool) -> bool:
@@ -207,26 +213,43 @@ class _Provider:
         except Exception as exc:
             raise self.raised(shape, exc)
 
-    # per op: the launch's arguments as the gate reads them
-    output_names: tuple[str, ...] = ()
+    # per op, from its spec's contracts: the launch's arguments are the in-place contract's (``IN_PLACE.args``)
+    def _named(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        return dict(zip(self.spec.IN_PLACE.args, args))
 
     def activations(self, args: tuple[Any, ...]) -> Tensor:
-        raise NotImplementedError
+        """The first row tensor (``ROW_TENSORS``): its shape and dtype name the call."""
+        return self._named(args)[self.spec.ROW_TENSORS[0]]
 
     def reference(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        """vLLM's native implementation on copies of the inputs: what the launch should write."""
-        raise NotImplementedError
+        """vLLM's native implementation, called as the out-of-place contract (``RETURNS``), on copies of the row
+        tensors: what the launch should write, in ``OUTPUTS`` order."""
+        named = self._named(args)
+        got = self.native(*(named[a].clone() if a in self.spec.ROW_TENSORS else named[a]
+                            for a in self.spec.RETURNS.args))
+        return tuple(got) if isinstance(got, (tuple, list)) else (got,)
 
     def outputs(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        """What the launch wrote, in ``output_names`` order."""
-        raise NotImplementedError
+        """What the launch wrote, in ``OUTPUTS`` order (the buffers ``IN_PLACE.writes`` names)."""
+        named = self._named(args)
+        return tuple(named[self.spec.IN_PLACE.writes[o]] for o in self.spec.OUTPUTS)
 
     def scratch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Arguments for a timing call that writes somewhere else than vLLM's buffers."""
-        raise NotImplementedError
+        """Arguments for a timing call that writes somewhere else than vLLM's buffers: each written one copied."""
+        written = set(self.spec.IN_PLACE.writes.values())
+        return tuple(v.clone() if k in written else v for k, v in self._named(args).items())
 
     def run(self, *args: Any) -> None:
-        raise NotImplementedError
+        """The kernel on the launch's arguments, writing its buffers: in place as called, or (an out-of-place user
+        kernel) called as ``RETURNS`` with each output copied into the buffer ``IN_PLACE.writes`` names."""
+        if self.kernel.in_place:
+            self.kernel.fn(*args)
+            return
+        named = self._named(args)
+        got = self.kernel.fn(*(named[a] for a in self.spec.RETURNS.args))
+        got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        for name, value in zip(self.spec.RETURNS.returns, got):
+            named[self.spec.IN_PLACE.writes[name]].copy_(value)
 
     def raised(self, shape: str, exc: Exception) -> Exception:
         """Record that the kernel (or its check) raised at ``shape``, then let it propagate: vLLM fails the step or
@@ -234,7 +257,12 @@ class _Provider:
         self.stats.error(f"{RAISED} at {shape}: {type(exc).__name__}: {str(exc)[:500]}")
         return exc
 
-    def decline(self, reason: str) -> bool:
+    def takes(self, x: Tensor, others: tuple[Tensor, ...], weight: Optional[Tensor],
+              variance_size: Optional[int]) -> bool:
+        """``supports_args``'s answer: True, or False with the reason counted (``common_declines``)."""
+        reason = self.common_declines(x, others, weight, variance_size)
+        if reason is None:
+            return True
         self.stats.declined(reason)
         return False
 
@@ -256,90 +284,6 @@ class _Provider:
         return None
 
 
-class _FusedAddRMSNorm(_Provider):
-    mutates = ("x", "x_residual")
-    inplace = True
-
-    output_names = ("out", "residual_out")
-
-    def activations(self, args: tuple[Any, ...]) -> Tensor:
-        return args[0]
-
-    def reference(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        x, x_residual, weight, epsilon = args
-        return tuple(self.native(x.clone(), x_residual.clone(), weight, epsilon))
-
-    def outputs(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        return args[0], args[1]
-
-    def scratch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        x, x_residual, weight, epsilon = args
-        return x.clone(), x_residual.clone(), weight, epsilon
-
-    def run(self, x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
-        if self.kernel.in_place:
-            self.kernel.fn(x, x_residual, weight, epsilon)
-        else:
-            out, res = self.kernel.fn(x, x_residual, weight, epsilon)
-            x_residual.copy_(res)
-            x.copy_(out)
-
-    def functions(self, launch: Any) -> tuple[Callable[..., Any], Callable[..., bool]]:
-        def fused_add_rms_norm(x: Tensor, x_residual: Tensor, weight: Optional[Tensor], epsilon: float,
-                               variance_size: Optional[int] = None) -> tuple[Tensor, Tensor]:
-            launch(x, x_residual, weight, epsilon)
-            return x, x_residual
-
-        def supports_args(x, x_residual, weight, epsilon, variance_size=None) -> bool:
-            reason = self.common_declines(x, (x_residual,), weight, variance_size)
-            return True if reason is None else self.decline(reason)
-
-        return fused_add_rms_norm, supports_args
-
-
-class _RMSNorm(_Provider):
-    mutates = ("out",)
-    inplace = False
-
-    output_names = ("out",)
-
-    def activations(self, args: tuple[Any, ...]) -> Tensor:
-        return args[1]
-
-    def reference(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        _, x, weight, epsilon = args
-        return (self.native(x.clone(), weight, epsilon),)
-
-    def outputs(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        return (args[0],)
-
-    def scratch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        _, x, weight, epsilon = args
-        return torch.empty_like(x), x, weight, epsilon
-
-    def run(self, out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
-        if self.kernel.in_place:
-            self.kernel.fn(out, x, weight, epsilon)
-        else:
-            out.copy_(self.kernel.fn(x, weight, epsilon))
-
-    def functions(self, launch: Any) -> tuple[Callable[..., Any], Callable[..., bool]]:
-        def rms_norm(x: Tensor, weight: Optional[Tensor], epsilon: float,
-                     variance_size: Optional[int] = None) -> Tensor:
-            out = torch.empty_like(x)
-            launch(out, x, weight, epsilon)
-            return out
-
-        def supports_args(x, weight, epsilon, variance_size=None) -> bool:
-            reason = self.common_declines(x, (), weight, variance_size)
-            return True if reason is None else self.decline(reason)
-
-        return rms_norm, supports_args
-
-
-ADAPTERS: dict[str, type[_Provider]] = {"fused_add_rms_norm": _FusedAddRMSNorm, "rms_norm": _RMSNorm}
-
-
 _LIVE: dict[str, _Provider] = {}  # custom-op name -> the provider its body runs (the latest registered)
 _OPS: dict[str, Any] = {}
 
@@ -349,13 +293,8 @@ def _opaque(name: str, provider: _Provider) -> Any:
     is defined once per process; registering it again rebinds the body to the new provider."""
     _LIVE[name] = provider
     if name not in _OPS:
-        if isinstance(provider, _FusedAddRMSNorm):
-            def launch(x: Tensor, x_residual: Tensor, weight: Tensor, epsilon: float) -> None:
-                _LIVE[name].launch_body(x, x_residual, weight, epsilon)
-        else:
-            def launch(out: Tensor, x: Tensor, weight: Tensor, epsilon: float) -> None:
-                _LIVE[name].launch_body(out, x, weight, epsilon)
-        op = torch.library.custom_op(name, mutates_args=provider.mutates)(launch)
+        launch = provider.adapter.launch_function(lambda *args: _LIVE[name].launch_body(*args))
+        op = torch.library.custom_op(name, mutates_args=provider.adapter.MUTATES)(launch)
         op.register_fake(lambda *args: None)
         _OPS[name] = op
     return _OPS[name]
@@ -372,11 +311,11 @@ def register_choice(choice: KernelChoice, ir_ops: Any, stats_dir: Optional[str])
         kernel = load_kernel(choice)
         stats.doc["detail"].update({"kernel": kernel.label, "in_place": kernel.in_place, "sources_sha256":
                                     kernel_sources_sha256(choice.vllm_op, choice.impl, choice.candidate)})
-        provider = ADAPTERS[choice.vllm_op](choice, kernel, ir_op.impls["native"].impl_fn, stats)
+        provider = _Provider(choice, kernel, ir_op.impls["native"].impl_fn, stats)
         launch = _opaque(f"infercrane::{choice.vllm_op}_{choice.impl}", provider)
-        impl_fn, supports_args = provider.functions(launch)
+        impl_fn, supports_args = provider.adapter.functions(launch, provider.takes)
         ir_op.register_impl(choice.provider, supported=True, supports_args=supports_args,
-                            inplace=provider.inplace)(impl_fn)
+                            inplace=provider.adapter.INPLACE)(impl_fn)
     except Exception as exc:
         stats.error(f"registration failed: {type(exc).__name__}: {exc}")
         raise

@@ -5,7 +5,8 @@ InferCrane's side (``serving/kernels.py``) writes the selection into the engine'
 vLLM.
 
 * ``VLLM_OPS``: the vLLM IR ops InferCrane can provide (``vllm/ir/ops/layernorm.py`` in vLLM 0.22.1) and the kernel
-  lab's op of the same computation.
+  lab's op of the same computation, as each op's folder names it (``VLLM_OP`` in its package; its signatures in
+  ``vllm_adapter.py`` beside it).
 * ``IMPLS``: what can provide one: InferCrane's Triton kernel, its handwritten CUDA kernel, or a user's candidate
   file (``path.py:function``, the kernel lab's contract).
 * ``provider_name``: the provider an implementation registers as (vLLM wants ``[a-z_][a-z_0-9]*``).
@@ -19,11 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from infercrane.kernels.registry import vllm_ops
+
 ENV_KERNELS = "INFERCRANE_VLLM_KERNELS"
 ENV_STATS = "INFERCRANE_KERNEL_STATS"
 
-# vLLM IR op -> the kernel lab's op (``infercrane.kernels.registry.OPS``)
-VLLM_OPS: dict[str, str] = {"fused_add_rms_norm": "fused_add_rmsnorm", "rms_norm": "rms_norm"}
+# vLLM IR op -> the kernel lab's op: each op folder names its vLLM op (``infercrane.kernels.registry.vllm_ops``)
+VLLM_OPS: dict[str, str] = vllm_ops()
 IMPLS: tuple[str, ...] = ("triton", "cuda", "user")
 PROVIDER_PREFIX = "infercrane_"
 INFERCRANE_ROOT = Path(__file__).resolve().parents[2]  # the folder ``import infercrane`` resolves from
