@@ -117,8 +117,17 @@ class OpSpec:
     def contract(self, in_place: bool) -> Contract:
         return self.IN_PLACE if in_place else self.RETURNS
 
+    def tensor_shape(self, name: str, rows: int) -> tuple[int, ...]:
+        """The shape of the named tensor (an input, an output or a buffer) at ``rows``: a row tensor (one of
+        ``ROW_TENSORS``, an output, a buffer) is ``(rows, hidden_size)``, any other input ``(hidden_size,)`` (a
+        weight). An op of another shape overrides this; the harness assumes only that a row tensor's first dimension
+        is its rows."""
+        if name in self.INPUTS and name not in self.ROW_TENSORS:
+            return (self.hidden_size,)
+        return (rows, self.hidden_size)
+
     def buffers(self, in_place: bool) -> tuple[str, ...]:
-        """Extra ``[rows, hidden]`` argument buffers (not inputs) the harness allocates for a contract."""
+        """Extra row-tensor argument buffers (not inputs) the harness allocates for a contract."""
         return tuple(a for a in self.contract(in_place).args if a not in self.INPUTS and a not in self.scalars())
 
     def scalars(self) -> dict[str, float]:

@@ -93,21 +93,18 @@ def compare(name: str, got: Any, ref: Any, tol: Tolerance) -> TensorCheck:
 def pack_entries(spec: Any, rows: int, in_place: bool, phases: list[str]) -> dict[str, tuple[tuple[int, ...], str]]:
     """Layout of one check's pack: inputs per phase, and everything the worker hands back."""
     dt = str(torch_dtype(spec.dtype)).removeprefix("torch.")
-    h = spec.hidden_size
     row_args = [*spec.ROW_TENSORS, *spec.buffers(in_place)]
     entries: dict[str, tuple[tuple[int, ...], str]] = {}
     for phase in phases:
         for name in spec.INPUTS:
-            shape = (rows, h) if name in spec.ROW_TENSORS else (h,)
-            entries[f"in.{phase}.{name}"] = (shape, dt)
+            entries[f"in.{phase}.{name}"] = (spec.tensor_shape(name, rows), dt)
         for name in [*spec.INPUTS, *spec.buffers(in_place)]:
-            shape = (rows, h) if name in row_args else (h,)
-            entries[f"after.{phase}.{name}"] = (shape, dt)
+            entries[f"after.{phase}.{name}"] = (spec.tensor_shape(name, rows), dt)
         for name in row_args:
-            entries[f"guard.{phase}.{name}"] = ((2 * GUARD_ROWS, h), dt)
+            entries[f"guard.{phase}.{name}"] = ((2 * GUARD_ROWS, *spec.tensor_shape(name, rows)[1:]), dt)
         if not in_place:
             for name in spec.RETURNS.returns:
-                entries[f"ret.{phase}.{name}"] = ((rows, h), dt)
+                entries[f"ret.{phase}.{name}"] = (spec.tensor_shape(name, rows), dt)
     return entries
 
 

@@ -94,7 +94,8 @@ def _framed_args(spec: Any, pack: Any, phase: str, in_place: bool, rows: int, de
         tensors[name] = src.to(device).clone()
     for name in row_args:
         dt = pack.tensor(f"after.{phase}.{name}").dtype
-        frame = torch.full((rows + 2 * GUARD_ROWS, spec.hidden_size), float("nan"), dtype=dt, device=device)
+        frame = torch.full((rows + 2 * GUARD_ROWS, *spec.tensor_shape(name, rows)[1:]), float("nan"), dtype=dt,
+                           device=device)
         view = frame[GUARD_ROWS:GUARD_ROWS + rows]
         if name in spec.INPUTS:
             view.copy_(pack.tensor(f"in.{phase}.{name}").to(device))
@@ -127,9 +128,10 @@ def _returned(spec: Any, value: Any, tensors: dict, rows: int) -> tuple[list[Any
     for name, t in zip(names, got):
         if not isinstance(t, torch.Tensor):
             return None, f"out-of-place contract: {name} is a {type(t).__name__}, not a tensor"
-        if tuple(t.shape) != (rows, spec.hidden_size) or t.dtype != ref.dtype or t.device != ref.device:
+        want = spec.tensor_shape(name, rows)
+        if tuple(t.shape) != want or t.dtype != ref.dtype or t.device != ref.device:
             return None, (f"out-of-place contract: {name} is {tuple(t.shape)} {t.dtype} on {t.device}, expected "
-                          f"{(rows, spec.hidden_size)} {ref.dtype} on {ref.device}")
+                          f"{want} {ref.dtype} on {ref.device}")
         if _storage_ptr(t) in inputs:
             return None, f"out-of-place contract: {name} shares memory with an input (must be a new tensor)"
     return list(got), None
@@ -153,7 +155,7 @@ def _eager(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: i
     tensors, frames = _framed_args(spec, pack, "eager", in_place, rows, device)
     if not in_place:
         ref = tensors[spec.ROW_TENSORS[0]]
-        _poison_allocator((rows, spec.hidden_size), ref.dtype, device)
+        _poison_allocator(spec.tensor_shape(spec.RETURNS.returns[0], rows), ref.dtype, device)
     value = fn(*spec.arguments(tensors, in_place))
     outputs = None
     if not in_place:
@@ -172,7 +174,7 @@ def _reuse(fn: Callable[..., Any], spec: Any, pack: Any, in_place: bool, rows: i
     _reset(spec, pack, "reuse", tensors, frames, device)  # the same buffers, in place: same data_ptr, same objects
     if not in_place:
         ref = tensors[spec.ROW_TENSORS[0]]
-        _poison_allocator((rows, spec.hidden_size), ref.dtype, device)
+        _poison_allocator(spec.tensor_shape(spec.RETURNS.returns[0], rows), ref.dtype, device)
     value = fn(*args)
     outputs = None
     if not in_place:

@@ -34,6 +34,7 @@ run): ``MemAvailable`` from ``/proc/meminfo``.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,12 +85,12 @@ class MemoryCheck:
 
 
 def harness_needs(spec: Any, rows: Iterable[int], device: Device) -> list[MemoryNeed]:
-    """What the harness holds at the largest of ``rows`` for ``spec`` (``bytes_moved(rows)``, ``hidden_size``,
+    """What the harness holds at the largest of ``rows`` for ``spec`` (``bytes_moved(rows)``, ``tensor_shape``,
     ``dtype_bytes``): on a GPU run the GPU's part and the host's part; on a CPU run one host part holding both.
     The count is the module docstring's."""
     r = max(int(x) for x in rows)
     b = int(spec.dtype_bytes)
-    elements = r * int(spec.hidden_size)
+    elements = math.prod(spec.tensor_shape(spec.ROW_TENSORS[0], r))
     io = int(spec.bytes_moved(r))
     phases = 3 if device == "cuda" else 2  # correctness.phases_for: eager, reuse (+ graph on a GPU)
     host = {

@@ -147,7 +147,7 @@ class WorkerSession:
         spec, fn, in_place = self.spec, self.guarded, bool(self.in_place)
         tensors = spec.make_inputs(rows, self.device, seed, 1.0)
         for name in spec.buffers(in_place):
-            tensors[name] = torch.empty((rows, spec.hidden_size), dtype=tensors[spec.ROW_TENSORS[0]].dtype,
+            tensors[name] = torch.empty(spec.tensor_shape(name, rows), dtype=tensors[spec.ROW_TENSORS[0]].dtype,
                                         device=self.device)
         args = spec.arguments(tensors, in_place)
 
