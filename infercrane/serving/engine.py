@@ -380,8 +380,10 @@ def engine_serving(command: Sequence[str]) -> Engine | ExternalEngine | None:
 
 
 # -- the record that goes into receipts --------------------------------------------------------------
-class EngineRecord(BaseModel):
-    """One engine lifetime: what was run, how, and how it ended."""
+class EngineLifetime(BaseModel):
+    """One engine lifetime as it happens: what was run, how, and how it ended, with what only the run needs (host,
+    port, start and stop times, signals). The receipt holds its record (``receipts.models_v2.EngineRecord``, the one
+    engine record), made from it by ``serving.receipt.engine_record``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -536,7 +538,7 @@ class Engine(_Served):
         self._kernel_args, kernel_env = engine_additions(self.recipe, self.kernel_stats_dir)
         self.command = self._build_command()
         self.env_added = {**self.kind.default_env(), **self.recipe.env, **kernel_env}
-        self.record = EngineRecord(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
+        self.record = EngineLifetime(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
                                    engine=self.recipe.engine, command=self.command, env_added=self.env_added,
                                    host=HOST, port=self.port, url=self.base_url, log_path=str(self.log_path),
                                    gpu_memory_utilization=gpu_memory_utilization,
@@ -901,7 +903,7 @@ class ExternalEngine(_Served):
     requests will name is chosen from it (``served_model_of``): ``model`` when given, else the recipe's model (its id,
     or its folder made absolute), else the one model the server lists, else the one whose last path part is the
     recipe model's; a choice other than the recipe's model is said in one line and recorded
-    (``EngineRecord.served_model``). Then one real completion must succeed, ``GET /version`` is recorded as it
+    (``EngineLifetime.served_model``). Then one real completion must succeed, ``GET /version`` is recorded as it
     answers, and ``POST /reset_prefix_cache`` is tried once: when it answers 200 the prefix cache is reset before every
     run (as for a launched engine), otherwise never, and the record says which. Every request carries ``access`` (the
     API key and headers). ``stop()`` and the context exit leave the server running. Every failure to connect is an
@@ -919,7 +921,7 @@ class ExternalEngine(_Served):
         self.note: str | None = None  # the line saying the server's model id is not the recipe's, when it is not
         self.served_model: str = model or self.recipe.model
         parsed = urllib.parse.urlsplit(self.base_url)
-        self.record = EngineRecord(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
+        self.record = EngineLifetime(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
                                    engine=self.recipe.engine, command=[], env_added={}, host=parsed.hostname or "",
                                    port=parsed.port or (443 if parsed.scheme == "https" else 80), url=self.base_url,
                                    log_path="", launched_by_infercrane=False)

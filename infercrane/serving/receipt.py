@@ -63,6 +63,8 @@ def _before_notes(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def engine_record(e: Any) -> dict[str, Any]:
+    """The receipt's engine record (``receipts.models_v2.EngineRecord``) of an engine's lifetime
+    (``serving.engine.EngineLifetime``)."""
     launched = getattr(e, "launched_by_infercrane", True)
     if launched:
         exit_status = (f"returncode {e.returncode}" if e.returncode is not None else None) if not e.stop_signals \

@@ -12,7 +12,7 @@ own ``--help`` output, once per process), or when a local model path does not ex
 Environment that changes *which* program or libraries the engine runs rather than how it runs (``PROGRAM_ENV_VARS``:
 ``PYTHONPATH``, ``PATH``, ``LD_PRELOAD``, ...) is refused in a recipe's ``env`` unless the recipe says
 ``allow_program_env: true``: a recipe that puts another vLLM on ``PYTHONPATH`` compares another program, and must say
-so. Either way the engine records those variables with their values (``EngineRecord.program_env``), whether the recipe
+so. Either way the engine records those variables with their values (``EngineLifetime.program_env``), whether the recipe
 set them or InferCrane's own environment passed them on.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ of a request count) of ``c`` concurrent requests shaped like the
 workload's (endpoint, streaming, prompt length, output length, ``ignore_eos``; no sampling parameters, so the server
 applies the same defaults it applies to the driver's requests), the workload's ``extra_inputs`` merged into each
 body and the engine's ``access`` (API key, headers) on each request, as the drivers send them. Nothing of it is
-measured; what it did is recorded on the engine (``EngineRecord.warmup``).
+measured; what it did is recorded on the engine (``EngineLifetime.warmup``).
 
 A workload with a request rate (``request_rate``: the drivers send open loop, the concurrency a cap) is warmed the
 same way, in closed-loop rounds of ``c`` requests: what the warm-up is for is meeting every batch shape up to ``c``
@@ -107,7 +107,7 @@ def send(engine: Any, path: str, body: dict[str, Any], *, timeout_s: float, what
 
 
 def warm_engine(engine: Any, workload: Any) -> dict[str, Any]:
-    """Warm ``engine`` for ``workload`` (module docstring); returns the record ``EngineRecord.warmup`` holds."""
+    """Warm ``engine`` for ``workload`` (module docstring); returns the record ``EngineLifetime.warmup`` holds."""
     concurrencies = sorted(set(workload.concurrency))
     rounds = rounds_for(workload)
     t0 = time.monotonic()

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from infercrane.errors import InfercraneError, InputError, RunFailed
 from infercrane.serving.engine_kinds import STARTUP_TIMEOUT_S
-from infercrane.serving.engine import EngineRecord
+from infercrane.serving.engine import EngineLifetime
 from infercrane.serving.metrics import RunMetrics
 from infercrane.serving.recipes import Recipe
 
@@ -373,7 +373,7 @@ class PlanResult(BaseModel):
     order: ArmOrder
     plan: list[PlannedRun]
     runs: list[RunMetrics] = Field(default_factory=list)
-    engines: list[EngineRecord] = Field(default_factory=list)
+    engines: list[EngineLifetime] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     complete: bool = False
     wall_s: float | None = Field(default=None, description="wall time of the whole plan, once it has finished")
