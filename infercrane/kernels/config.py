@@ -19,7 +19,7 @@ from ..options import Many
 from ..options import ExecutorOptions
 
 DEFAULT_OP = "fused_add_rmsnorm"
-# How a screen measures by default (``ScreenKnobs``; the harness's own defaults too)
+# How a screen measures by default (the fields below; the harness's own defaults too)
 DEFAULT_TRIALS = 5
 DEFAULT_SAMPLES_PER_TRIAL = 20
 DEFAULT_CHECKS = 3
@@ -50,28 +50,21 @@ class OpOptions(OpChoice):
                                                                        "(correctness only) without one.")
 
 
-class ScreenKnobs(BaseModel):
-    """How a screen measures: what ``kernel screen`` and a PoC's ``kernel`` section both take, declared once."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    modes: Many[TimingMode] = Field(TIMING_MODES, min_length=1, description="Timing modes.")
-    trials: int = Field(DEFAULT_TRIALS, ge=1, le=100,
-                        description="Timing trials; implementations are interleaved in each.")
-    samples: int = Field(DEFAULT_SAMPLES_PER_TRIAL, ge=3, le=1000,
-                         description="Samples per implementation, row count and mode in a trial.")
-    checks: int = Field(DEFAULT_CHECKS, ge=1, le=20,
-                        description="Correctness checks per row count, each on fresh random inputs.")
-    dtype: Literal["bfloat16", "float16"] = Field("bfloat16", description="Storage dtype.")
-    seed: int = Field(0, ge=0, description="Base seed of the random inputs.")
-    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="Per-implementation worker timeout.")
-
-    def knobs(self) -> dict[str, object]:
-        """These fields' values, as keyword arguments of another ``ScreenKnobs``."""
-        return {k: getattr(self, k) for k in ScreenKnobs.model_fields}
+# How a screen measures: each option's type, bounds, help and default declared once, here, and taken by ``kernel
+# screen`` (``ScreenConfig``) and a PoC's ``kernel`` section (``poc.config.KernelSection``), each in its own order.
+Modes = Annotated[Many[TimingMode], Field(min_length=1, description="Timing modes.")]
+Trials = Annotated[int, Field(ge=1, le=100, description="Timing trials; implementations are interleaved in each.")]
+Samples = Annotated[int, Field(ge=3, le=1000, description="Samples per implementation, row count and mode in a "
+                                                         "trial.")]
+Checks = Annotated[int, Field(ge=1, le=20, description="Correctness checks per row count, each on fresh random "
+                                                      "inputs.")]
+Dtype = Annotated[Literal["bfloat16", "float16"], Field(description="Storage dtype.")]
+Seed = Annotated[int, Field(ge=0, description="Base seed of the random inputs.")]
+WorkerTimeout = Annotated[float, Field(gt=0, description="Per-implementation worker timeout.")]
+SCREEN_KNOBS = ("modes", "trials", "samples", "checks", "dtype", "seed", "timeout_s")  # those fields' names
 
 
-class ScreenConfig(ExecutorOptions, OpOptions, ScreenKnobs):
+class ScreenConfig(ExecutorOptions, OpOptions):
     model: str = Field("Qwen/Qwen3-0.6B", description="Catalog model id, or a config.json / model folder, whose "
                                                       "hidden size, eps and layer count set the shapes.")
     rows: Many[PositiveInt] | None = Field(None, description="Row counts (tokens in flight) to screen "
@@ -83,6 +76,11 @@ class ScreenConfig(ExecutorOptions, OpOptions, ScreenKnobs):
     candidate: str | None = Field(None, description="Your kernel as path/to/file.py:function, screened as 'user'.")
     candidate_in_place: Annotated[bool | None, Parameter(negative="--candidate-out-of-place")] = Field(
         None, description="Override the candidate's declared contract (in place like vLLM, or returning the outputs).")
+    modes: Modes = TIMING_MODES
+    trials: Trials = DEFAULT_TRIALS
+    samples: Samples = DEFAULT_SAMPLES_PER_TRIAL
+    checks: Checks = DEFAULT_CHECKS
+    dtype: Dtype = "bfloat16"
     decode_step_ms: float | None = Field(None, gt=0, description="Decode step wall time for the end-to-end (Amdahl) "
                                                                  "ceiling.")
     serving_receipt: Path | None = Field(None, description="Read the decode step time from a serving receipt "
@@ -92,6 +90,8 @@ class ScreenConfig(ExecutorOptions, OpOptions, ScreenKnobs):
     serving_concurrency: int = Field(1, ge=1, description="Concurrency whose TPOT is the decode step time "
                                                           "(with --serving-receipt).")
     policy: Path | None = Field(None, description="A kernel policy file overriding the packaged thresholds.")
+    seed: Seed = 0
+    timeout_s: WorkerTimeout = DEFAULT_TIMEOUT_S
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/kernel-screen.json).")
     sign_key: Path | None = Field(None, description="Sign the receipt as it is written (an ed25519 private key from "
                                                     "`infercrane receipt keygen`); checked before anything runs.")

@@ -22,8 +22,8 @@
       stand_in: true                # serve an offline stand-in of the model (exact config, dummy weights)
 
 The sections take the options of the commands they run, declared once there: ``kernel`` the screen's operator and
-measuring options (``kernels.config.OpChoice``, ``ScreenKnobs``: ``modes``, ``trials``, ``samples``, ``checks``,
-``dtype``, ``seed``, ``timeout_s``); the A/B sections the plan and load options of ``serve ab`` (``runs``, ``order``,
+measuring options (``kernels.config``: ``OpChoice``, and ``modes``, ``trials``, ``samples``, ``checks``,
+``dtype``, ``seed``, ``timeout_s`` with their types, bounds and defaults); the A/B sections the plan and load options of ``serve ab`` (``runs``, ``order``,
 ``concurrency``, ``request_count``, ``requests_per_slot``, ``min_requests``, and under AIPerf's names ``request_rate``,
 ``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.PlanOptions``); and ``serving`` the engine and
 server options (``stand_in``, ``drivers``, ``startup_timeout_s``, ``tokenizer``, ``api_key``, ``headers``:
@@ -43,7 +43,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from ..errors import InputError
-from ..kernels.config import OpChoice, ScreenKnobs
+from ..decide.policy import TIMING_MODES
+from ..kernels.config import (
+    DEFAULT_CHECKS, DEFAULT_SAMPLES_PER_TRIAL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, SCREEN_KNOBS, Checks, Dtype, Modes,
+    OpChoice, Samples, Seed, Trials, WorkerTimeout,
+)
 from ..serving.config import EngineOptions, PlanOptions
 from .gpus import KNOWN_GPU_TYPES
 
@@ -52,9 +56,9 @@ CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
 
 
-class KernelSection(OpChoice, ScreenKnobs):
+class KernelSection(OpChoice):
     """The kernel screen: ``infercrane kernel screen`` with these options (see ``infercrane kernel list``; the
-    operator and how the screen measures are ``kernel screen``'s own fields, ``OpChoice`` and ``ScreenKnobs``)."""
+    operator and how the screen measures are declared with ``kernel screen``'s: ``OpChoice``, ``Trials``, ...)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -62,7 +66,18 @@ class KernelSection(OpChoice, ScreenKnobs):
     baselines: list[str] = Field(min_length=1, description="baselines they are timed against; every baseline the "
                                                            "kernel policy counts must be among them")
     rows: list[PositiveInt] | None = Field(None, min_length=1, description="row counts (default: the op's)")
+    trials: Trials = DEFAULT_TRIALS
+    samples: Samples = DEFAULT_SAMPLES_PER_TRIAL
+    checks: Checks = DEFAULT_CHECKS
+    modes: Modes = TIMING_MODES
+    dtype: Dtype = "bfloat16"
     policy: str | None = Field(None, description="a kernel policy file (default: the packaged one)")
+    seed: Seed = 0
+    timeout_s: WorkerTimeout = DEFAULT_TIMEOUT_S
+
+    def knobs(self) -> dict[str, object]:
+        """How the screen measures, as ``ScreenConfig``'s keyword arguments."""
+        return {k: getattr(self, k) for k in SCREEN_KNOBS}
 
     @model_validator(mode="after")
     def _known_implementations(self) -> "KernelSection":

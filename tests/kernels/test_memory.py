@@ -17,13 +17,17 @@ GiB = 1024**3
 
 @dataclass(frozen=True)
 class FakeSpec:
-    """The three things the count reads, as fused residual-add + RMSNorm has them (4 row tensors + the weight)."""
+    """The things the count reads, as fused residual-add + RMSNorm has them (4 row tensors + the weight)."""
 
     hidden_size: int = 1024
     dtype_bytes: int = 2
+    ROW_TENSORS = ("x", "residual")
 
     def bytes_moved(self, rows: int) -> int:
         return rows * self.hidden_size * self.dtype_bytes * 4 + self.hidden_size * self.dtype_bytes
+
+    def tensor_shape(self, name: str, rows: int) -> tuple[int, ...]:
+        return (rows, self.hidden_size)
 
 
 def _parts(needs: list) -> dict[str, dict[str, int]]:
