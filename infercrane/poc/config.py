@@ -25,9 +25,9 @@ The sections take the options of the commands they run, declared once there: ``k
 measuring options (``kernels.config``: ``OpChoice``, and ``modes``, ``trials``, ``samples``, ``checks``,
 ``dtype``, ``seed``, ``timeout_s`` with their types, bounds and defaults); the A/B sections the plan and load options of ``serve ab`` (``runs``, ``order``,
 ``concurrency``, ``request_count``, ``requests_per_slot``, ``min_requests``, and under AIPerf's names ``request_rate``,
-``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.PlanOptions``); and ``serving`` the engine and
-server options (``stand_in``, ``drivers``, ``startup_timeout_s``, ``tokenizer``, ``api_key``, ``headers``:
-``serving.config.EngineOptions``). ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items.
+``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.LoadOptions``); and ``serving`` the engine and
+server options (``stand_in``, ``drivers``, ``startup_timeout_s``, and ``tokenizer``, ``api_key``, ``headers``:
+``serving.config.ServerOptions``), each declared once in ``serving.config``. ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items.
 The PoC receipt records the config with the API key and the header values redacted.
 
 Every other field is declared once below, with its type, bounds and default. Recipes,
@@ -48,7 +48,11 @@ from ..kernels.config import (
     DEFAULT_CHECKS, DEFAULT_SAMPLES_PER_TRIAL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, SCREEN_KNOBS, Checks, Dtype, Modes,
     OpChoice, Samples, Seed, Trials, WorkerTimeout,
 )
-from ..serving.config import EngineOptions, PlanOptions
+from ..serving.config import (
+    DEFAULT_DRIVERS, Concurrency, Drivers, LoadOptions, MinRequests, Order, RequestCount, RequestsPerSlot, Runs,
+    ServerOptions, StandIn, StartupTimeout, plan_overrides,
+)
+from ..serving.engine_kinds import STARTUP_TIMEOUT_S
 from .gpus import KNOWN_GPU_TYPES
 
 POC_CONFIG_SCHEMA = "infercrane.poc-config/v1"
@@ -96,15 +100,21 @@ class KernelSection(OpChoice):
         return self
 
 
-class ABSection(PlanOptions):
-    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (``PlanOptions``: the
-    plan and load options of ``serve ab``, declared there)."""
+class ABSection(LoadOptions):
+    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (the plan options
+    and, as ``LoadOptions``, the load options of ``serve ab``, declared in ``serving.config``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     recipes: list[str] = Field(min_length=2, max_length=2, description="[A, B]: the baseline recipe, then the "
                                                                        "candidate (shipped names or YAML files)")
     workload: str = Field(description="workload preset or YAML file")
+    runs: Runs = None
+    order: Order = None
+    concurrency: Concurrency = None
+    request_count: RequestCount = None
+    requests_per_slot: RequestsPerSlot = None
+    min_requests: MinRequests = None
     window_s: float | None = Field(None, gt=0, description="seconds of load per window instead of the workload's "
                                                            "request counts (AIPerf only)")
     warmup_s: float | None = Field(None, gt=0, description="seconds of warm-up before a block's first window "
@@ -121,17 +131,20 @@ class ABSection(PlanOptions):
 
     def workload_overrides(self) -> dict[str, Any]:
         pairs = {"window_s": self.window_s, "warmup_s": self.warmup_s, "warmup_requests": self.warmup_requests}
-        return super().workload_overrides() | {k: v for k, v in pairs.items() if v is not None}
+        return plan_overrides(self) | {k: v for k, v in pairs.items() if v is not None}
 
 
-class ServingSection(EngineOptions):
-    """What both A/Bs share (``EngineOptions``: the stand-in, the drivers, the start-up limit, the drivers' tokenizer,
-    the API key and headers, as ``serve ab`` takes them)."""
+class ServingSection(ServerOptions):
+    """What both A/Bs share: the stand-in, the drivers, the start-up limit and (``ServerOptions``) the drivers'
+    tokenizer, the API key and headers, declared with ``serve ab``'s in ``serving.config``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    stand_in: StandIn = False
+    drivers: Drivers = DEFAULT_DRIVERS
     policy: str | None = Field(None, description="a serving policy file (default: the packaged one; a relative path "
                                                  "is read from the config file's folder)")
+    startup_timeout_s: StartupTimeout = STARTUP_TIMEOUT_S
     coresident: bool = Field(False, description="both arms' engines up at once on the one GPU, each with half of "
                                                 "vLLM's default memory share, so an A/B restarts no engine")
 

@@ -7,10 +7,9 @@ the receipt.
 Groups of options shared with the PoC config (``poc/config.py``), declared here only: ``LoadOptions`` (what each
 request sends and how requests arrive, named as AIPerf names them: ``--request-rate``, ``--arrival-pattern``, ``--isl``,
 ``--osl``, ``--extra-inputs``; overrides of the workload, so the receipt records them with it and both arms get the
-same) within ``PlanOptions`` (``--runs``, ``--order``, ``--concurrency``, request counts), which a PoC's ``paired`` and
+same) with the plan options (``Runs``, ``Order``, ``Concurrency``, the request counts), which a PoC's ``paired`` and
 ``public`` sections take; and ``ServerOptions`` (how to reach the servers: ``--tokenizer``, ``--api-key``,
-``--header``) within ``EngineOptions`` (``--stand-in``, ``--drivers``, ``--startup-timeout-s``), which its ``serving``
-section takes. Secrets: ``--api-key`` and the header values are never written: every dump of these models (the
+``--header``) with ``StandIn``, ``Drivers`` and ``StartupTimeout``, which its ``serving`` section takes. Secrets: ``--api-key`` and the header values are never written: every dump of these models (the
 receipt's recorded options, the PoC receipt's config) shows ``<redacted>`` in their place.
 """
 from __future__ import annotations
@@ -20,7 +19,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from cyclopts import Group, Parameter
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator,
+)
 
 from ..options import Many, flag
 from .engine_kinds import STARTUP_TIMEOUT_S
@@ -211,55 +212,45 @@ class ServerOptions(BaseModel):
                 if v is not None}
 
 
-class PlanOptions(LoadOptions):
-    """How many runs, in what order, at which points, of how many requests: overrides of the workload that ``serve ab``
-    / ``serve bench`` and a PoC's ``paired`` / ``public`` sections both take (``workload_overrides``), declared once."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    runs: int | None = Field(None, ge=RUNS_RANGE[0], le=RUNS_RANGE[1],
-                             description="Runs per arm, 3 to 100 (workload default: 5).")
-    order: Literal["sequential", "interleaved", "sandwich"] | None = Field(None, description="Arm order (workload "
-                                                                                              "default: sandwich).")
-    concurrency: Many[PositiveInt] | None = Field(None, min_length=1,
-                                                  description="Concurrency points (workload default).")
-    request_count: int | None = Field(None, ge=1, description="Requests per point (default derived per point).")
-    requests_per_slot: int | None = Field(None, ge=1, description="Derived request count: requests per "
-                                                                  "concurrency slot.")
-    min_requests: int | None = Field(None, ge=1, description="Derived request count: at least this many per point.")
-
-    def workload_overrides(self) -> dict[str, Any]:
-        """The workload fields these options replace, the load options' among them."""
-        pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,
-                 "requests_per_slot": self.requests_per_slot, "min_requests": self.min_requests,
-                 "concurrency": list(self.concurrency) if self.concurrency else None}
-        return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()
+def _distinct_drivers(value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        raise ValueError("no driver given; give aiperf and/or vllm-bench")
+    if len(set(value)) != len(value):
+        raise ValueError(f"drivers repeat ({','.join(value)}); give each once")
+    return value
 
 
-class EngineOptions(ServerOptions):
-    """What engines serve and what drives them: ``serve ab`` / ``serve bench`` and a PoC's ``serving`` section both
-    take these (with the server options), declared once."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    stand_in: bool = Field(False, description="Serve an offline stand-in of the recipes' model (exact config, local "
-                                              "tokenizer, --load-format dummy), written under runs/stand-ins/.")
-    drivers: Many[Literal["aiperf", "vllm-bench"]] = Field(
-        ("aiperf",), description="Load generators, each run at every point on the same engine; the first is primary.")
-    startup_timeout_s: float = Field(STARTUP_TIMEOUT_S, gt=0,
-                                     description="Engine start-up limit (health + first completion).")
-
-    @field_validator("drivers")
-    @classmethod
-    def _distinct_drivers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value:
-            raise ValueError("no driver given; give aiperf and/or vllm-bench")
-        if len(set(value)) != len(value):
-            raise ValueError(f"drivers repeat ({','.join(value)}); give each once")
-        return value
+# The plan and engine options ``serve ab`` / ``serve bench`` and a PoC's sections share: each one's type, bounds,
+# help and default declared once, here, and taken by ``ServeConfig`` and ``poc.config`` each in its own order.
+Runs = Annotated[int | None, Field(ge=RUNS_RANGE[0], le=RUNS_RANGE[1],
+                                   description="Runs per arm, 3 to 100 (workload default: 5).")]
+Order = Annotated[Literal["sequential", "interleaved", "sandwich"] | None,
+                  Field(description="Arm order (workload default: sandwich).")]
+Concurrency = Annotated[Many[PositiveInt] | None, Field(min_length=1,
+                                                        description="Concurrency points (workload default).")]
+RequestCount = Annotated[int | None, Field(ge=1, description="Requests per point (default derived per point).")]
+RequestsPerSlot = Annotated[int | None, Field(ge=1, description="Derived request count: requests per concurrency "
+                                                                "slot.")]
+MinRequests = Annotated[int | None, Field(ge=1, description="Derived request count: at least this many per point.")]
+StandIn = Annotated[bool, Field(description="Serve an offline stand-in of the recipes' model (exact config, local "
+                                            "tokenizer, --load-format dummy), written under runs/stand-ins/.")]
+Drivers = Annotated[Many[Literal["aiperf", "vllm-bench"]], AfterValidator(_distinct_drivers),
+                    Field(description="Load generators, each run at every point on the same engine; the first is "
+                                      "primary.")]
+StartupTimeout = Annotated[float, Field(gt=0, description="Engine start-up limit (health + first completion).")]
+DEFAULT_DRIVERS: tuple[str, ...] = ("aiperf",)
 
 
-class ServeConfig(EngineOptions, PlanOptions):
+def plan_overrides(options: Any) -> dict[str, Any]:
+    """The workload fields the plan options of ``options`` (``runs``, ``order``, ``concurrency``, the request
+    counts) and its load options replace."""
+    pairs = {"runs_per_arm": options.runs, "arm_order": options.order, "request_count": options.request_count,
+             "requests_per_slot": options.requests_per_slot, "min_requests": options.min_requests,
+             "concurrency": list(options.concurrency) if options.concurrency else None}
+    return {k: v for k, v in pairs.items() if v is not None} | options.load_overrides()
+
+
+class ServeConfig(ServerOptions, LoadOptions):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str | None = Field(None, description="Workload preset (quick, seed-paired, public-1000; see `infercrane "
@@ -268,7 +259,16 @@ class ServeConfig(EngineOptions, PlanOptions):
                                                    + ".")
     model: str | None = Field(None, description="Serve this model instead of the recipes' (a catalog id, "
                                                      "see `infercrane model list`, or a local model folder).")
+    stand_in: StandIn = False
+    drivers: Drivers = DEFAULT_DRIVERS
+    runs: Runs = None
+    order: Order = None
+    concurrency: Concurrency = None
+    request_count: RequestCount = None
+    requests_per_slot: RequestsPerSlot = None
+    min_requests: MinRequests = None
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
+    startup_timeout_s: StartupTimeout = STARTUP_TIMEOUT_S
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
     sign_key: Path | None = Field(None, description="Sign the receipt each time it is written (an ed25519 private key "
                                                     "from `infercrane receipt keygen`); checked before anything runs.")
@@ -319,6 +319,9 @@ class ServeConfig(EngineOptions, PlanOptions):
     def workload_for(self, kind: str) -> str:
         """The workload to run: ``--workload``, or the command's default (``DEFAULT_WORKLOAD``)."""
         return self.workload or DEFAULT_WORKLOAD[kind]
+
+    def workload_overrides(self) -> dict[str, Any]:
+        return plan_overrides(self)
 
 
 class ApplyConfig(BaseModel):
