@@ -7,26 +7,30 @@ An op's ``baselines.py`` writes its eager function and binds it (``BASELINES = B
 InferCrane's kernels live in sibling modules of the op that are imported by module path only when probed or loaded,
 so a module that is missing or broken shows as "skipped: <reason>". An op whose implementations differ writes its own
 listing of ``op.Implementation``.
+
+What their kernels share sits next to this module: ``cuda_rowwise.py`` (configuration, compile and launch) with
+``rowwise.cuh`` (device code) for the handwritten CUDA kernels, ``triton_rowwise.py`` (availability, configuration,
+compile and launch) with ``_triton_rowwise_source.py`` (device helpers) for the Triton kernels.
 """
 from __future__ import annotations
 
 import functools
 import importlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
 
 from infercrane.kernels.op import Implementation
-from infercrane.kernels.ops import vllm_lib
+from infercrane.kernels.ops import triton_rowwise, vllm_lib
 from infercrane.kernels.ops.compile_per_shape import PerShapeCompiled, describe_torch_compile, torch_compile_available
+from infercrane.kernels.ops.nvrtc import torch_sees_cuda
 
 STANDARD_KEYS: tuple[str, ...] = ("eager", "torch_compile", "vllm_vendor", "triton", "cuda")
 
 
 def torch_importable() -> tuple[bool, str]:
     try:
-        import torch  # noqa: F401  (importable is all that is asked)
+        importlib.import_module("torch")  # importable is all that is asked
     except Exception as e:
         return False, f"torch is not importable: {type(e).__name__}: {e}"
     return True, ""
@@ -102,13 +106,8 @@ def cuda_available(package: str, attr: str) -> Callable[[], tuple[bool, str]]:
     """The handwritten kernel compiles with NVRTC and launches through CuPy: it needs a device, whatever the module
     says."""
     def available() -> tuple[bool, str]:
-        try:
-            import torch
-        except Exception as e:
-            return False, f"torch is not importable: {type(e).__name__}: {e}"
-        if not torch.cuda.is_available():
-            return False, "no GPU: the handwritten CUDA kernel (NVRTC via CuPy) runs on a CUDA device only"
-        return module_available(package, "cuda_kernel", attr)()
+        ok, why_not = torch_sees_cuda("no GPU: the handwritten CUDA kernel (NVRTC via CuPy) runs on a CUDA device only")
+        return module_available(package, "cuda_kernel", attr)() if ok else (False, why_not)
 
     return available
 
@@ -118,7 +117,7 @@ def cuda_only() -> tuple[bool, str]:
 
 
 def triton_on_cpu() -> tuple[bool, str]:
-    if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
+    if triton_rowwise.interpret():
         return True, ""
     return False, "functional run on CPU tensors: Triton runs on CPU only under TRITON_INTERPRET=1"
 
