@@ -24,8 +24,34 @@ from infercrane.kernels.op import Implementation
 from infercrane.kernels.ops import triton_rowwise, vllm_lib
 from infercrane.kernels.ops.compile_per_shape import PerShapeCompiled, describe_torch_compile, torch_compile_available
 from infercrane.kernels.ops.nvrtc import torch_sees_cuda
+from infercrane.receipts.screen_result import Tolerance
 
 STANDARD_KEYS: tuple[str, ...] = ("eager", "torch_compile", "vllm_vendor", "triton", "cuda")
+# Row counts (tokens in flight) a row-wise norm is screened at: decode-sized batches by default, and the
+# memory-bandwidth regime on request. An op's spec.py names them as its DEFAULT_ROWS and BANDWIDTH_ROWS.
+DEFAULT_ROWS: tuple[int, ...] = (1, 8, 32, 128, 512)
+BANDWIDTH_ROWS: tuple[int, ...] = (2048, 8192, 32768)
+
+
+def norm_tolerances(roundings: int, bf16_bound: str, fp16_bound: str) -> dict[str, Tolerance]:
+    """The row-wise norms' tolerances, one rule for each (u = unit roundoff of the storage dtype; bf16 keeps 8
+    significant bits, u = 2^-8; fp16 u = 2^-11). A kernel that computes in float32 rounds the stored output once
+    (<= u relative); vLLM's CUDA kernels and their native paths round intermediates too, ``roundings`` times in all
+    for the op (<= ``bf16_bound`` and ``fp16_bound`` relative, as the op derives them). rtol is two ulps (bf16
+    1.6e-2, 2 * 2^-7 ... 2^-6; fp16 2e-3, ~4u), which leaves headroom without admitting a wrong kernel. atol: where
+    ``ref`` is near 0 (weight near 0, or cancellation) the rounding error of the intermediates (magnitude ~
+    rms(out)) is absolute, so atol = scale * rms(ref). fp32: no storage rounding; reduction order only."""
+    return {
+        "bfloat16": Tolerance(dtype="bfloat16", rtol=1.6e-2, atol_scale=1e-2,
+                              derivation=f"bf16 u=2^-8; up to {roundings} roundings in vLLM-style kernels "
+                                         f"(<={bf16_bound}); rtol = 2 ulp = 1.6e-2; atol = 1e-2 * rms(ref) for "
+                                         "near-zero elements"),
+        "float16": Tolerance(dtype="float16", rtol=2e-3, atol_scale=1e-3,
+                             derivation=f"fp16 u=2^-11; up to {roundings} roundings (<={fp16_bound}); rtol = 2e-3; "
+                                        "atol = 1e-3 * rms(ref)"),
+        "float32": Tolerance(dtype="float32", rtol=1e-5, atol_scale=1e-5,
+                             derivation="fp32: reduction order only; rtol = 1e-5; atol = 1e-5 * rms(ref)"),
+    }
 
 
 def torch_importable() -> tuple[bool, str]:
