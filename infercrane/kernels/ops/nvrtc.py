@@ -51,12 +51,18 @@ def cupy_device_available() -> tuple[bool, str]:
         return False, f"no usable CUDA driver/device for CuPy: {type(e).__name__}: {e}"
     if n < 1:
         return False, "no CUDA device present"
+    return torch_sees_cuda("torch sees no CUDA device (the kernel launches on torch's current stream)")
+
+
+def torch_sees_cuda(no_device: str) -> tuple[bool, str]:
+    """(True, "") when torch imports and sees a CUDA device; otherwise (False, why): ``no_device`` when it sees
+    none."""
     try:
         import torch
     except Exception as e:
         return False, f"torch is not importable: {type(e).__name__}: {e}"
     if not torch.cuda.is_available():
-        return False, "torch sees no CUDA device (the kernel launches on torch's current stream)"
+        return False, no_device
     return True, ""
 
 

@@ -7,26 +7,56 @@ An op's ``baselines.py`` writes its eager function and binds it (``BASELINES = B
 InferCrane's kernels live in sibling modules of the op that are imported by module path only when probed or loaded,
 so a module that is missing or broken shows as "skipped: <reason>". An op whose implementations differ writes its own
 listing of ``op.Implementation``.
+
+What their kernels share sits next to this module: ``cuda_rowwise.py`` (configuration, compile and launch) with
+``rowwise.cuh`` (device code) for the handwritten CUDA kernels, ``triton_rowwise.py`` (availability, configuration,
+compile and launch) with ``_triton_rowwise_source.py`` (device helpers) for the Triton kernels.
 """
 from __future__ import annotations
 
 import functools
 import importlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
 
 from infercrane.kernels.op import Implementation
-from infercrane.kernels.ops import vllm_lib
+from infercrane.kernels.ops import triton_rowwise, vllm_lib
 from infercrane.kernels.ops.compile_per_shape import PerShapeCompiled, describe_torch_compile, torch_compile_available
+from infercrane.kernels.ops.nvrtc import torch_sees_cuda
+from infercrane.receipts.screen_result import Tolerance
 
 STANDARD_KEYS: tuple[str, ...] = ("eager", "torch_compile", "vllm_vendor", "triton", "cuda")
+# Row counts (tokens in flight) a row-wise norm is screened at: decode-sized batches by default, and the
+# memory-bandwidth regime on request. An op's spec.py names them as its DEFAULT_ROWS and BANDWIDTH_ROWS.
+DEFAULT_ROWS: tuple[int, ...] = (1, 8, 32, 128, 512)
+BANDWIDTH_ROWS: tuple[int, ...] = (2048, 8192, 32768)
+
+
+def norm_tolerances(roundings: int, bf16_bound: str, fp16_bound: str) -> dict[str, Tolerance]:
+    """The row-wise norms' tolerances, one rule for each (u = unit roundoff of the storage dtype; bf16 keeps 8
+    significant bits, u = 2^-8; fp16 u = 2^-11). A kernel that computes in float32 rounds the stored output once
+    (<= u relative); vLLM's CUDA kernels and their native paths round intermediates too, ``roundings`` times in all
+    for the op (<= ``bf16_bound`` and ``fp16_bound`` relative, as the op derives them). rtol is two ulps (bf16
+    1.6e-2, 2 * 2^-7 ... 2^-6; fp16 2e-3, ~4u), which leaves headroom without admitting a wrong kernel. atol: where
+    ``ref`` is near 0 (weight near 0, or cancellation) the rounding error of the intermediates (magnitude ~
+    rms(out)) is absolute, so atol = scale * rms(ref). fp32: no storage rounding; reduction order only."""
+    return {
+        "bfloat16": Tolerance(dtype="bfloat16", rtol=1.6e-2, atol_scale=1e-2,
+                              derivation=f"bf16 u=2^-8; up to {roundings} roundings in vLLM-style kernels "
+                                         f"(<={bf16_bound}); rtol = 2 ulp = 1.6e-2; atol = 1e-2 * rms(ref) for "
+                                         "near-zero elements"),
+        "float16": Tolerance(dtype="float16", rtol=2e-3, atol_scale=1e-3,
+                             derivation=f"fp16 u=2^-11; up to {roundings} roundings (<={fp16_bound}); rtol = 2e-3; "
+                                        "atol = 1e-3 * rms(ref)"),
+        "float32": Tolerance(dtype="float32", rtol=1e-5, atol_scale=1e-5,
+                             derivation="fp32: reduction order only; rtol = 1e-5; atol = 1e-5 * rms(ref)"),
+    }
 
 
 def torch_importable() -> tuple[bool, str]:
     try:
-        import torch  # noqa: F401  (importable is all that is asked)
+        importlib.import_module("torch")  # importable is all that is asked
     except Exception as e:
         return False, f"torch is not importable: {type(e).__name__}: {e}"
     return True, ""
@@ -102,13 +132,8 @@ def cuda_available(package: str, attr: str) -> Callable[[], tuple[bool, str]]:
     """The handwritten kernel compiles with NVRTC and launches through CuPy: it needs a device, whatever the module
     says."""
     def available() -> tuple[bool, str]:
-        try:
-            import torch
-        except Exception as e:
-            return False, f"torch is not importable: {type(e).__name__}: {e}"
-        if not torch.cuda.is_available():
-            return False, "no GPU: the handwritten CUDA kernel (NVRTC via CuPy) runs on a CUDA device only"
-        return module_available(package, "cuda_kernel", attr)()
+        ok, why_not = torch_sees_cuda("no GPU: the handwritten CUDA kernel (NVRTC via CuPy) runs on a CUDA device only")
+        return module_available(package, "cuda_kernel", attr)() if ok else (False, why_not)
 
     return available
 
@@ -118,7 +143,7 @@ def cuda_only() -> tuple[bool, str]:
 
 
 def triton_on_cpu() -> tuple[bool, str]:
-    if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
+    if triton_rowwise.interpret():
         return True, ""
     return False, "functional run on CPU tensors: Triton runs on CPU only under TRITON_INTERPRET=1"
 

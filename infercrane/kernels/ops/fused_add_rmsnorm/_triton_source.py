@@ -4,39 +4,26 @@ This module imports Triton at the top, so only ``triton_kernel.py`` imports it, 
 launch. The bodies stay undecorated here: ``triton_kernel`` wraps them with ``triton.jit`` per mode
 (compiled, or the CPU interpreter under ``TRITON_INTERPRET=1``), so a process can use both modes.
 
-Numerics (both bodies): load bf16/fp16, add in float32, round the sum once to the storage dtype and
-store it as the new residual; that rounded value is what is normalized, in float32; multiply by the
-weight in float32; round once on the store of ``out`` into ``x``.
-
-Rounding to bf16 is round-to-nearest-even. Compiled, ``.to(tl.bfloat16)`` is ``cvt.rn``. Triton's CPU
-interpreter truncates on that cast instead, so ``ROUND_BY_BITS`` (set for bf16 under the interpreter,
-or on request) rounds with integer arithmetic: ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``, exact
-RNE for finite values, the same result as ``cvt.rn``.
-
-Sums are ``tl.reduce(..., tl.standard._sum_combine)``, which is what ``tl.sum`` expands to for float32. Called
-directly, they run in the interpreter however Triton was first imported: ``tl.sum`` itself is a jitted
-function whose interpreted form exists only if ``TRITON_INTERPRET=1`` was set before ``triton.language``
-was first imported; the interpreter recognizes ``_sum_combine`` and reduces with numpy.
+Numerics (both bodies; the row-wise kernels' shared helpers, their rounding and sums:
+``infercrane.kernels.ops._triton_rowwise_source``): load bf16/fp16, add in float32, round the sum once to the
+storage dtype and store it as the new residual; that rounded value is what is normalized, in float32; multiply by
+the weight in float32; round once on the store of ``out`` into ``x``.
 """
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda  # gdc_wait / gdc_launch_dependents (Triton >= 3.4)
 
+from infercrane.kernels.ops._triton_rowwise_source import (
+    inverse_rms,
+    normalize_chunk,
+    round_to_storage,
+    row_start,
+    row_tile,
+)
 
-def fused_add_rmsnorm_rows(
-    x_ptr,
-    res_ptr,
-    w_ptr,
-    n_rows,
-    eps,
-    HIDDEN: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-    MASKED: tl.constexpr,
-    INT64: tl.constexpr,
-    ROUND_BY_BITS: tl.constexpr,
-    PDL: tl.constexpr = False,
-    EVICT: tl.constexpr = False,
-):
+
+def fused_add_rmsnorm_rows(x_ptr, res_ptr, w_ptr, n_rows, eps, HIDDEN: tl.constexpr, BLOCK_N: tl.constexpr,
+                           ROWS: tl.constexpr, MASKED: tl.constexpr, INT64: tl.constexpr,
+                           ROUND_BY_BITS: tl.constexpr, PDL: tl.constexpr = False, EVICT: tl.constexpr = False):
     """One program owns ``ROWS`` whole rows held in registers: one global read of x and residual each.
 
     ``BLOCK_N`` is the next power of two >= ``HIDDEN``; columns past ``HIDDEN`` are masked. ``HIDDEN``
@@ -52,12 +39,7 @@ def fused_add_rmsnorm_rows(
     ``EVICT``: x and residual stream through L2 (``evict_first``), the weight, read by every program, stays
     (``evict_last``): for row counts whose activations do not fit in L2.
     """
-    pid = tl.program_id(0)
-    rows = pid * ROWS + tl.arange(0, ROWS)
-    if INT64:
-        rows = rows.to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
-    offs = rows[:, None] * HIDDEN + cols[None, :]
+    rows, cols, offs = row_tile(ROWS, BLOCK_N, HIDDEN, INT64)
     if PDL:
         tl_cuda.gdc_wait()
         tl_cuda.gdc_launch_dependents()
@@ -75,37 +57,17 @@ def fused_add_rmsnorm_rows(
         r = tl.load(res_ptr + offs, eviction_policy="evict_first" if EVICT else "")
 
     summed = x.to(tl.float32) + r.to(tl.float32)
-    if ROUND_BY_BITS:
-        bits = summed.to(tl.uint32, bitcast=True)
-        bits = bits + 0x7FFF + ((bits >> 16) & 1)
-        summed = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        summed = summed.to(x_ptr.dtype.element_ty)
+    summed = round_to_storage(summed, x_ptr, ROUND_BY_BITS)
     tl.store(res_ptr + offs, summed, mask=mask)
     s = summed.to(tl.float32)
-    mean_sq = tl.reduce(s * s, 1, tl.standard._sum_combine) / HIDDEN
-    inv_rms = tl.math.rsqrt(mean_sq + eps)
+    inv_rms = inverse_rms(s * s, 1, HIDDEN, eps)
     out = s * inv_rms[:, None] * w.to(tl.float32)[None, :]
-    if ROUND_BY_BITS:
-        bits = out.to(tl.uint32, bitcast=True)
-        bits = bits + 0x7FFF + ((bits >> 16) & 1)
-        out = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        out = out.to(x_ptr.dtype.element_ty)
+    out = round_to_storage(out, x_ptr, ROUND_BY_BITS)
     tl.store(x_ptr + offs, out, mask=mask)
 
 
-def fused_add_rmsnorm_chunked(
-    x_ptr,
-    res_ptr,
-    w_ptr,
-    n_rows,
-    eps,
-    HIDDEN: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    INT64: tl.constexpr,
-    ROUND_BY_BITS: tl.constexpr,
-):
+def fused_add_rmsnorm_chunked(x_ptr, res_ptr, w_ptr, n_rows, eps, HIDDEN: tl.constexpr, BLOCK_N: tl.constexpr,
+                              INT64: tl.constexpr, ROUND_BY_BITS: tl.constexpr):
     """One program per row, for rows too wide for registers: two passes over ``BLOCK_N`` chunks.
 
     Pass 1 reads x and residual, stores the rounded sum as the new residual and accumulates the sum
@@ -113,10 +75,7 @@ def fused_add_rmsnorm_chunked(
     passes use one layout), normalizes and stores ``out``. That re-read is the price of a row that
     does not fit in registers: 5 row transfers instead of 4.
     """
-    row = tl.program_id(0)
-    if INT64:
-        row = row.to(tl.int64)
-    base = row * HIDDEN
+    base = row_start(HIDDEN, INT64)
     cols = tl.arange(0, BLOCK_N)
     acc = tl.full([BLOCK_N], 0.0, tl.float32)
     for start in range(0, HIDDEN, BLOCK_N):
@@ -125,27 +84,11 @@ def fused_add_rmsnorm_chunked(
         x = tl.load(x_ptr + base + c, mask=m, other=0.0)
         r = tl.load(res_ptr + base + c, mask=m, other=0.0)
         summed = x.to(tl.float32) + r.to(tl.float32)
-        if ROUND_BY_BITS:
-            bits = summed.to(tl.uint32, bitcast=True)
-            bits = bits + 0x7FFF + ((bits >> 16) & 1)
-            summed = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-        else:
-            summed = summed.to(x_ptr.dtype.element_ty)
+        summed = round_to_storage(summed, x_ptr, ROUND_BY_BITS)
         tl.store(res_ptr + base + c, summed, mask=m)
         s = summed.to(tl.float32)
         acc += s * s
-    inv_rms = tl.math.rsqrt(tl.reduce(acc, 0, tl.standard._sum_combine) / HIDDEN + eps)
+    inv_rms = inverse_rms(acc, 0, HIDDEN, eps)
     tl.debug_barrier()
     for start in range(0, HIDDEN, BLOCK_N):
-        c = start + cols
-        m = c < HIDDEN
-        s = tl.load(res_ptr + base + c, mask=m, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
-        out = s * inv_rms * w
-        if ROUND_BY_BITS:
-            bits = out.to(tl.uint32, bitcast=True)
-            bits = bits + 0x7FFF + ((bits >> 16) & 1)
-            out = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-        else:
-            out = out.to(x_ptr.dtype.element_ty)
-        tl.store(x_ptr + base + c, out, mask=m)
+        normalize_chunk(res_ptr, w_ptr, x_ptr, base, start + cols, inv_rms, HIDDEN, ROUND_BY_BITS)

@@ -15,34 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from infercrane.kernels.op import DTYPE_BYTES, Contract, OpSpec, generator, normal
+from infercrane.kernels.ops.rowwise import BANDWIDTH_ROWS, DEFAULT_ROWS, norm_tolerances
 from infercrane.receipts.screen_result import Tolerance
 
 OPERATOR = "fused residual-add + RMSNorm"
 OP_NAME = "fused_add_rmsnorm"
-DEFAULT_ROWS: tuple[int, ...] = (1, 8, 32, 128, 512)
-BANDWIDTH_ROWS: tuple[int, ...] = (2048, 8192, 32768)
 # Decode-step calls per transformer layer: the residual add before attention and before the MLP each go
 # through one fused add+RMSNorm (the first layer's first norm has no residual yet, so this is "about 2").
 CALLS_PER_LAYER = 2
 
-# Tolerances are data. Derivations (u = unit roundoff of the storage dtype; bf16 keeps 8 significant bits, u = 2^-8):
-# * bf16: a kernel that computes in float32 rounds the stored output once (<= u relative); vLLM's CUDA kernel and
-#   its native path round the normalized value before multiplying by the weight and round the product again, so
-#   |err| <= ~3u = 1.2e-2 relative. rtol = 1.6e-2 (two bf16 ulps, 2 * 2^-7 ... 2^-6) leaves headroom without
-#   admitting a wrong kernel. atol: where ``ref`` is near 0 (weight near 0, or cancellation) the rounding error of
-#   the intermediates (magnitude ~ rms(out)) is absolute, so atol = 1e-2 * rms(ref). The new residual is one rounded
-#   sum; the oracle rounds it the same way, so it normally matches exactly and is held to the same rule.
-# * fp16 (u = 2^-11): the same reasoning, rtol = 2e-3 (~4u), atol = 1e-3 * rms(ref).
-# * fp32: no storage rounding; reduction order only: rtol = 1e-5, atol = 1e-5 * rms(ref).
-TOLERANCES: dict[str, Tolerance] = {
-    "bfloat16": Tolerance(dtype="bfloat16", rtol=1.6e-2, atol_scale=1e-2,
-                          derivation="bf16 u=2^-8; up to 3 roundings in vLLM-style kernels (<=1.2e-2); "
-                                     "rtol = 2 ulp = 1.6e-2; atol = 1e-2 * rms(ref) for near-zero elements"),
-    "float16": Tolerance(dtype="float16", rtol=2e-3, atol_scale=1e-3,
-                         derivation="fp16 u=2^-11; up to 3 roundings (<=1.5e-3); rtol = 2e-3; atol = 1e-3 * rms(ref)"),
-    "float32": Tolerance(dtype="float32", rtol=1e-5, atol_scale=1e-5,
-                         derivation="fp32: reduction order only; rtol = 1e-5; atol = 1e-5 * rms(ref)"),
-}
+# Tolerances are data, by the row-wise norms' rule (``rowwise.norm_tolerances``). vLLM's CUDA kernel and its native
+# path round the normalized value before multiplying by the weight and round the product again: with the stored
+# output, up to 3 roundings, |err| <= ~3u (bf16 1.2e-2, fp16 1.5e-3 relative). The new residual is one rounded sum;
+# the oracle rounds it the same way, so it normally matches exactly and is held to the same rule.
+TOLERANCES: dict[str, Tolerance] = norm_tolerances(3, "1.2e-2", "1.5e-3")
 
 
 @dataclass(frozen=True)
@@ -51,14 +37,16 @@ class FusedAddRMSNormSpec(OpSpec):
 
     rows: tuple[int, ...] = DEFAULT_ROWS
 
-    OP_NAME = OP_NAME
-    OPERATOR = OPERATOR
-    SEMANTICS = "residual_out = x + residual (rounded to dtype); out = rmsnorm(residual_out) * weight"
+    # The calling contract: the tensors, and how an implementation is called.
     INPUTS = ("x", "residual", "weight")
     ROW_TENSORS = ("x", "residual")
     OUTPUTS = ("out", "residual_out")
     RETURNS = Contract(args=("x", "residual", "weight", "eps"), returns=("out", "residual_out"))
     IN_PLACE = Contract(args=("x", "residual", "weight", "eps"), writes={"out": "x", "residual_out": "residual"})
+    # What the op is, what one call must move, how often a decode step calls it, how close is correct.
+    OP_NAME = OP_NAME
+    OPERATOR = OPERATOR
+    SEMANTICS = "residual_out = x + residual (rounded to dtype); out = rmsnorm(residual_out) * weight"
     BYTE_MODEL = ("rows * hidden * dtype_bytes * 4 + hidden * dtype_bytes (read x, residual; write out, new "
                   "residual; read weight)")
     CALLS_PER_LAYER = CALLS_PER_LAYER

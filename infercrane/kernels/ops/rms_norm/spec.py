@@ -15,26 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from infercrane.kernels.op import Contract, OpSpec, generator, normal
+from infercrane.kernels.ops.rowwise import BANDWIDTH_ROWS, DEFAULT_ROWS, norm_tolerances
 from infercrane.receipts.screen_result import Tolerance
 
 OPERATOR = "RMSNorm"
 OP_NAME = "rms_norm"
-DEFAULT_ROWS: tuple[int, ...] = (1, 8, 32, 128, 512)
-BANDWIDTH_ROWS: tuple[int, ...] = (2048, 8192, 32768)
 
-# Tolerances are data (u = unit roundoff of the storage dtype). A float32 kernel rounds the stored output once
-# (<= u relative); vLLM's kernel and the native path round the normalized value to the storage dtype before the
-# weight multiply and round the product again (<= ~2u + products of u). The same rtol as fused add+RMSNorm
-# (two ulps) keeps headroom without admitting a wrong kernel; atol = scale * rms(ref) for near-zero elements.
-TOLERANCES: dict[str, Tolerance] = {
-    "bfloat16": Tolerance(dtype="bfloat16", rtol=1.6e-2, atol_scale=1e-2,
-                          derivation="bf16 u=2^-8; up to 2 roundings in vLLM-style kernels (<=8e-3); "
-                                     "rtol = 2 ulp = 1.6e-2; atol = 1e-2 * rms(ref) for near-zero elements"),
-    "float16": Tolerance(dtype="float16", rtol=2e-3, atol_scale=1e-3,
-                         derivation="fp16 u=2^-11; up to 2 roundings (<=1e-3); rtol = 2e-3; atol = 1e-3 * rms(ref)"),
-    "float32": Tolerance(dtype="float32", rtol=1e-5, atol_scale=1e-5,
-                         derivation="fp32: reduction order only; rtol = 1e-5; atol = 1e-5 * rms(ref)"),
-}
+# Tolerances are data, by the row-wise norms' rule (``rowwise.norm_tolerances``): the same as fused add+RMSNorm's.
+# vLLM's kernel and the native path round the normalized value to the storage dtype before the weight multiply and
+# round the product again: up to 2 roundings, <= ~2u + products of u (bf16 8e-3, fp16 1e-3 relative).
+TOLERANCES: dict[str, Tolerance] = norm_tolerances(2, "8e-3", "1e-3")
 
 
 @dataclass(frozen=True)
@@ -43,14 +33,16 @@ class RMSNormSpec(OpSpec):
 
     rows: tuple[int, ...] = DEFAULT_ROWS
 
-    OP_NAME = OP_NAME
-    OPERATOR = OPERATOR
-    SEMANTICS = "out = x * rsqrt(mean(x^2) + eps) * weight (float32 inside)"
+    # The calling contract: the tensors, and how an implementation is called.
     INPUTS = ("x", "weight")
     ROW_TENSORS = ("x",)
     OUTPUTS = ("out",)
     RETURNS = Contract(args=("x", "weight", "eps"), returns=("out",))
     IN_PLACE = Contract(args=("out", "x", "weight", "eps"), writes={"out": "out"})
+    # What the op is, what one call must move, how often a decode step calls it, how close is correct.
+    OP_NAME = OP_NAME
+    OPERATOR = OPERATOR
+    SEMANTICS = "out = x * rsqrt(mean(x^2) + eps) * weight (float32 inside)"
     BYTE_MODEL = "rows * hidden * dtype_bytes * 2 + hidden * dtype_bytes (read x; write out; read weight)"
     CALLS_PER_LAYER = 0
     CALLS_NOTE = ("at hidden_size: 1 call per decode step (the final norm); the q/k norms are the same op at "
@@ -79,3 +71,4 @@ class RMSNormSpec(OpSpec):
 
 
 SPEC = RMSNormSpec
+__all__ = ["BANDWIDTH_ROWS", "DEFAULT_ROWS", "OPERATOR", "OP_NAME", "SPEC", "TOLERANCES", "RMSNormSpec"]
