@@ -88,13 +88,16 @@ def decode(text: str) -> list[KernelChoice]:
 
 
 def kernel_sources_sha256(op: str, impl: str, candidate: str | None) -> str:
-    """Hash of the files a provider runs: the op's kernel folder (InferCrane's kernels) or the user's file, and the
-    plugin itself. Computed here, without importing torch."""
+    """Hash of the files a provider runs: the op's kernel folder and the plumbing the op folders share beside it
+    (``kernels/ops/*.py``, ``*.cuh``: InferCrane's kernels) or the user's file, and the plugin itself. Computed here,
+    without importing torch."""
     if impl == "user":
         files = [Path((candidate or "").rsplit(":", 1)[0]).expanduser()]
     else:
-        folder = INFERCRANE_ROOT / "infercrane" / "kernels" / "ops" / VLLM_OPS[op]
-        files = sorted(p for p in folder.iterdir() if p.suffix in (".py", ".cu"))
+        ops = INFERCRANE_ROOT / "infercrane" / "kernels" / "ops"
+        kernel_files = (".py", ".cu", ".cuh")
+        files = sorted(p for p in (ops / VLLM_OPS[op]).iterdir() if p.suffix in kernel_files)
+        files += sorted(p for p in ops.iterdir() if p.is_file() and p.suffix in kernel_files)
     files += sorted((INFERCRANE_ROOT / "infercrane" / "vllm_plugin").glob("*.py"))
     h = hashlib.sha256()
     for p in files:
