@@ -25,7 +25,7 @@ The sections take the options of the commands they run, declared once there: ``k
 measuring options (``kernels.config``: ``OpChoice``, and ``modes``, ``trials``, ``samples``, ``checks``,
 ``dtype``, ``seed``, ``timeout_s`` with their types, bounds and defaults); the A/B sections the plan and load options of ``serve ab`` (``runs``, ``order``,
 ``concurrency``, ``request_count``, ``requests_per_slot``, ``min_requests``, and under AIPerf's names ``request_rate``,
-``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.LoadOptions``); and ``serving`` the engine and
+``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.PlanOptions``, ``LoadOptions``); and ``serving`` the engine and
 server options (``stand_in``, ``drivers``, ``startup_timeout_s``, and ``tokenizer``, ``api_key``, ``headers``:
 ``serving.config.ServerOptions``), each declared once in ``serving.config``. ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items.
 The PoC receipt records the config with the API key and the header values redacted.
@@ -49,8 +49,7 @@ from ..kernels.config import (
     OpChoice, Samples, Seed, Trials, WorkerTimeout,
 )
 from ..serving.config import (
-    DEFAULT_DRIVERS, Concurrency, Drivers, LoadOptions, MinRequests, Order, RequestCount, RequestsPerSlot, Runs,
-    ServerOptions, StandIn, StartupTimeout, plan_overrides,
+    DEFAULT_DRIVERS, Drivers, LoadOptions, PlanOptions, ServerOptions, StandIn, StartupTimeout,
 )
 from ..serving.engine_kinds import STARTUP_TIMEOUT_S
 from .gpus import KNOWN_GPU_TYPES
@@ -100,21 +99,15 @@ class KernelSection(OpChoice):
         return self
 
 
-class ABSection(LoadOptions):
-    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (the plan options
-    and, as ``LoadOptions``, the load options of ``serve ab``, declared in ``serving.config``)."""
+class ABSection(LoadOptions, PlanOptions):
+    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (``PlanOptions`` and
+    ``LoadOptions``: the plan and load options of ``serve ab``, declared in ``serving.config``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     recipes: list[str] = Field(min_length=2, max_length=2, description="[A, B]: the baseline recipe, then the "
                                                                        "candidate (shipped names or YAML files)")
     workload: str = Field(description="workload preset or YAML file")
-    runs: Runs = None
-    order: Order = None
-    concurrency: Concurrency = None
-    request_count: RequestCount = None
-    requests_per_slot: RequestsPerSlot = None
-    min_requests: MinRequests = None
     window_s: float | None = Field(None, gt=0, description="seconds of load per window instead of the workload's "
                                                            "request counts (AIPerf only)")
     warmup_s: float | None = Field(None, gt=0, description="seconds of warm-up before a block's first window "
@@ -131,7 +124,7 @@ class ABSection(LoadOptions):
 
     def workload_overrides(self) -> dict[str, Any]:
         pairs = {"window_s": self.window_s, "warmup_s": self.warmup_s, "warmup_requests": self.warmup_requests}
-        return plan_overrides(self) | {k: v for k, v in pairs.items() if v is not None}
+        return self.plan_overrides() | {k: v for k, v in pairs.items() if v is not None}
 
 
 class ServingSection(ServerOptions):

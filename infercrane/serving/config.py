@@ -7,8 +7,8 @@ the receipt.
 Groups of options shared with the PoC config (``poc/config.py``), declared here only: ``LoadOptions`` (what each
 request sends and how requests arrive, named as AIPerf names them: ``--request-rate``, ``--arrival-pattern``, ``--isl``,
 ``--osl``, ``--extra-inputs``; overrides of the workload, so the receipt records them with it and both arms get the
-same) with the plan options (``Runs``, ``Order``, ``Concurrency``, the request counts), which a PoC's ``paired`` and
-``public`` sections take; and ``ServerOptions`` (how to reach the servers: ``--tokenizer``, ``--api-key``,
+same) and ``PlanOptions`` (``--runs``, ``--order``, ``--concurrency``, the request counts), which a PoC's ``paired``
+and ``public`` sections take; and ``ServerOptions`` (how to reach the servers: ``--tokenizer``, ``--api-key``,
 ``--header``) with ``StandIn``, ``Drivers`` and ``StartupTimeout``, which its ``serving`` section takes. Secrets: ``--api-key`` and the header values are never written: every dump of these models (the
 receipt's recorded options, the PoC receipt's config) shows ``<redacted>`` in their place.
 """
@@ -222,16 +222,6 @@ def _distinct_drivers(value: tuple[str, ...]) -> tuple[str, ...]:
 
 # The plan and engine options ``serve ab`` / ``serve bench`` and a PoC's sections share: each one's type, bounds,
 # help and default declared once, here, and taken by ``ServeConfig`` and ``poc.config`` each in its own order.
-Runs = Annotated[int | None, Field(ge=RUNS_RANGE[0], le=RUNS_RANGE[1],
-                                   description="Runs per arm, 3 to 100 (workload default: 5).")]
-Order = Annotated[Literal["sequential", "interleaved", "sandwich"] | None,
-                  Field(description="Arm order (workload default: sandwich).")]
-Concurrency = Annotated[Many[PositiveInt] | None, Field(min_length=1,
-                                                        description="Concurrency points (workload default).")]
-RequestCount = Annotated[int | None, Field(ge=1, description="Requests per point (default derived per point).")]
-RequestsPerSlot = Annotated[int | None, Field(ge=1, description="Derived request count: requests per concurrency "
-                                                                "slot.")]
-MinRequests = Annotated[int | None, Field(ge=1, description="Derived request count: at least this many per point.")]
 StandIn = Annotated[bool, Field(description="Serve an offline stand-in of the recipes' model (exact config, local "
                                             "tokenizer, --load-format dummy), written under runs/stand-ins/.")]
 Drivers = Annotated[Many[Literal["aiperf", "vllm-bench"]], AfterValidator(_distinct_drivers),
@@ -241,16 +231,34 @@ StartupTimeout = Annotated[float, Field(gt=0, description="Engine start-up limit
 DEFAULT_DRIVERS: tuple[str, ...] = ("aiperf",)
 
 
-def plan_overrides(options: Any) -> dict[str, Any]:
-    """The workload fields the plan options of ``options`` (``runs``, ``order``, ``concurrency``, the request
-    counts) and its load options replace."""
-    pairs = {"runs_per_arm": options.runs, "arm_order": options.order, "request_count": options.request_count,
-             "requests_per_slot": options.requests_per_slot, "min_requests": options.min_requests,
-             "concurrency": list(options.concurrency) if options.concurrency else None}
-    return {k: v for k, v in pairs.items() if v is not None} | options.load_overrides()
+class PlanOptions(BaseModel):
+    """How many runs, in what order, at which points, of how many requests: overrides of the workload that ``serve ab``
+    / ``serve bench`` and a PoC's ``paired`` / ``public`` sections take, with the load options (``plan_overrides``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runs: int | None = Field(None, ge=RUNS_RANGE[0], le=RUNS_RANGE[1],
+                             description="Runs per arm, 3 to 100 (workload default: 5).")
+    order: Literal["sequential", "interleaved", "sandwich"] | None = Field(None, description="Arm order (workload "
+                                                                                              "default: sandwich).")
+    concurrency: Many[PositiveInt] | None = Field(None, min_length=1,
+                                                  description="Concurrency points (workload default).")
+    request_count: int | None = Field(None, ge=1, description="Requests per point (default derived per point).")
+    requests_per_slot: int | None = Field(None, ge=1, description="Derived request count: requests per "
+                                                                  "concurrency slot.")
+    min_requests: int | None = Field(None, ge=1, description="Derived request count: at least this many per point.")
+
+    def plan_overrides(self) -> dict[str, Any]:
+        """The workload fields these options and the load options (``LoadOptions``, a sibling base) replace."""
+        pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,
+                 "requests_per_slot": self.requests_per_slot, "min_requests": self.min_requests,
+                 "concurrency": list(self.concurrency) if self.concurrency else None}
+        return {k: v for k, v in pairs.items() if v is not None} | self.load_overrides()
 
 
-class ServeConfig(ServerOptions, LoadOptions):
+class _ServeHead(BaseModel):
+    """``serve``'s first options (a base so that they come before ``PlanOptions`` in its help)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str | None = Field(None, description="Workload preset (quick, seed-paired, public-1000; see `infercrane "
@@ -261,12 +269,11 @@ class ServeConfig(ServerOptions, LoadOptions):
                                                      "see `infercrane model list`, or a local model folder).")
     stand_in: StandIn = False
     drivers: Drivers = DEFAULT_DRIVERS
-    runs: Runs = None
-    order: Order = None
-    concurrency: Concurrency = None
-    request_count: RequestCount = None
-    requests_per_slot: RequestsPerSlot = None
-    min_requests: MinRequests = None
+
+
+class ServeConfig(ServerOptions, LoadOptions, PlanOptions, _ServeHead):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
     startup_timeout_s: StartupTimeout = STARTUP_TIMEOUT_S
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
@@ -321,7 +328,7 @@ class ServeConfig(ServerOptions, LoadOptions):
         return self.workload or DEFAULT_WORKLOAD[kind]
 
     def workload_overrides(self) -> dict[str, Any]:
-        return plan_overrides(self)
+        return self.plan_overrides()
 
 
 class ApplyConfig(BaseModel):
