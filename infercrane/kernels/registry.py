@@ -32,29 +32,34 @@ def known_ops() -> list[str]:
     return list(OPS)
 
 
-def op_module(op: str) -> Any:
-    """The op's folder package (``infercrane.kernels.ops.<op>``): its ``spec`` module says what the op is."""
+def _known(op: str) -> str:
+    """``op``, or InputError naming the known ones."""
     if op not in OPS:
         raise InputError(f"unknown operator {op!r}; known operators: {', '.join(OPS)}")
-    return importlib.import_module(OPS[op].rsplit(".", 1)[0] + ".spec")
+    return op
+
+
+def _folder_module(op: str, name: str = "") -> Any:
+    """Module ``name`` of the op's folder package (``infercrane.kernels.ops.<op>``; the package itself for "")."""
+    package = OPS[_known(op)].rsplit(".", 1)[0]
+    return importlib.import_module(f"{package}.{name}" if name else package)
+
+
+def op_module(op: str) -> Any:
+    """The op's folder package (``infercrane.kernels.ops.<op>``): its ``spec`` module says what the op is."""
+    return _folder_module(op, "spec")
 
 
 def vllm_adapter(op: str) -> Any:
     """The op's vLLM signatures (``infercrane.kernels.ops.<op>.vllm_adapter``; imports torch)."""
-    if op not in OPS:
-        raise InputError(f"unknown operator {op!r}; known operators: {', '.join(OPS)}")
-    return importlib.import_module(OPS[op].rsplit(".", 1)[0] + ".vllm_adapter")
+    return _folder_module(op, "vllm_adapter")
 
 
 def vllm_ops() -> dict[str, str]:
     """vLLM IR op -> the op of the same computation, for every op whose folder names one (its package's
     ``VLLM_OP``; nothing heavy is imported)."""
-    out = {}
-    for op, module in OPS.items():
-        name = getattr(importlib.import_module(module.rsplit(".", 1)[0]), "VLLM_OP", None)
-        if name:
-            out[name] = op
-    return out
+    named = {op: getattr(_folder_module(op), "VLLM_OP", None) for op in OPS}
+    return {name: op for op, name in named.items() if name}
 
 
 def default_rows(op: str) -> tuple[int, ...]:
@@ -74,9 +79,7 @@ def make_spec(op: str, config: dict[str, Any], **kw: Any) -> Any:
 
 
 def _op_module(op: str) -> Any:
-    if op not in OPS:
-        raise InputError(f"unknown operator {op!r}; known operators: {', '.join(OPS)}")
-    return importlib.import_module(OPS[op])
+    return importlib.import_module(OPS[_known(op)])
 
 
 def known_keys(op: str) -> list[str]:
