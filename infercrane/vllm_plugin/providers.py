@@ -130,6 +130,11 @@ def _check(choice: KernelChoice, names: tuple[str, ...], got: tuple[Tensor, ...]
 # --------------------------------------------------------------------------------------------- per op
 
 
+def _outputs(value: Any) -> tuple[Any, ...]:
+    """An out-of-place call's outputs as a tuple: a tensor alone, or the tuple or list it returned."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
 class _Provider:
     """One op, one kernel: the launch body (stats, prewarm, gate), what it reads of the launch's arguments (from the
     op's spec), and ``takes`` for ``supports_args``; the op's folder gives vLLM's signatures (``vllm_adapter``:
@@ -142,6 +147,11 @@ class _Provider:
         self.spec = registry.op_module(choice.lab_op).SPEC  # the op's contracts: what the launch's arguments are
         self.adapter = registry.vllm_adapter(choice.lab_op)  # its vLLM signatures
         self.output_names: tuple[str, ...] = tuple(self.spec.OUTPUTS)
+        # positions in the launch's arguments (the in-place contract's), worked out once: activations() is on the
+        # hot path of every call
+        at = {name: i for i, name in enumerate(self.spec.IN_PLACE.args)}
+        self._x_at = at[self.spec.ROW_TENSORS[0]]
+        self._outputs_at = tuple(at[self.spec.IN_PLACE.writes[o]] for o in self.spec.OUTPUTS)
         self.prewarmed: set[tuple[int, torch.dtype]] = set()
 
     def wants_check(self, shape: str, x: Tensor, key: Any, capturing: bool) -> bool:
@@ -219,20 +229,18 @@ class _Provider:
 
     def activations(self, args: tuple[Any, ...]) -> Tensor:
         """The first row tensor (``ROW_TENSORS``): its shape and dtype name the call."""
-        return self._named(args)[self.spec.ROW_TENSORS[0]]
+        return args[self._x_at]
 
     def reference(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
         """vLLM's native implementation, called as the out-of-place contract (``RETURNS``), on copies of the row
         tensors: what the launch should write, in ``OUTPUTS`` order."""
         named = self._named(args)
-        got = self.native(*(named[a].clone() if a in self.spec.ROW_TENSORS else named[a]
-                            for a in self.spec.RETURNS.args))
-        return tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        return _outputs(self.native(*(named[a].clone() if a in self.spec.ROW_TENSORS else named[a]
+                                      for a in self.spec.RETURNS.args)))
 
     def outputs(self, args: tuple[Any, ...]) -> tuple[Tensor, ...]:
         """What the launch wrote, in ``OUTPUTS`` order (the buffers ``IN_PLACE.writes`` names)."""
-        named = self._named(args)
-        return tuple(named[self.spec.IN_PLACE.writes[o]] for o in self.spec.OUTPUTS)
+        return tuple(args[i] for i in self._outputs_at)
 
     def scratch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """Arguments for a timing call that writes somewhere else than vLLM's buffers: each written one copied."""
@@ -246,8 +254,7 @@ class _Provider:
             self.kernel.fn(*args)
             return
         named = self._named(args)
-        got = self.kernel.fn(*(named[a] for a in self.spec.RETURNS.args))
-        got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        got = _outputs(self.kernel.fn(*(named[a] for a in self.spec.RETURNS.args)))
         for name, value in zip(self.spec.RETURNS.returns, got):
             named[self.spec.IN_PLACE.writes[name]].copy_(value)
 
