@@ -22,18 +22,19 @@
       stand_in: true                # serve an offline stand-in of the model (exact config, dummy weights)
 
 The sections take the options of the commands they run, declared once there: ``kernel`` the screen's operator and
-measuring options (``kernels.config``: ``OpChoice``, and ``modes``, ``trials``, ``samples``, ``checks``,
-``dtype``, ``seed``, ``timeout_s`` with their types, bounds and defaults); the A/B sections the plan and load options of ``serve ab`` (``runs``, ``order``,
-``concurrency``, ``request_count``, ``requests_per_slot``, ``min_requests``, and under AIPerf's names ``request_rate``,
-``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``: ``serving.config.PlanOptions``, ``LoadOptions``); and ``serving`` the engine and
-server options (``stand_in``, ``drivers``, ``startup_timeout_s``, and ``tokenizer``, ``api_key``, ``headers``:
-``serving.config.ServerOptions``), each declared once in ``serving.config``. ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items.
-The PoC receipt records the config with the API key and the header values redacted.
+measuring options (``kernels.config``: ``OpChoice``, and ``modes``, ``trials``, ``samples``, ``checks``, ``dtype``,
+``seed``, ``timeout_s`` with their types, bounds and defaults); the A/B sections the plan and load options of
+``serve ab`` (``runs``, ``order``, ``concurrency``, ``request_count``, ``requests_per_slot``, ``min_requests``, and
+under AIPerf's names ``request_rate``, ``arrival_pattern``, ``isl``, ``osl``, ``extra_inputs``:
+``serving.config.PlanOptions``); and ``serving`` the engine and server options (``stand_in``, ``drivers``,
+``startup_timeout_s``, and ``tokenizer``, ``api_key``, ``headers``: ``serving.config.ServerOptions``), each declared
+once in ``serving.config``. ``extra_inputs`` and ``headers`` take a mapping or a list of ``KEY:VALUE`` items. The PoC
+receipt records the config with the API key and the header values redacted.
 
-Every other field is declared once below, with its type, bounds and default. Recipes,
-workloads and policies are shipped names or paths (a relative path is read from the config file's folder). The decode
-step of the kernel's end-to-end ceiling is the paired A/B's candidate recipe (B): at each concurrency ``c``, the median
-over its runs of TPOT p50, for the kernel's row count ``c`` (a decode batch of ``c`` sequences is ``c`` rows).
+Every other field is declared once below, with its type, bounds and default. Recipes, workloads and policies are
+shipped names or paths (a relative path is read from the config file's folder). The decode step of the kernel's
+end-to-end ceiling is the paired A/B's candidate recipe (B): at each concurrency ``c``, the median over its runs of
+TPOT p50, for the kernel's row count ``c`` (a decode batch of ``c`` sequences is ``c`` rows).
 """
 from __future__ import annotations
 
@@ -48,9 +49,7 @@ from ..kernels.config import (
     DEFAULT_CHECKS, DEFAULT_SAMPLES_PER_TRIAL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, SCREEN_KNOBS, Checks, Dtype, Modes,
     OpChoice, Samples, Seed, Trials, WorkerTimeout,
 )
-from ..serving.config import (
-    DEFAULT_DRIVERS, Drivers, LoadOptions, PlanOptions, ServerOptions, StandIn, StartupTimeout,
-)
+from ..serving.config import DEFAULT_DRIVERS, Drivers, PlanOptions, ServerOptions, StandIn, StartupTimeout
 from ..serving.engine_kinds import STARTUP_TIMEOUT_S
 from .gpus import KNOWN_GPU_TYPES
 
@@ -99,9 +98,9 @@ class KernelSection(OpChoice):
         return self
 
 
-class ABSection(LoadOptions, PlanOptions):
-    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (``PlanOptions`` and
-    ``LoadOptions``: the plan and load options of ``serve ab``, declared in ``serving.config``)."""
+class ABSection(PlanOptions):
+    """One serving A/B: ``infercrane serve ab A B --workload W`` with these workload overrides (``PlanOptions``: the
+    plan and load options of ``serve ab``, declared in ``serving.config``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -7,10 +7,11 @@ the receipt.
 Groups of options shared with the PoC config (``poc/config.py``), declared here only: ``LoadOptions`` (what each
 request sends and how requests arrive, named as AIPerf names them: ``--request-rate``, ``--arrival-pattern``, ``--isl``,
 ``--osl``, ``--extra-inputs``; overrides of the workload, so the receipt records them with it and both arms get the
-same) and ``PlanOptions`` (``--runs``, ``--order``, ``--concurrency``, the request counts), which a PoC's ``paired``
-and ``public`` sections take; and ``ServerOptions`` (how to reach the servers: ``--tokenizer``, ``--api-key``,
-``--header``) with ``StandIn``, ``Drivers`` and ``StartupTimeout``, which its ``serving`` section takes. Secrets: ``--api-key`` and the header values are never written: every dump of these models (the
-receipt's recorded options, the PoC receipt's config) shows ``<redacted>`` in their place.
+same) within ``PlanOptions`` (``--runs``, ``--order``, ``--concurrency``, the request counts), which a PoC's
+``paired`` and ``public`` sections take; and ``ServerOptions`` (how to reach the servers: ``--tokenizer``,
+``--api-key``, ``--header``) with ``StandIn``, ``Drivers`` and ``StartupTimeout``, which its ``serving`` section
+takes. Secrets: ``--api-key`` and the header values are never written: every dump of these models (the receipt's
+recorded options, the PoC receipt's config) shows ``<redacted>`` in their place.
 """
 from __future__ import annotations
 
@@ -231,9 +232,10 @@ StartupTimeout = Annotated[float, Field(gt=0, description="Engine start-up limit
 DEFAULT_DRIVERS: tuple[str, ...] = ("aiperf",)
 
 
-class PlanOptions(BaseModel):
-    """How many runs, in what order, at which points, of how many requests: overrides of the workload that ``serve ab``
-    / ``serve bench`` and a PoC's ``paired`` / ``public`` sections take, with the load options (``plan_overrides``)."""
+class PlanOptions(LoadOptions):
+    """How many runs, in what order, at which points, of how many requests, and (``LoadOptions``) what each request
+    sends: overrides of the workload that ``serve ab`` / ``serve bench`` and a PoC's ``paired`` / ``public`` sections
+    take (``plan_overrides``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -249,7 +251,7 @@ class PlanOptions(BaseModel):
     min_requests: int | None = Field(None, ge=1, description="Derived request count: at least this many per point.")
 
     def plan_overrides(self) -> dict[str, Any]:
-        """The workload fields these options and the load options (``LoadOptions``, a sibling base) replace."""
+        """The workload fields these options and the load options replace."""
         pairs = {"runs_per_arm": self.runs, "arm_order": self.order, "request_count": self.request_count,
                  "requests_per_slot": self.requests_per_slot, "min_requests": self.min_requests,
                  "concurrency": list(self.concurrency) if self.concurrency else None}
@@ -271,7 +273,7 @@ class _ServeHead(BaseModel):
     drivers: Drivers = DEFAULT_DRIVERS
 
 
-class ServeConfig(ServerOptions, LoadOptions, PlanOptions, _ServeHead):
+class ServeConfig(ServerOptions, PlanOptions, _ServeHead):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
