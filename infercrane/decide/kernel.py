@@ -108,10 +108,28 @@ def flag_kind(flag: str) -> str:
     return parts[1] if len(parts) > 2 else parts[0]
 
 
-def family_verdicts(members: Sequence[tuple[Verdict, float | None]], *, alpha: float) -> list[tuple[float | None, Verdict]]:
-    """Holm over one decision family. ``members``: each comparison's (own verdict, p_slower).
+def in_family(policy: KernelPolicy, rows: int, timing_mode: str, baseline: str) -> bool:
+    """Whether a comparison of a correct candidate belongs to its decision family: the policy's mode, a counted
+    baseline, a decision row (module docstring). The one definition the screen's marks and the decision share."""
+    return timing_mode == policy.timing_mode and baseline in policy.counted_baselines and policy.decides_on(rows)
 
-    Returns, per member, its Holm-adjusted ``p_slower`` (None for a member without a verdict: FLAGGED or
+
+class FamilyMark(BaseModel):
+    """A comparison's place in its candidate's decision family (policy mode, counted baseline, decision row)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    size: int = Field(ge=1, description="comparisons in the family")
+    tested: int = Field(ge=0, description="of them, those with a verdict")
+    p_slower_holm: float | None = Field(description="Holm-adjusted p_slower; None when not tested")
+    verdict: Verdict = Field(description="family verdict")
+
+
+def family_marks(members: Sequence[tuple[Verdict, float | None]], *, alpha: float) -> list[FamilyMark]:
+    """Holm over one decision family, the only place it runs for a kernel decision. ``members``: each comparison's
+    (own verdict, p_slower).
+
+    Returns, per member, its mark: the Holm-adjusted ``p_slower`` (None for a member without a verdict: FLAGGED or
     INSUFFICIENT, which is not tested) and its family verdict (module docstring). The one-sided level is
     ``alpha / 2``, the tail of the two-sided interval, so a family of one gives back the own verdicts.
     """
@@ -119,13 +137,12 @@ def family_verdicts(members: Sequence[tuple[Verdict, float | None]], *, alpha: f
     if any(members[i][1] is None for i in tested):
         raise ValueError("a comparison with a verdict must carry its p_slower")
     adjusted = dict(zip(tested, holm_adjust([members[i][1] for i in tested])))  # type: ignore[misc]
-    out: list[tuple[float | None, Verdict]] = []
+    out: list[FamilyMark] = []
     for i, (v, _) in enumerate(members):
         p_holm = adjusted.get(i)
         if v is Verdict.SLOWER:
-            out.append((p_holm, Verdict.SLOWER if p_holm is not None and p_holm < alpha / 2.0 else Verdict.AMBIGUOUS))
-        else:
-            out.append((p_holm, v))
+            v = Verdict.SLOWER if p_holm is not None and p_holm < alpha / 2.0 else Verdict.AMBIGUOUS
+        out.append(FamilyMark(size=len(members), tested=len(tested), p_slower_holm=p_holm, verdict=v))
     return out
 
 
@@ -149,6 +166,10 @@ class BaselineTiming(BaseModel):
                                              "the cells flagged for one")
     widened_by: float | None = Field(default=None, ge=1, description="a widening rule: the factor the interval was "
                                      "widened by (the verdict stands when it holds there, else FLAGGED)")
+    family: FamilyMark | None = Field(default=None, description="the comparison's family mark as the screen made it "
+                                      "under the decision's policy (``Comparison.family``); the decision reads it "
+                                      "instead of adjusting again. None on every timing: the decision marks the "
+                                      "family itself")
 
     @model_validator(mode="after")
     def _verdict_from_speedup(self) -> "BaselineTiming":
@@ -403,6 +424,27 @@ def _check_inputs(inputs: KernelDecisionInputs, policy: KernelPolicy) -> None:
             )
 
 
+def _given_marks(inputs: KernelDecisionInputs, members: Sequence[BaselineTiming]) -> list[FamilyMark] | None:
+    """The family marks the timings carry (the screen's), when they are this decision's family: every member marked,
+    each mark counting the family's size and its own verdict's place in it, no timing outside it marked. None when no
+    timing carries one; marks of another family are an input error, never read."""
+    marked = [t for s in inputs.shapes for t in s.timings if t.family is not None]
+    if not marked:
+        return None
+    ids = {id(t) for t in members}
+    tested = sum(t.own_verdict not in NO_VERDICT for t in members)
+    stray = [t.baseline for t in marked if id(t) not in ids]
+    wrong = [t.baseline for t in members if t.family is None or t.family.size != len(members)
+             or t.family.tested != tested or (t.family.p_slower_holm is None) != (t.own_verdict in NO_VERDICT)]
+    if stray or wrong:
+        raise InputError(
+            f"the timings' family marks are not this decision's family of {len(members)} comparisons "
+            f"(marked outside it: {sorted(set(stray)) or 'none'}; unmarked or miscounted in it: "
+            f"{sorted(set(wrong)) or 'none'})",
+            hint="make the comparisons under the policy the decision uses (kernels/harness/compare.py compare_all)")
+    return [t.family for t in members]  # type: ignore[misc]
+
+
 def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy, *, check: bool = True
             ) -> tuple[list[ShapeEvidence], DecisionFamily]:
     if check:
@@ -411,10 +453,11 @@ def _gather(inputs: KernelDecisionInputs, policy: KernelPolicy, *, check: bool =
     shapes = sorted(inputs.shapes, key=lambda s: s.rows)
     # The family: counted comparisons in the policy's mode at the decision rows where the candidate is correct.
     in_mode = {s.rows: [t for t in s.timings if t.timing_mode == mode] for s in shapes}
-    members = [(s.rows, t) for s in shapes if s.correct and policy.decides_on(s.rows)
-               for t in in_mode[s.rows] if t.baseline in policy.counted_baselines]
-    marks = family_verdicts([(t.own_verdict, t.speedup.p_slower) for _, t in members], alpha=policy.alpha)
-    mark_of = {(rows, t.baseline): m for (rows, t), m in zip(members, marks)}
+    members = [(s.rows, t) for s in shapes if s.correct for t in in_mode[s.rows]
+               if in_family(policy, s.rows, t.timing_mode, t.baseline)]
+    marks = _given_marks(inputs, [t for _, t in members]) or \
+        family_marks([(t.own_verdict, t.speedup.p_slower) for _, t in members], alpha=policy.alpha)
+    mark_of = {(rows, t.baseline): (m.p_slower_holm, m.verdict) for (rows, t), m in zip(members, marks)}
     out: list[ShapeEvidence] = []
     for shape in shapes:
         comparisons = []

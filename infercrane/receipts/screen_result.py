@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infercrane.receipts.base import AwareDatetime, Strict
 from infercrane.decide.failures import FAILURE_WORDS, Failure  # noqa: F401  (re-exported with the result model)
-from infercrane.decide.kernel import FlagRule
+from infercrane.decide.kernel import FamilyMark, FlagRule  # noqa: F401  (FamilyMark: a comparison's)
 from infercrane.decide.policy import TimingMode
 from infercrane.stats.compare import Verdict
 from infercrane.stats.summary import Summary
@@ -256,15 +256,6 @@ class CorrectnessResult(Strict):
                         f"{t.first_bad_index}"
                     )
         return ""
-
-
-class FamilyMark(Strict):
-    """A comparison's place in its candidate's decision family (policy mode, counted baseline, decision row)."""
-
-    size: int = Field(ge=1, description="comparisons in the family")
-    tested: int = Field(ge=0, description="of them, those with a verdict")
-    p_slower_holm: float | None = Field(description="Holm-adjusted p_slower; None when not tested")
-    verdict: Verdict = Field(description="family verdict")
 
 
 # The rules that widen an interval by the timers' disagreement instead of voiding the verdict (``harness/compare.py``):

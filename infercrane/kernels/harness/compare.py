@@ -33,8 +33,9 @@ receipt whose verdicts do not follow from its cells under its own rule does not 
 
 Each comparison is computed once, by ``compare_all``; ``decision_inputs`` turns a screen result and those
 comparisons into what ``infercrane.decide.kernel.decide_kernel`` reads. ``compare_all`` also marks each comparison
-that belongs to its candidate's decision family with the family verdict (Holm over the family, the function the
-decision itself uses), so that a receipt can show both.
+that belongs to its candidate's decision family with its family mark (``decide.kernel.family_marks``: Holm over the
+family, once); the decision reads those marks (``BaselineTiming.family``) rather than adjusting again, so the receipt's
+comparisons and its decision show one family.
 """
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ from infercrane.receipts.screen_result import (  # noqa: F401  (the result model
     FAILURE_WORDS,
     TIMER_DISAGREEMENT,
     Comparison,
-    FamilyMark,
     FlagRule,
     WidenedInterval,
 )
@@ -121,7 +121,7 @@ def compare_all(
     A pair whose samples are unusable (a non-finite or non-positive time) is left out, with a line saying why
     appended to ``notes``; too few paired trials is kept, as an INSUFFICIENT comparison.
     """
-    from infercrane.decide.kernel import family_verdicts
+    from infercrane.decide.kernel import family_marks, in_family
     from infercrane.decide.policy import load_policy
     from infercrane.stats import trial_speedup
 
@@ -154,14 +154,11 @@ def compare_all(
                     speedup=speedup, flags=_flags(cand.key, mine, ref.key, cell), verdict=verdict,
                     flag_rule=flag_rule, widened=widened,
                 ))
-        members = [i for i, c in enumerate(mine_out) if c.mode == policy.timing_mode
-                   and c.reference in policy.counted_baselines and policy.decides_on(c.rows)]
-        marks = family_verdicts([(mine_out[i].verdict, mine_out[i].speedup.p_slower) for i in members],
-                                alpha=policy.alpha)
-        tested = sum(mine_out[i].verdict not in (Verdict.FLAGGED, Verdict.INSUFFICIENT) for i in members)
-        for i, (p_holm, verdict) in zip(members, marks):
-            mine_out[i] = mine_out[i].model_copy(update={"family": FamilyMark(
-                size=len(members), tested=tested, p_slower_holm=p_holm, verdict=verdict)})
+        members = [i for i, c in enumerate(mine_out) if in_family(policy, c.rows, c.mode, c.reference)]
+        marks = family_marks([(mine_out[i].verdict, mine_out[i].speedup.p_slower) for i in members],
+                             alpha=policy.alpha)
+        for i, mark in zip(members, marks):
+            mine_out[i] = mine_out[i].model_copy(update={"family": mark})
         out += mine_out
     return out
 
@@ -169,6 +166,16 @@ def compare_all(
 def _computed_with(comparisons: list[Comparison], policy: "KernelPolicy") -> bool:
     return all(c.speedup.confidence == policy.confidence and c.speedup.same_margin == policy.same_margin
                for c in comparisons)
+
+
+def _marked_for(comparisons: list[Comparison], policy: "KernelPolicy") -> bool:
+    """Whether one candidate's comparisons carry the family marks of ``policy``'s family: marked exactly where
+    ``in_family``, each mark counting them (a result marked under another policy, or before marks, is not)."""
+    from infercrane.decide.kernel import in_family
+
+    member = [in_family(policy, c.rows, c.mode, c.reference) for c in comparisons]
+    return all((c.family is not None) == m and (c.family is None or c.family.size == sum(member))
+               for c, m in zip(comparisons, member))
 
 
 def comparison_policy(policy: "KernelPolicy", flag_rule: str | None = NEW_SCREEN_FLAG_RULE) -> dict[str, object]:
@@ -252,7 +259,7 @@ def decision_inputs(
     skipped += [SkippedBaseline(baseline=b, reason="not selected for this screen")
                 for b in policy.counted_baselines if b not in by_key]
     mine = [c for c in result.comparisons if c.candidate == candidate]
-    if not mine or not _computed_with(mine, policy):
+    if not mine or not _computed_with(mine, policy) or not _marked_for(mine, policy):
         mine = compare_all(result, policy, candidate=candidate, flag_rule=recorded_flag_rule(result))
     cells = {(i.key, c.rows, c.mode): c for i in result.implementations for c in i.timings}
 
@@ -286,7 +293,7 @@ def decision_inputs(
             continue
         timings = [BaselineTiming(baseline=c.reference, timing_mode=c.mode, speedup=c.speedup, flags=c.flags,
                                   verdict=c.verdict, timer_disagreement=disagreement(c),
-                                  widened_by=c.widened.factor if c.widened is not None else None)
+                                  widened_by=c.widened.factor if c.widened is not None else None, family=c.family)
                    for c in mine if c.rows == corr.rows] if corr.passed else []
         shapes.append(ShapeResult(rows=corr.rows, correct=corr.passed,
                                   correctness_detail=None if corr.passed else corr.failure_summary(), timings=timings))
