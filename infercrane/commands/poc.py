@@ -135,6 +135,7 @@ def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, re
                     sign_key: Path | None, con: Any) -> int | None:
     """The PoC once per GPU type through an executor (``executors.fanout``), when --gpus or the config's gpus: ask
     for it; None when the PoC runs here. The config travels by content (a shipped one by name)."""
+    from ..datafiles import POC_CONFIG, read_bytes
     from ..env.capture import new_run_id, run_id_from_env
     from ..errors import InputError
     from ..executors.fanout import run_fanned_out
@@ -152,7 +153,8 @@ def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, re
                          hint="resume each GPU's PoC where it ran, or run the fan-out again")
     shipped = Path(config).is_file()
     return run_fanned_out(where, gpus, argv=["poc", path.name if shipped else config],
-                          files={path.name: path.read_bytes()} if shipped else {}, needs_gpu=not cfg.functional,
+                          files={path.name: read_bytes(path, POC_CONFIG)} if shipped else {},
+                          needs_gpu=not cfg.functional,
                           out=out or Path("runs") / (run_id_from_env() or new_run_id()) / "poc.json",
                           what=f"poc {cfg.name}", sign_key=sign_key, con=con)
 

@@ -284,14 +284,15 @@ def _connect_servers(recs: list[Any], urls: tuple[str, ...], access: Any = None)
 
 def _check_not_being_written(out: Path) -> None:
     """Refuse an --out that a live InferCrane on this host is still writing (its progress names it)."""
-    import json
-
     from ..errors import InputError
+    from ..receipts.io import read_json
     from ..serving.progress import parse_progress, serving_progress_state
 
+    if not out.exists():
+        return
     try:
-        doc = json.loads(out.read_text()) if out.is_file() and out.stat().st_size < 64 * 1024 * 1024 else None
-    except (OSError, ValueError):
+        doc = read_json(out)
+    except InputError:  # not a receipt being written (a directory or another file: --out's own check says so)
         return
     if not isinstance(doc, dict):
         return
