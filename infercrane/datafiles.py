@@ -54,11 +54,15 @@ RECEIPT = FileKind("receipt", 64 * MiB, directory_hint="pass the JSON files insi
 ENVELOPE = FileKind("signature envelope", 4 * -(-RECEIPT.max_bytes // 3) + 1 * MiB,  # base64 of a receipt + signatures
                     missing_hint="sign the receipt with `infercrane receipt sign`")
 KEY = FileKind("key", 64 * KiB, missing_hint="make a key pair with `infercrane receipt keygen`")  # a PEM key: < 1 KiB
-RECIPE = FileKind("recipe", 1 * MiB, missing_hint="check the path, or name a shipped recipe (`infercrane serve recipes`)")
+_YAML_HINT = "give the path of a .yaml file"
+RECIPE = FileKind("recipe", 1 * MiB, missing_hint="check the path, or name a shipped recipe (`infercrane serve recipes`)",
+                  directory_hint=f"{_YAML_HINT}, or a shipped recipe's name (`infercrane serve recipes`)")
 WORKLOAD = FileKind("workload", 1 * MiB,
-                    missing_hint="check the path, or name a shipped workload (`infercrane serve recipes`)")
-POC_CONFIG = FileKind("PoC config", 1 * MiB, missing_hint="check the path, or name a shipped config")
-POLICY = FileKind("policy", 1 * MiB, missing_hint="check the path")
+                    missing_hint="check the path, or name a shipped workload (`infercrane serve recipes`)",
+                    directory_hint=f"{_YAML_HINT}, or a shipped workload's name (`infercrane serve recipes`)")
+POC_CONFIG = FileKind("PoC config", 1 * MiB, missing_hint="check the path, or name a shipped config",
+                      directory_hint=f"{_YAML_HINT}, or a shipped config's name")
+POLICY = FileKind("policy", 1 * MiB, missing_hint="check the path", directory_hint=_YAML_HINT)
 CANDIDATE = FileKind("candidate kernel file", 4 * MiB, missing_hint="check the PATH part of PATH.py:FUNCTION")
 MODEL_CONFIG = FileKind("model config", 16 * MiB)  # a Hugging Face config.json (a few KiB) or a stand-in's marker
 # A file an option names, shipped by content to an executor's job: at most the largest kind an option takes.

@@ -2,7 +2,6 @@
 one optimization-poc receipt (``infercrane.poc``)."""
 from __future__ import annotations
 
-import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,7 +9,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..options import ExecutorOptions
-from ..options import program
+from ..options import command_line
 
 
 def default_config() -> tuple[str, str]:
@@ -106,10 +105,10 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     except InputError:
         raise
     except (InfercraneError, KeyboardInterrupt):  # a run failure or a stop: what finished is kept for --resume
-        say(f"continue with: {program()} poc {shlex.quote(config)} --resume {shlex.quote(str(plan.resume_arg()))}")
+        say(f"continue with: {command_line('poc', config, '--resume', plan.resume_arg())}")
         raise
     _print_summary(con, receipt.document)
-    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} ({program()} receipt show {receipt.path})")
+    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} ({command_line('receipt', 'show', receipt.path)})")
     say(_write_report(Path(receipt.path)))
     return 0
 
@@ -126,8 +125,8 @@ def _write_report(receipt: Path) -> str:
     try:
         page = write_report([receipt], out)
     except Exception as exc:  # the receipt is written; a drawing failure must not hide it
-        return (f"report: not written ({type(exc).__name__}: {exc}); the receipt stands: {program()} report "
-                f"{receipt} --out {out}")
+        return (f"report: not written ({type(exc).__name__}: {exc}); the receipt stands: "
+                f"{command_line('report', receipt, '--out', out)}")
     return f"report: {page}"
 
 

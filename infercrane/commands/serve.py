@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..serving.config import ServeConfig
-from ..options import check_output_file, plain, program
+from ..options import check_output_file, command_line, plain
 from ..receipts.signing import check_sign_key, sign_written
 
 
@@ -78,13 +78,14 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     from ..errors import about
     from ..report.console import console
     from ..receipts.validate import load_receipt, write_receipt
-    from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block
+    from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block, serving_kind
 
     check_output_file(out, "--out", not_over=receipt)
     check_sign_key(sign_key)
     with about("--policy"):
         pol = load_policy("serving", policy)
     old = load_receipt(receipt).document
+    serving_kind(old, receipt)  # a kernel or PoC receipt: what it is, and which command decides it
     if not old.get("complete"):
         from ..errors import InputError
         from ..serving.progress import serving_progress_state
@@ -245,7 +246,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         engine_log.removeHandler(engine_lines)
         engine_log.setLevel(level)
     _print_summary(con, receipt.document)
-    con.print(f"receipt: {plain(receipt.path)}  ({plain(program())} receipt show {plain(receipt.path)})")
+    con.print(f"receipt: {plain(receipt.path)}  ({plain(command_line('receipt', 'show', receipt.path))})")
     return 0
 
 
