@@ -84,20 +84,28 @@ def _not_regular(mode: int) -> str:
     return "not a file"
 
 
+def _check_type(path: Path, kind: FileKind, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a directory, not a {kind.what} file", hint=kind.directory_hint)
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: is {_not_regular(mode)}, not a regular file; a {kind.what} is read from a regular "
+                         "file")
+
+
 def _read(path: Path, kind: FileKind, deadline: float) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             raise InputError(f"{path}: no such file", hint=kind.missing_hint) from None
+        try:  # a socket cannot be opened at all (ENXIO): say what it is rather than the errno
+            _check_type(path, kind, os.stat(path).st_mode)
+        except OSError:
+            pass
         raise InputError(f"{path}: cannot be read ({e.strerror})") from None
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{path}: is a directory, not a {kind.what} file", hint=kind.directory_hint)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: is {_not_regular(st.st_mode)}, not a regular file; a {kind.what} is read "
-                             "from a regular file")
+        _check_type(path, kind, st.st_mode)
         if st.st_size > kind.max_bytes:
             raise InputError(f"{path}: {_size(st.st_size)}, more than the {_size(kind.max_bytes)} a {kind.what} may "
                              "have")
