@@ -55,7 +55,8 @@ ENVELOPE = FileKind("signature envelope", 4 * -(-RECEIPT.max_bytes // 3) + 1 * M
                     missing_hint="sign the receipt with `infercrane receipt sign`")
 KEY = FileKind("key", 64 * KiB, missing_hint="make a key pair with `infercrane receipt keygen`")  # a PEM key: < 1 KiB
 _YAML_HINT = "give the path of a .yaml file"
-RECIPE = FileKind("recipe", 1 * MiB, missing_hint="check the path, or name a shipped recipe (`infercrane serve recipes`)",
+RECIPE = FileKind("recipe", 1 * MiB,
+                  missing_hint="check the path, or name a shipped recipe (`infercrane serve recipes`)",
                   directory_hint=f"{_YAML_HINT}, or a shipped recipe's name (`infercrane serve recipes`)")
 WORKLOAD = FileKind("workload", 1 * MiB,
                     missing_hint="check the path, or name a shipped workload (`infercrane serve recipes`)",
@@ -180,8 +181,9 @@ def read_mapping(text: str, *, what: str, source: str) -> dict[str, Any]:
 
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InputError(f"{what} file {source} is not valid YAML: {e}", hint="fix the YAML syntax") from None
+    except yaml.YAMLError as e:  # PyYAML's message runs over several lines: one here
+        raise InputError(f"{what} file {source} is not valid YAML: {' '.join(str(e).split())}",
+                         hint="fix the YAML syntax") from None
     if not isinstance(data, dict):
         raise InputError(f"{what} {source}: expected a mapping of fields, got {type(data).__name__}")
     return data

@@ -108,7 +108,8 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
         say(f"continue with: {command_line('poc', config, '--resume', plan.resume_arg())}")
         raise
     _print_summary(con, receipt.document)
-    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} ({command_line('receipt', 'show', receipt.path)})")
+    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} "
+        f"({command_line('receipt', 'show', receipt.path)})")
     say(_write_report(Path(receipt.path)))
     return 0
 

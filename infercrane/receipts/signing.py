@@ -149,8 +149,6 @@ def read_envelope(path: Path | str) -> dict[str, Any]:
     path = Path(path)
     try:
         env = json.loads(read_bytes(path, ENVELOPE).decode("utf-8"))
-    except SignatureInvalid:
-        raise
     except InputError as e:  # not a regular file, too large, missing, unreadable: said by the reader
         raise SignatureInvalid(e.message, hint=e.hint) from None
     except (ValueError, UnicodeDecodeError) as e:
@@ -196,8 +194,8 @@ def verify(receipt: Path | str, public_path: Path | str, envelope: Path | str | 
     payload = _receipt_payload(env, path, receipt)
     mine = [s for s in env["signatures"] if s["keyid"] == keyid]
     if not mine:
-        claimed = ", ".join(s["keyid"][:64] for s in env["signatures"])
-        raise SignatureInvalid(f"{path}: signed by key {claimed}, not by {public_path} (key {keyid})")
+        claimed = ", ".join(repr(s["keyid"][:64]) for s in env["signatures"])  # claims, shown quoted: any text
+        raise SignatureInvalid(f"{path}: not by {public_path} (key {keyid}): its signatures claim key {claimed}")
     for s in mine:
         try:
             key.verify(base64.b64decode(s["sig"], validate=True), pae(env["payloadType"], payload))

@@ -233,8 +233,8 @@ FORGERIES = [
     pytest.param(_another_key, None, "not by", id="signed by another key"),
     pytest.param(_another_file, "signs another payload", "signs another payload", id="payload of another file"),
     pytest.param(_bad_base64, "payload is not valid base64", "payload is not valid base64", id="bad base64 payload"),
-    pytest.param(_bad_signature_base64, "signatures[0].sig is not valid base64", "signatures[0].sig is not valid base64",
-                 id="bad base64 signature"),
+    pytest.param(_bad_signature_base64, "signatures[0].sig is not valid base64",
+                 "signatures[0].sig is not valid base64", id="bad base64 signature"),
     pytest.param(_wrong_payload_type, "payloadType 'application/vnd.in-toto+json'",
                  "payloadType 'application/vnd.in-toto+json'", id="wrong payloadType"),
 ]
