@@ -49,14 +49,15 @@ def flag(field: str) -> str:
 def program() -> str:
     """How to call InferCrane again from here, as a user would type it: ``infercrane`` when that name on PATH is the
     installation running now; else the path of the script that ran (``.venv/bin/infercrane``, relative to the current
-    folder when under it); else ``PYTHON -m infercrane`` with the interpreter running now. Every "next, run …" line
-    the commands print starts with it, so that it works when copied."""
+    folder when under it); else ``PYTHON -m infercrane`` with the interpreter running now; each path shell-quoted.
+    Every "next, run …" line the commands print starts with it (``command_line``), so that it works when copied."""
+    import shlex
     import shutil
     import sys
 
     def shown(path: str) -> str:
         rel = os.path.relpath(path)
-        return rel if not rel.startswith("..") else path
+        return shlex.quote(rel if not rel.startswith("..") else path)
 
     script = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "infercrane" else None
     on_path = shutil.which("infercrane")
@@ -68,6 +69,14 @@ def program() -> str:
     if os.path.exists(here):
         return shown(here)
     return f"{shown(sys.executable)} -m infercrane"
+
+
+def command_line(*args: Any) -> str:
+    """An InferCrane command line to suggest: ``program()`` then each argument shell-quoted, so that a path with a
+    space, a quote or a ``$`` in it stays one argument when the line is pasted into a shell."""
+    import shlex
+
+    return " ".join([program(), *(shlex.quote(str(a)) for a in args)])
 
 
 def plain(text: Any) -> str:

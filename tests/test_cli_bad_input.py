@@ -6,9 +6,17 @@ bound the option declares), an unknown choice for a closed set, an unknown name 
 recipe, schema version, operator or implementation is called ``no/such-thing``), and for a path one under a regular
 file (it can neither be read nor created). Flags (booleans) have no bad value. Commands run in-process; the kernel
 screen and the serving plan are replaced by tripwires, so no screening or engine can start.
+
+Then the messages that must point the right way, each one line naming what to change: a directory where a recipe,
+workload, PoC config or policy file goes; ``serve decide`` on a kernel receipt; a model config value that is not a
+number; suggested command lines with their paths shell-quoted; a FIFO or a 10 GB sparse file as a receipt (in a
+process of its own, with a time limit, so that a reader that waits fails instead of hanging the suite).
 """
 from __future__ import annotations
 
+import json
+import os
+import shlex
 import types
 import typing
 from pathlib import Path
@@ -199,3 +207,104 @@ def test_help_shows_no_negative_twins(capsys) -> None:
         text = capsys.readouterr().out
         assert "--empty-" not in text and "--no-" not in text, f"{' '.join(chain)} --help:\n{text}"
 
+
+
+# -- messages that point the right way: one line each, naming what the user can change ------------------------------
+def _one_error(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert not captured.out.strip() and len(lines) == 1 and lines[0].startswith("infercrane: error: "), captured
+    for word in FORBIDDEN:
+        assert word not in lines[0]
+    return lines[0].removeprefix("infercrane: error: ")
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["serve", "ab", "{dir}", "compiled", "--workload", "seed-paired"], "{dir}: is a directory, not a recipe file"),
+    (["serve", "ab", "eager", "compiled", "--workload", "{dir}"], "--workload: {dir}: is a directory, not a workload "
+                                                                  "file"),
+    (["serve", "bench", "eager", "--workload", "{dir}.yaml"], "--workload: {dir}.yaml: is a directory, not a "
+                                                              "workload file"),
+    (["poc", "{dir}"], "{dir}: is a directory, not a PoC config file"),
+    (["serve", "ab", "eager", "compiled", "--policy", "{dir}"], "--policy: {dir}: is a directory, not a policy file"),
+])
+def test_a_directory_where_a_file_goes_says_so(argv: list[str], what: str, tmp_path: Path, capsys,
+                                               tripwires: None) -> None:
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (tmp_path / "recipes.yaml").mkdir()
+    assert main([a.format(dir=folder) for a in argv]) == 2
+    line = _one_error(capsys)
+    assert line.startswith(what.format(dir=folder)) and "does not exist" not in line, line
+    assert "give the path of a .yaml file" in line
+
+
+def test_serve_decide_on_a_kernel_receipt_names_the_command_that_decides_it(tmp_path: Path, capsys) -> None:
+    kernel = tmp_path / "my screens" / "kernel it's.json"  # a space and a quote: the suggested command quotes them
+    kernel.parent.mkdir()
+    kernel.write_bytes((REPO / "docs" / "benchmarks" / "2026-12-01-h200-kernel-in-vllm" / "kernel-triton.json")
+                       .read_bytes())
+    assert main(["serve", "decide", str(kernel), "--out", str(tmp_path / "new.json")]) == 2
+    line = _one_error(capsys)
+    assert line.startswith(f"{kernel}: a kernel screening receipt (infercrane.cuda-kernel-screening-receipt/v3), "
+                           "not a serving receipt"), line
+    assert "incomplete" not in line
+    assert f" kernel decide {shlex.quote(str(kernel))} --out NEW.json`" in line, line
+
+
+def test_a_bad_model_config_value_names_its_field(tmp_path: Path, capsys, tripwires: None) -> None:
+    from infercrane.models.catalog import get
+
+    model = tmp_path / "model"
+    model.mkdir()
+    config = dict(get("Qwen/Qwen3-0.6B").config, hidden_size="abc")
+    (model / "config.json").write_text(json.dumps(config))
+    assert main(["kernel", "screen", "--device", "cpu", "--model", str(model), "--rows", "1", "--impls",
+                 "eager,triton", "--out", str(tmp_path / "k.json")]) == 2
+    line = _one_error(capsys)
+    assert line == f"--model {model}: model config field 'hidden_size' is 'abc'; give a positive whole number", line
+
+
+def test_a_suggested_validate_command_quotes_the_path(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "two words" / "r.json"
+    bad.parent.mkdir()
+    bad.write_text('{"schema_version": 1}')
+    assert main(["export", str(bad), "--format", "json"]) == 2
+    line = _one_error(capsys)
+    assert line.endswith(f" receipt validate {shlex.quote(str(bad))}` lists every problem"), line
+
+
+@pytest.mark.slow
+def test_the_suggested_receipt_show_quotes_the_path(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "a folder" / "it's here.json"
+    assert main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager,triton", "--checks", "1",
+                 "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the console may fold the line
+    assert f" receipt show {shlex.quote(str(out))})" in text, text
+
+
+def _cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+    """``python -m infercrane ARGS`` in a process of its own with a time limit: a regression that waits on a FIFO
+    fails instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "infercrane", *args], cwd=REPO, capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_a_fifo_or_a_10_gb_sparse_file_as_a_receipt_is_one_line(tmp_path: Path) -> None:
+    fifo = tmp_path / "r.json"
+    os.mkfifo(fifo)
+    rc, out, err = _cli("receipt", "show", str(fifo))
+    assert rc == 2 and err.strip() == f"infercrane: error: {fifo}: is a FIFO (named pipe), not a regular file; a " \
+                                      "receipt is read from a regular file" and not out.strip()
+    sparse = tmp_path / "big.json"
+    with open(sparse, "wb") as f:
+        os.truncate(f.fileno(), 10 * 1024**3)
+    rc, out, err = _cli("receipt", "validate", str(fifo), str(sparse))
+    assert rc == 2 and not err.strip()
+    assert out.strip().splitlines() == [
+        f"INVALID {fifo}: is a FIFO (named pipe), not a regular file; a receipt is read from a regular file",
+        f"INVALID {sparse}: 10 GiB, more than the 64 MiB a receipt may have", "2 of 2 receipt(s) invalid"]

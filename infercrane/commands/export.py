@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from ..options import check_output_file, plain, program
+from ..options import check_output_file, command_line, plain
 
 
 def export(receipt: Path, /, *, format: Literal["csv", "json"] = "csv",
@@ -49,7 +49,7 @@ def export(receipt: Path, /, *, format: Literal["csv", "json"] = "csv",
         _, where, why = e.problems[0]
         more = f" (and {len(e.problems) - 1} more)" if len(e.problems) > 1 else ""
         raise InputError(f"{receipt}: not a valid receipt: {where}: {' '.join(why.split())}{more}",
-                         hint=f"`{program()} receipt validate {receipt}` lists every problem") from None
+                         hint=f"`{command_line('receipt', 'validate', receipt)}` lists every problem") from None
     text = export_text(r, format, table=table or "measured", label=str(receipt))
     if out is None:
         sys.stdout.write(text)

@@ -11,7 +11,7 @@ from cyclopts.validators import Number
 from ..kernels.config import OpOptions, ScreenConfig
 from ..kernels.screen import (dump_steps, decode_step_from_receipt, implementation_plan, per_row_steps,
                               prepare_screen, run_prepared_screen)
-from ..options import plain, program
+from ..options import command_line, plain
 from ..receipts.signing import check_sign_key, sign_written
 
 
@@ -65,7 +65,7 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     interrupted = (receipt.document.get("result") or {}).get("interrupted")
     if interrupted:  # stopped by Ctrl-C / SIGTERM: what finished is in the (partial) receipt
         return _interrupted_exit(str(interrupted), receipt.path)
-    con.print(f"receipt: {plain(receipt.path)}  ({plain(program())} receipt show {plain(receipt.path)})")
+    con.print(f"receipt: {plain(receipt.path)}  ({plain(command_line('receipt', 'show', receipt.path))})")
     return 0
 
 

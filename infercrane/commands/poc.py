@@ -2,7 +2,6 @@
 one optimization-poc receipt (``infercrane.poc``)."""
 from __future__ import annotations
 
-import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,7 +9,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..options import ExecutorOptions
-from ..options import program
+from ..options import command_line
 
 
 def default_config() -> tuple[str, str]:
@@ -106,10 +105,11 @@ def poc(config: str | None = None, /, *, out: Path | None = None, resume: Path |
     except InputError:
         raise
     except (InfercraneError, KeyboardInterrupt):  # a run failure or a stop: what finished is kept for --resume
-        say(f"continue with: {program()} poc {shlex.quote(config)} --resume {shlex.quote(str(plan.resume_arg()))}")
+        say(f"continue with: {command_line('poc', config, '--resume', plan.resume_arg())}")
         raise
     _print_summary(con, receipt.document)
-    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} ({program()} receipt show {receipt.path})")
+    say(f"done in {time.monotonic() - t0:.1f} s; receipt {receipt.path} "
+        f"({command_line('receipt', 'show', receipt.path)})")
     say(_write_report(Path(receipt.path)))
     return 0
 
@@ -126,8 +126,8 @@ def _write_report(receipt: Path) -> str:
     try:
         page = write_report([receipt], out)
     except Exception as exc:  # the receipt is written; a drawing failure must not hide it
-        return (f"report: not written ({type(exc).__name__}: {exc}); the receipt stands: {program()} report "
-                f"{receipt} --out {out}")
+        return (f"report: not written ({type(exc).__name__}: {exc}); the receipt stands: "
+                f"{command_line('report', receipt, '--out', out)}")
     return f"report: {page}"
 
 
@@ -135,6 +135,7 @@ def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, re
                     sign_key: Path | None, con: Any) -> int | None:
     """The PoC once per GPU type through an executor (``executors.fanout``), when --gpus or the config's gpus: ask
     for it; None when the PoC runs here. The config travels by content (a shipped one by name)."""
+    from ..datafiles import POC_CONFIG, read_bytes
     from ..env.capture import new_run_id, run_id_from_env
     from ..errors import InputError
     from ..executors.fanout import run_fanned_out
@@ -152,7 +153,8 @@ def _poc_fanned_out(config: str, where: ExecutorOptions, *, out: Path | None, re
                          hint="resume each GPU's PoC where it ran, or run the fan-out again")
     shipped = Path(config).is_file()
     return run_fanned_out(where, gpus, argv=["poc", path.name if shipped else config],
-                          files={path.name: path.read_bytes()} if shipped else {}, needs_gpu=not cfg.functional,
+                          files={path.name: read_bytes(path, POC_CONFIG)} if shipped else {},
+                          needs_gpu=not cfg.functional,
                           out=out or Path("runs") / (run_id_from_env() or new_run_id()) / "poc.json",
                           what=f"poc {cfg.name}", sign_key=sign_key, con=con)
 

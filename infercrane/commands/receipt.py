@@ -11,8 +11,10 @@ from ..errors import InfercraneError, InputError, ReceiptInvalid
 from ..options import check_output_folder, plain
 
 
-def validate(files: list[Path], /, *, quiet: bool = False) -> int:
-    """Validate receipt files: schema, derived numbers, content hash.
+def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = None) -> int:
+    """Validate receipt files: schema, derived numbers, content hash; and the signature envelope beside each
+    (FILE.dsse.json), which must sign exactly the file's bytes. Without --pub a signature is reported present and
+    not verified; with --pub each receipt must carry a signature that verifies against that key.
 
     Parameters
     ----------
@@ -20,13 +22,21 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
         Receipt JSON files.
     quiet
         Print failures only.
+    pub
+        A signer's public key: verify each receipt's signature against it (an unsigned receipt is then invalid).
     """
+    from ..errors import about
+    from ..receipts.signing import load_public, signature_state
     from ..receipts.validate import load_receipt, policy_state
 
+    if pub is not None:
+        with about("--pub"):  # the key first: a bad one is one error, not one per receipt
+            load_public(pub)
     failed = 0
     for f in files:
         try:
             r = load_receipt(f)
+            signature = signature_state(f, pub)
         except ReceiptInvalid as e:
             failed += 1
             for file, path, reason in e.problems:
@@ -37,7 +47,7 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
         else:
             if not quiet:
                 policy = policy_state(r.document)[0]
-                print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{_signature_line(f)}"
+                print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{signature}"
                       f"{_incomplete_line(r.document)}")
     if failed:
         print(f"{failed} of {len(files)} receipt(s) invalid")
@@ -137,18 +147,6 @@ def schema(*, version: str | None = None, write: Path | None = None) -> int:
     return 0
 
 
-def _signature_line(receipt: Path) -> str:
-    """What validation can say of a signature without a public key: the key ids an envelope beside the receipt claims
-    over exactly its bytes (``receipt verify --pub`` checks them), or "unsigned"."""
-    from ..receipts.signing import signed_by
-
-    try:
-        ids = signed_by(receipt)
-    except InfercraneError as e:
-        return f"signature envelope INVALID: {e.message}"
-    return "unsigned" if ids is None else f"signed by {', '.join(ids)} (not verified: receipt verify --pub)"
-
-
 def keygen(*, out: Path = Path("."), name: str = "infercrane") -> int:
     """Write an ed25519 key pair for signing receipts: NAME.key (private, 0600) and NAME.pub.
 
@@ -215,7 +213,7 @@ def verify(file: Path, /, *, pub: Path, envelope: Path | None = None) -> int:
     load_receipt(file)
     read_envelope(envelope_path(file) if envelope is None else envelope)
     v = do_verify(file, pub, envelope)
-    print(f"ok      {plain(file)}: signed by {v.keyid} ({plain(v.envelope)})")
+    print(f"ok      {plain(file)}: signed by {v.keyid}, verified against {plain(pub)} ({plain(v.envelope)})")
     return 0
 
 

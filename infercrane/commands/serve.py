@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from cyclopts import Parameter
 
 from ..serving.config import ServeConfig
-from ..options import check_output_file, plain, program
+from ..options import check_output_file, command_line, plain
 from ..receipts.signing import check_sign_key, sign_written
 
 
@@ -78,13 +78,14 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     from ..errors import about
     from ..report.console import console
     from ..receipts.validate import load_receipt, write_receipt
-    from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block
+    from ..serving.receipt import build_document, plan_result_from_receipt, provenance_model_from_block, serving_kind
 
     check_output_file(out, "--out", not_over=receipt)
     check_sign_key(sign_key)
     with about("--policy"):
         pol = load_policy("serving", policy)
     old = load_receipt(receipt).document
+    serving_kind(old, receipt)  # a kernel or PoC receipt: what it is, and which command decides it
     if not old.get("complete"):
         from ..errors import InputError
         from ..serving.progress import serving_progress_state
@@ -245,7 +246,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         engine_log.removeHandler(engine_lines)
         engine_log.setLevel(level)
     _print_summary(con, receipt.document)
-    con.print(f"receipt: {plain(receipt.path)}  ({plain(program())} receipt show {plain(receipt.path)})")
+    con.print(f"receipt: {plain(receipt.path)}  ({plain(command_line('receipt', 'show', receipt.path))})")
     return 0
 
 
@@ -284,14 +285,15 @@ def _connect_servers(recs: list[Any], urls: tuple[str, ...], access: Any = None)
 
 def _check_not_being_written(out: Path) -> None:
     """Refuse an --out that a live InferCrane on this host is still writing (its progress names it)."""
-    import json
-
     from ..errors import InputError
+    from ..receipts.io import read_json
     from ..serving.progress import parse_progress, serving_progress_state
 
+    if not out.exists():
+        return
     try:
-        doc = json.loads(out.read_text()) if out.is_file() and out.stat().st_size < 64 * 1024 * 1024 else None
-    except (OSError, ValueError):
+        doc = read_json(out)
+    except InputError:  # not a receipt being written (a directory or another file: --out's own check says so)
         return
     if not isinstance(doc, dict):
         return

@@ -17,7 +17,7 @@ from typing import Literal, get_args, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from infercrane.datafiles import read_mapping, validate
+from infercrane.datafiles import POLICY, read_mapping, read_text, validate
 
 from infercrane.decide.metrics import SERVING_METRICS
 from infercrane.errors import InputError
@@ -173,11 +173,7 @@ def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolic
     source = f"(packaged {kind}.yaml)"
     if path is not None:
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"cannot read {kind} policy file {p}: {e.strerror or e}") from None
-        user = read_mapping(text, what="policy", source=str(p))
+        user = read_mapping(read_text(p, POLICY), what="policy", source=str(p))
         if user.get("schema_version") != schema:
             raise InputError(
                 f"policy file {p}: schema_version is {user.get('schema_version')!r}, expected {schema!r}",

@@ -382,13 +382,14 @@ def run_fanned_out(where: Any, gpus: Sequence[str], *, argv: Sequence[str], file
     """A command's fan-out from its executor options ``where`` (``options.ExecutorOptions``): refuse what
     cannot travel, build the executor and one job per GPU type, run them (``fan_out``), print the summary; exit 0
     when every job finished and the result was written, 1 otherwise."""
-    from infercrane.options import check_output_file, plain
+    from infercrane.options import check_output_file, command_line, plain
     from infercrane.errors import InputError
     from infercrane.executors import get_executor
 
     if sign_key is not None:
         raise InputError(f"--sign-key: the key stays on this machine and each job's receipt of {what} is written where "
-                         "it ran", hint=f"sign the result here once it is back: infercrane receipt sign {out} --key KEY")
+                         "it ran", hint="sign the result here once it is back: "
+                              f"{command_line('receipt', 'sign', out, '--key', 'KEY')}")
     check_output_file(out, "--out")
     executor = get_executor(where.executor, **({"address": where.ray_address} if where.executor == "ray" else {}))
     jobs = [Job(gpu=g, argv=tuple(argv), files=files, needs_gpu=needs_gpu, timeout_s=where.job_timeout_s) for g in gpus]

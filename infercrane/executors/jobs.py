@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infercrane.datafiles import CANDIDATE, OPTION_FILE, read_bytes
 from infercrane.env.capture import GPU_REQUEST_ENV, RUN_ID_ENV
 from infercrane.options import EXECUTOR_FIELDS, flag
 
@@ -133,11 +134,11 @@ def job_argv(command: tuple[str, ...], config: BaseModel, *, exclude: tuple[str,
         if value is None:
             continue
         if isinstance(value, Path):
-            files[value.name] = value.read_bytes()
+            files[value.name] = read_bytes(value, OPTION_FILE)
             value = value.name
         elif name == "candidate":  # path/to/file.py:function -> file.py:function, the file shipped
             path, _, fn = str(value).rpartition(":")
-            files[Path(path).name] = Path(path).read_bytes()
+            files[Path(path).name] = read_bytes(Path(path).expanduser(), CANDIDATE)
             value = f"{Path(path).name}:{fn}"
         argv += _flag_value(name, value, fields[name])
     return argv, files

@@ -181,22 +181,34 @@ class OpSpec:
         cls, config: dict[str, Any], *, rows: tuple[int, ...] | None = None, dtype: str = "bfloat16",
         model_id: str | None = None, model_revision: str | None = None,
     ) -> "OpSpec":
-        """Resolve the op's shapes from a Hugging Face style ``config.json`` dict (hidden size, eps, layers)."""
+        """Resolve the op's shapes from a Hugging Face style ``config.json`` dict (hidden size, eps, layers); a
+        ValueError naming the config field that is missing or not a positive number otherwise."""
         import sys
 
-        try:
-            hidden = int(config["hidden_size"])
-        except KeyError as e:
-            raise ValueError("model config has no 'hidden_size'") from e
-        eps = config.get("rms_norm_eps", config.get("layer_norm_epsilon", config.get("layer_norm_eps")))
-        if eps is None:
+        if "hidden_size" not in config:
+            raise ValueError("model config has no 'hidden_size'")
+        eps_key = next((k for k in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps") if k in config), None)
+        if eps_key is None:
             raise ValueError("model config has no 'rms_norm_eps' (nor layer_norm_epsilon/layer_norm_eps)")
-        layers = config.get("num_hidden_layers")
+        hidden = _positive(config, "hidden_size", int)
+        eps = _positive(config, eps_key, float)
+        layers = _positive(config, "num_hidden_layers", int) if config.get("num_hidden_layers") is not None else None
         used = {k: config[k] for k in ("hidden_size", "rms_norm_eps", "num_hidden_layers", "torch_dtype") if k in config}
         default_rows = getattr(sys.modules[cls.__module__], "DEFAULT_ROWS")
-        return cls(hidden_size=hidden, eps=float(eps), dtype=dtype, rows=tuple(rows or default_rows),
-                   num_layers=int(layers) if layers is not None else None, model_id=model_id,
-                   model_revision=model_revision, config_fields=used)
+        return cls(hidden_size=hidden, eps=eps, dtype=dtype, rows=tuple(rows or default_rows),
+                   num_layers=layers, model_id=model_id, model_revision=model_revision, config_fields=used)
+
+
+def _positive(config: dict[str, Any], key: str, kind: type) -> Any:
+    """``config[key]`` as a positive ``kind`` (int: a whole number, as JSON writes it); ValueError naming the field."""
+    import math
+
+    value = config[key]
+    ok = (isinstance(value, int) if kind is int else isinstance(value, (int, float))) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        what = "a positive whole number" if kind is int else "a positive number"
+        raise ValueError(f"model config field {key!r} is {value!r}; give {what}")
+    return kind(value)
 
 
 def torch_dtype(name: str) -> Any:

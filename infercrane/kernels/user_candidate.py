@@ -1,7 +1,8 @@
 """A user's candidate kernel, named on the command line as ``path/to/file.py:function``.
 
 The file is loaded by path (``importlib.util.spec_from_file_location``), never by module name, so it need not be on
-``sys.path``; its own directory is put on ``sys.path`` while it executes so that it can import sibling modules.
+``sys.path``; its own directory is put on ``sys.path`` while it executes so that it can import sibling modules. It is
+read once, bounded (``datafiles.read_bytes``), and those bytes are hashed and executed.
 
 The calling contract (the op's ``spec.py``: ``RETURNS`` out of place, ``IN_PLACE`` in place) is declared, or
 inferred when that is unambiguous:
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,12 +89,14 @@ def parse_candidate_ref(text: str, *, in_place_override: bool | None = None) -> 
     return CandidateRef(Path(path_text).expanduser().resolve(), function, in_place_override)
 
 
-def check_candidate_file(ref: CandidateRef) -> None:
-    """Fail early (no user code runs) when the candidate's file is missing or not a file."""
+def check_candidate_file(ref: CandidateRef) -> bytes:
+    """The candidate file's bytes, read bounded (``datafiles.CANDIDATE``); fails early (no user code runs) when the
+    file is missing, not a regular file (a directory, a FIFO, a device) or too large."""
+    from infercrane.datafiles import CANDIDATE, read_bytes
+
     if not ref.path.exists():
-        raise InputError(f"candidate file {ref.path} does not exist", hint="check the PATH part of PATH.py:FUNCTION")
-    if not ref.path.is_file():
-        raise InputError(f"candidate path {ref.path} is not a file")
+        raise InputError(f"candidate file {ref.path} does not exist", hint=CANDIDATE.missing_hint)
+    return read_bytes(ref.path, CANDIDATE)
 
 
 def _declared(value: Any, where: str) -> bool:
@@ -109,8 +113,7 @@ def load_candidate(ref: CandidateRef, infer: Callable[[Callable[..., Any]], tupl
     undeclared and cannot be inferred (no ``infer``, or both or neither form fits), or an override contradicts the
     declaration.
     """
-    check_candidate_file(ref)
-    data = ref.path.read_bytes()
+    data = check_candidate_file(ref)  # what is hashed is what runs: the bytes read once, compiled below
     sha = hashlib.sha256(data).hexdigest()
     module_name = f"infercrane_user_candidate_{sha[:16]}"
     module_spec = importlib.util.spec_from_file_location(module_name, ref.path)
@@ -123,12 +126,12 @@ def load_candidate(ref: CandidateRef, infer: Callable[[Callable[..., Any]], tupl
         sys.path.insert(0, folder)
     sys.modules[module_name] = module
     try:
-        module_spec.loader.exec_module(module)
+        exec(compile(data, str(ref.path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the user's kernel
     except Exception as e:
         sys.modules.pop(module_name, None)
         raise InputError(
             f"candidate file {ref.path} failed to import: {type(e).__name__}: {e}",
-            hint="run `python {}` to see the full error".format(ref.path),
+            hint=f"run `python {shlex.quote(str(ref.path))}` to see the full error",
         ) from e
     finally:
         if added:

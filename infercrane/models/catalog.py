@@ -177,9 +177,11 @@ def get(model_id: str) -> CatalogEntry:
 
 
 def _read_json_file(path: Path, what: str) -> dict[str, Any]:
+    from ..datafiles import MODEL_CONFIG, read_text
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(read_text(path, MODEL_CONFIG))
+    except json.JSONDecodeError as e:
         raise InputError(f"cannot read {what} {path}: {e}", hint="pass a readable JSON file") from e
     if not isinstance(data, dict):
         raise InputError(f"{what} {path} is not a JSON object", hint="pass a Hugging Face style config.json")

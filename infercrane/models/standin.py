@@ -534,9 +534,11 @@ def read_stand_in_marker(path: Path | str) -> dict[str, Any] | None:
     marker_path = path if path.name == STAND_IN_MARKER else path / STAND_IN_MARKER
     if not marker_path.is_file():
         return None
+    from ..datafiles import MODEL_CONFIG, read_text
+
     try:
-        marker = json.loads(marker_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        marker = json.loads(read_text(marker_path, MODEL_CONFIG))
+    except json.JSONDecodeError as e:
         raise InputError(f"stand-in marker {marker_path} is unreadable: {e}", hint="re-create the stand-in") from e
     if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
         raise InputError(f"{marker_path} is not an InferCrane stand-in marker", hint="re-create the stand-in")

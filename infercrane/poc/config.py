@@ -190,8 +190,8 @@ def load_config(name_or_path: str | Path) -> tuple[PocConfig, Path]:
     is one line naming the file, the field and what to give instead."""
     from .. import datafiles
 
-    path = datafiles.find_file(name_or_path, CONFIGS_DIR, "PoC config")
-    data = datafiles.read_mapping(path.read_text(), what="PoC config", source=str(path))
+    path = datafiles.find_file(name_or_path, CONFIGS_DIR, datafiles.POC_CONFIG)
+    data = datafiles.read_mapping(datafiles.read_text(path, datafiles.POC_CONFIG), what="PoC config", source=str(path))
     try:
         return PocConfig.model_validate(data), path
     except ValidationError as exc:

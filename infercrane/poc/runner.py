@@ -21,6 +21,7 @@ decided again (``derive.decide_with_steps``) with one decode step per row count 
 """
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -513,7 +514,8 @@ def _run_sections(plan: PocPlan, *, con: Any, say: Any, pool: Any, t0: float, do
                 done = ", ".join(docs)
                 r = write_poc(plan, docs, complete=False,
                               reason=f"section {section} stopped: {why}; finished: {done}; continue with "
-                                     f"infercrane poc {plan.config_path} --resume {plan.resume_arg()}")
+                                     f"infercrane poc {shlex.quote(str(plan.config_path))} --resume "
+                                     f"{shlex.quote(str(plan.resume_arg()))}")
                 say(f"partial PoC receipt (complete: false; sections {done} kept): {r.path}")
             else:
                 say(f"no section finished, so there is no PoC receipt yet (one needs a finished section); the run "

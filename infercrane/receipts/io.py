@@ -18,8 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..datafiles import RECEIPT, read_text
 from ..errors import InputError
 from ..hashing import HASH_FIELD, content_hash
+
 
 def non_finite_paths(data: Any, path: str = "") -> list[str]:
     """Paths of NaN/inf numbers in a parsed JSON tree (JSON has no such numbers; Python's parser accepts them)."""
@@ -32,7 +34,6 @@ def non_finite_paths(data: Any, path: str = "") -> list[str]:
     return []
 
 
-MAX_RECEIPT_BYTES = 64 * 1024 * 1024  # the largest receipt InferCrane reads (its own are a few MiB)
 MAX_JSON_DEPTH = 64  # receipts nest about a dozen levels; deeper is not a receipt
 
 
@@ -92,33 +93,13 @@ def _lone_surrogate(data: Any, path: str = "") -> str | None:
 def read_json(path: Path) -> dict[str, Any]:
     """Parse one receipt file into a dict, or raise InputError naming the file and what is wrong with it.
 
-    Reads are bounded: only a regular file (never a FIFO or a device), at most ``MAX_RECEIPT_BYTES``, nested at most
-    ``MAX_JSON_DEPTH`` deep, without duplicate keys or strings that are not Unicode (a lone surrogate)."""
-    import stat
-
+    Read through ``datafiles.read_text`` (a regular file of at most ``datafiles.RECEIPT.max_bytes``, bounded in
+    time); then nested at most ``MAX_JSON_DEPTH`` deep, without duplicate keys or strings that are not Unicode (a
+    lone surrogate)."""
     path = Path(path)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot be read ({e.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path}: is a directory, not a receipt file", hint="pass the JSON files inside it")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: not a regular file (a FIFO, socket or device); a receipt is a file")
-    if st.st_size > MAX_RECEIPT_BYTES:
-        raise InputError(f"{path}: {st.st_size} bytes, more than the {MAX_RECEIPT_BYTES} a receipt may have")
-    with open(path, "rb") as f:
-        raw = f.read(MAX_RECEIPT_BYTES + 1)
-    if len(raw) > MAX_RECEIPT_BYTES:
-        raise InputError(f"{path}: more than the {MAX_RECEIPT_BYTES} bytes a receipt may have")
-    if not raw.strip():
+    text = read_text(path, RECEIPT)
+    if not text.strip():
         raise InputError(f"{path}: empty file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if _depth_exceeds(text, MAX_JSON_DEPTH):
         raise InputError(f"{path}: nested more than {MAX_JSON_DEPTH} levels deep; not a receipt")
     try:

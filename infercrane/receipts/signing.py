@@ -11,6 +11,12 @@ signature is over DSSE's pre-authentication encoding ``PAE(payloadType, payload)
 digits of the sha256 of the raw 32-byte public key. ``verify`` refuses an envelope whose payload is not the receipt's
 bytes (a signature over another payload), one whose key id or signature does not match the public key given, and a
 truncated or malformed envelope, each with one line.
+
+A signature is verified only against a public key the user names: the key ids an envelope lists are claims anyone
+can write (an envelope whose signature is all zeros lists one too). Without a key, ``signature_state`` says that a
+signature is present and not verified, and names no signer; an envelope that cannot be read, is malformed, or signs
+other bytes than the receipt's is an error either way. Envelopes and keys are read through ``datafiles.read_bytes``
+(a regular file, a size limit, a time limit), so a FIFO or ``/dev/zero`` in their place is one line, not a hang.
 """
 from __future__ import annotations
 
@@ -22,15 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..datafiles import ENVELOPE, KEY, RECEIPT, read_bytes
 from ..errors import InputError
 
 PAYLOAD_TYPE = "application/vnd.infercrane.receipt+json"
 ENVELOPE_SUFFIX = ".dsse.json"
-MAX_ENVELOPE_BYTES = 64 * 1024 * 1024 * 2  # base64 of the largest receipt read, and room for the signatures
 
 
 class SignatureInvalid(InputError):
-    """A signature that does not hold (exit code 2, like any invalid receipt)."""
+    """A signature that does not hold, or an envelope that cannot be checked (exit code 2, like any invalid
+    receipt)."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,10 @@ def keygen(folder: Path | str, name: str = "infercrane") -> tuple[Path, Path]:
 
 def _load_private(path: Path | str) -> Any:
     serialization, ed25519 = _crypto()
+    pem = read_bytes(path, KEY)
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as e:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as e:
         raise InputError(f"{path}: not an unencrypted PEM private key ({type(e).__name__}: {e})") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise InputError(f"{path}: an {type(key).__name__}, not an ed25519 private key",
@@ -108,9 +116,10 @@ def _load_private(path: Path | str) -> Any:
 
 def load_public(path: Path | str) -> Any:
     serialization, ed25519 = _crypto()
+    pem = read_bytes(path, KEY)
     try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except (OSError, ValueError, TypeError) as e:
+        key = serialization.load_pem_public_key(pem)
+    except (ValueError, TypeError) as e:
         raise InputError(f"{path}: not a PEM public key ({type(e).__name__}: {e})") from None
     if not isinstance(key, ed25519.Ed25519PublicKey):
         raise InputError(f"{path}: an {type(key).__name__}, not an ed25519 public key")
@@ -122,7 +131,7 @@ def sign(receipt: Path | str, key_path: Path | str) -> Path:
     from .io import write_atomic_bytes
 
     key = _load_private(key_path)
-    payload = Path(receipt).read_bytes()
+    payload = read_bytes(receipt, RECEIPT)
     envelope = {
         "payloadType": PAYLOAD_TYPE,
         "payload": base64.b64encode(payload).decode("ascii"),
@@ -135,35 +144,31 @@ def sign(receipt: Path | str, key_path: Path | str) -> Path:
 
 
 def read_envelope(path: Path | str) -> dict[str, Any]:
-    """The envelope at ``path``, checked for shape: one line naming what is wrong otherwise."""
+    """The envelope at ``path``, checked for shape (payloadType, a base64 payload, signatures each with a key id
+    and a base64 signature): one line naming what is wrong otherwise. Nothing is verified here."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_ENVELOPE_BYTES:
-            raise SignatureInvalid(f"{path}: larger than {MAX_ENVELOPE_BYTES} bytes; not an InferCrane envelope")
-        env = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SignatureInvalid(f"{path}: no signature envelope", hint="sign with `infercrane receipt sign`") from None
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+        env = json.loads(read_bytes(path, ENVELOPE).decode("utf-8"))
+    except InputError as e:  # not a regular file, too large, missing, unreadable: said by the reader
+        raise SignatureInvalid(e.message, hint=e.hint) from None
+    except (ValueError, UnicodeDecodeError) as e:
         raise SignatureInvalid(f"{path}: not a DSSE envelope (truncated or not JSON: {type(e).__name__})") from None
     sigs = env.get("signatures") if isinstance(env, dict) else None
-    if (not isinstance(env, dict) or env.get("payloadType") != PAYLOAD_TYPE or not isinstance(env.get("payload"), str)
+    if (not isinstance(env, dict) or not isinstance(env.get("payload"), str)
             or not isinstance(sigs, list) or not sigs
             or not all(isinstance(s, dict) and isinstance(s.get("keyid"), str) and isinstance(s.get("sig"), str)
                        for s in sigs)):
         raise SignatureInvalid(f"{path}: not an InferCrane DSSE envelope (payloadType {PAYLOAD_TYPE}, a payload and "
                                "signatures with keyid and sig)")
+    if env.get("payloadType") != PAYLOAD_TYPE:
+        raise SignatureInvalid(f"{path}: payloadType {str(env.get('payloadType'))[:80]!r} is not {PAYLOAD_TYPE!r}; "
+                               "not an InferCrane receipt envelope")
+    for i, s in enumerate(sigs):
+        try:
+            base64.b64decode(s["sig"], validate=True)
+        except ValueError:
+            raise SignatureInvalid(f"{path}: signatures[{i}].sig is not valid base64") from None
     return env
-
-
-def signed_by(receipt: Path | str) -> list[str] | None:
-    """The key ids an envelope beside the receipt claims, when its payload is exactly the receipt's bytes; None when
-    there is no envelope. Claims only: ``verify`` with the public key checks them."""
-    path = envelope_path(receipt)
-    if not path.exists():
-        return None
-    env = read_envelope(path)
-    _receipt_payload(env, path, Path(receipt))
-    return [s["keyid"] for s in env["signatures"]]
 
 
 def _receipt_payload(env: dict[str, Any], path: Path, receipt: Path) -> bytes:
@@ -172,7 +177,7 @@ def _receipt_payload(env: dict[str, Any], path: Path, receipt: Path) -> bytes:
         payload = base64.b64decode(env["payload"], validate=True)
     except ValueError:
         raise SignatureInvalid(f"{path}: the payload is not valid base64 (truncated?)") from None
-    if payload != receipt.read_bytes():
+    if payload != read_bytes(receipt, RECEIPT):
         raise SignatureInvalid(f"{path}: the envelope signs another payload, not {receipt} as it is now")
     return payload
 
@@ -189,14 +194,38 @@ def verify(receipt: Path | str, public_path: Path | str, envelope: Path | str | 
     payload = _receipt_payload(env, path, receipt)
     mine = [s for s in env["signatures"] if s["keyid"] == keyid]
     if not mine:
-        claimed = ", ".join(s["keyid"] for s in env["signatures"])
-        raise SignatureInvalid(f"{path}: signed by key {claimed}, not by {public_path} (key {keyid})")
+        claimed = ", ".join(repr(s["keyid"][:64]) for s in env["signatures"])  # claims, shown quoted: any text
+        raise SignatureInvalid(f"{path}: not by {public_path} (key {keyid}): its signatures claim key {claimed}")
     for s in mine:
         try:
             key.verify(base64.b64decode(s["sig"], validate=True), pae(env["payloadType"], payload))
         except (InvalidSignature, ValueError):
             raise SignatureInvalid(f"{path}: the signature of key {keyid} does not hold for {receipt}") from None
     return Verified(keyid=keyid, envelope=path)
+
+
+def signature_state(receipt: Path | str, public_path: Path | str | None = None) -> str:
+    """What can be said of the signature beside ``receipt`` (``<receipt>.dsse.json``), in a few words:
+
+    - no envelope: "unsigned" (SignatureInvalid when ``public_path`` asks for a signature);
+    - without ``public_path``: the envelope is read, checked for shape and for signing exactly the receipt's bytes,
+      and the answer is "signature present, not verified", naming no signer (anyone can write a key id);
+    - with ``public_path``: ``verify``; the answer names the key that verified.
+
+    SignatureInvalid (one line) for an envelope that cannot be read, is malformed, signs other bytes, or does not
+    verify."""
+    receipt = Path(receipt)
+    path = envelope_path(receipt)
+    if not os.path.lexists(path):  # a dangling link is an envelope that cannot be read, not an absent one
+        if public_path is not None:
+            raise SignatureInvalid(f"{receipt}: unsigned (no {path.name} beside it), and --pub asks for a signature",
+                                   hint="sign it with `infercrane receipt sign`, or leave out --pub")
+        return "unsigned"
+    if public_path is None:
+        _receipt_payload(read_envelope(path), path, receipt)
+        return "signature present, not verified (receipt verify --pub KEY checks it)"
+    v = verify(receipt, public_path)
+    return f"signature verified: key {v.keyid} ({public_path})"
 
 
 def check_sign_key(key: Path | None, flag: str = "--sign-key") -> None:

@@ -424,9 +424,12 @@ class EngineMemory:
 def _model_config(recipe: Any) -> dict[str, Any] | None:
     import json
 
+    from ..datafiles import MODEL_CONFIG, read_bytes
+    from ..errors import InputError
+
     try:
-        cfg = json.loads((Path(recipe.resolved_model()) / "config.json").read_text())
-    except (OSError, ValueError):
+        cfg = json.loads(read_bytes(Path(recipe.resolved_model()) / "config.json", MODEL_CONFIG))
+    except (InputError, ValueError):
         return None
     return cfg if isinstance(cfg, dict) else None
 

@@ -60,9 +60,10 @@ def load_tokenizer(tokenizer: str, env: Mapping[str, str] | None = None) -> Any:
     try:
         return AutoTokenizer.from_pretrained(tokenizer, local_files_only=True, cache_dir=cache_dir)
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot load tokenizer {tokenizer!r} from local files to make the shared prompts: {exc}",
-                         hint="put the tokenizer in the local hub cache, pass a tokenizer directory, "
-                              "or set prompts: driver") from None
+        why = " ".join(str(exc).split())  # transformers' messages run over several lines
+        raise InputError(f"cannot load tokenizer {tokenizer!r} from local files to make the shared prompts: {why}",
+                         hint="give a tokenizer folder with --tokenizer DIR (a PoC config: serving.tokenizer), put "
+                              "the tokenizer in the local hub cache, or set the workload's prompts: driver") from None
 
 
 def _encode(tok: Any, text: str) -> list[int]:

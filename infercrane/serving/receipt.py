@@ -652,6 +652,39 @@ def plan_config(kind: str, recipes: list[Any], workload: Any, options: dict[str,
             "workload": workload.model_dump(mode="json")}
 
 
+SERVING_COMMANDS = ("serve ab", "serve bench")  # the commands whose receipts serve decide decides again
+
+
+def serving_kind(doc: dict[str, Any], source: Any = "the receipt") -> str:
+    """``ab`` or ``bench``: which command wrote a serving receipt that ``serve decide`` can decide again. Another
+    receipt is an InputError that says what it is and which command decides it (a kernel screen: ``kernel decide``;
+    a PoC: the serving receipts it wrote beside it)."""
+    from ..errors import InputError
+    from ..options import command_line
+    from ..receipts.registry import family
+    from ..receipts.models_v3 import SCREENING_V3
+
+    schema = str(doc.get("schema_version"))
+    prov = doc.get("provenance")
+    config = prov.get("config") if isinstance(prov, dict) else None
+    command = str(config.get("command", "")) if isinstance(config, dict) else ""
+    if command in SERVING_COMMANDS:
+        return command.split()[1]
+    wanted = "serve decide decides the serving receipts of serve ab and serve bench"
+    if family(schema) == family(SCREENING_V3):
+        again = (f"decide a kernel screen again with `{command_line('kernel', 'decide', source, '--out', 'NEW.json')}`"
+                 if schema == SCREENING_V3 else "kernel decide reads v3 kernel receipts: screen again with "
+                                                "`infercrane kernel screen`")
+        raise InputError(f"{source}: a kernel screening receipt ({schema}), not a serving receipt; {wanted}",
+                         hint=again)
+    if command in ("poc", "receipt merge"):
+        raise InputError(f"{source}: a PoC receipt (written by {command}), not a serving receipt; {wanted}",
+                         hint="decide its serving sections again from the receipts the PoC wrote in its run folder "
+                              "(poc/paired.json, poc/public.json)")
+    raise InputError(f"{source}: a receipt of {schema} with no serve ab / serve bench command recorded (a read-only "
+                     f"format, or another command's), so not a serving receipt; {wanted}")
+
+
 def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
     """The finished plan behind a complete serving receipt, rebuilt from its recorded config and raw runs, and the
     receipt's kind (``ab`` or ``bench``): what ``serve decide`` re-analyses without re-measuring.
@@ -662,15 +695,12 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
     from .recipes import Recipe
     from .workload import Workload, plan_runs
 
+    kind = serving_kind(doc)
     config = doc["provenance"]["config"]
-    command = str(config.get("command", ""))
     config = config.get("measured_config", config)  # a receipt decided again keeps the measured run's config
-    if command not in ("serve ab", "serve bench"):
-        raise InputError(f"not a serving receipt of serve ab / serve bench (its command is {command!r})")
     if not doc.get("complete"):
         raise InputError(f"the receipt is incomplete ({doc.get('incomplete_reason')}): its plan did not finish, "
                          "so there is nothing to decide on", hint="run the plan again")
-    kind = command.split()[1]
     workload = Workload.model_validate(config["workload"])
     recipes = {name: Recipe.model_validate(r) for name, r in config["recipes"].items()}
     drivers = list(doc["drivers"])

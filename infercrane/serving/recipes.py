@@ -255,7 +255,7 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     """Load a recipe from a YAML file path, or a shipped recipe by name; returns it resolved."""
     from infercrane import datafiles
 
-    return datafiles.load(Recipe, name_or_path, RECIPES_DIR, what="recipe",
+    return datafiles.load(Recipe, name_or_path, RECIPES_DIR, kind=datafiles.RECIPE,
                           hint=f"fix the named field(s); schema_version must be {RECIPE_SCHEMA_VERSION!r}").resolved()
 
 

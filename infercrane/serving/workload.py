@@ -307,7 +307,7 @@ def load_workload(name_or_path: str | Path) -> Workload:
     """A preset by name (``workload_presets()``) or a YAML file."""
     from infercrane import datafiles
 
-    return datafiles.load(Workload, name_or_path, WORKLOADS_DIR, what="workload",
+    return datafiles.load(Workload, name_or_path, WORKLOADS_DIR, kind=datafiles.WORKLOAD,
                           hint=f"fix the named field(s); schema_version must be {WORKLOAD_SCHEMA_VERSION!r}")
 
 

@@ -99,10 +99,15 @@ def kernel_sources_sha256(op: str, impl: str, candidate: str | None) -> str:
         files = sorted(p for p in (ops / VLLM_OPS[op]).iterdir() if p.suffix in kernel_files)
         files += sorted(p for p in ops.iterdir() if p.is_file() and p.suffix in kernel_files)
     files += sorted((INFERCRANE_ROOT / "infercrane" / "vllm_plugin").glob("*.py"))
+    from infercrane.datafiles import CANDIDATE, read_bytes
+    from infercrane.errors import InputError
+
     h = hashlib.sha256()
     for p in files:
         try:
-            h.update(str(p.name).encode() + b"\0" + p.read_bytes() + b"\0")
-        except OSError as exc:
-            raise ValueError(f"kernel source {p} cannot be read: {exc}; check the candidate's PATH.py:FUNCTION") from None
+            data = read_bytes(p, CANDIDATE) if impl == "user" else p.read_bytes()  # the user's file: bounded
+        except (OSError, InputError) as exc:
+            raise ValueError(f"kernel source {p} cannot be read: {getattr(exc, 'message', exc)}; check the "
+                             "candidate's PATH.py:FUNCTION") from None
+        h.update(str(p.name).encode() + b"\0" + data + b"\0")
     return h.hexdigest()

@@ -76,7 +76,7 @@ def test_wrong_schema_missing_file_bad_yaml_and_kind(tmp_path):
     p = _write(tmp_path, "schema_version: infercrane.serving-policy/v1\n")
     with pytest.raises(InputError, match="expected 'infercrane.kernel-policy/v1'"):
         load_policy("kernel", p)
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="absent.yaml: no such file"):
         load_policy("kernel", tmp_path / "absent.yaml")
     with pytest.raises(InputError, match="not valid YAML"):
         load_policy("kernel", _write(tmp_path, "a: [1, 2\n"))

@@ -10,7 +10,8 @@ import pytest
 
 from infercrane.cli import main
 from infercrane.errors import InputError
-from infercrane.receipts.io import MAX_RECEIPT_BYTES, read_json
+from infercrane.datafiles import RECEIPT
+from infercrane.receipts.io import read_json
 
 GOOD = Path(__file__).parents[2] / "examples" / "receipts" / "cuda-kernel-screening-v1.seed.json"
 
@@ -49,7 +50,7 @@ def test_a_device_is_refused(tmp_path: Path) -> None:
 def test_an_oversized_file_is_refused(tmp_path: Path) -> None:
     p = tmp_path / "big.json"
     with open(p, "wb") as f:
-        f.truncate(MAX_RECEIPT_BYTES + 1)
+        f.truncate(RECEIPT.max_bytes + 1)
     with pytest.raises(InputError, match="more than"):
         read_json(p)
 

@@ -99,3 +99,15 @@ def test_vllm_bench_reads_the_prompt_file_instead_of_making_prompts(tmp_path):
             assert part in joined, part
         assert not {"--random-input-len", "--random-output-len", "--random-range-ratio"} & set(cmd)
         assert "--dataset-name random" not in joined
+
+
+def test_a_tokenizer_that_cannot_load_names_the_flag_that_gives_one(tmp_path: Path) -> None:
+    from infercrane.errors import InputError
+
+    empty = tmp_path / "no-tokenizer-here"
+    empty.mkdir()
+    with pytest.raises(InputError) as e:
+        load_tokenizer(str(empty))
+    (line,) = e.value.lines()
+    assert line.startswith(f"cannot load tokenizer {str(empty)!r} from local files") and "--tokenizer DIR" in line
+    assert "serving.tokenizer" in line and "prompts: driver" in line
