@@ -59,7 +59,9 @@ def test_a_kernel_receipt_joins_a_poc_receipt(h200_docs, h200_poc, tmp_path):
 
 
 def test_one_gpu_type_twice_is_refused(h200_poc, tmp_path, capsys):
-    a, b = _write(tmp_path / "a.json", h200_poc), _write(tmp_path / "b.json", h200_poc)
+    other_run = copy.deepcopy(h200_poc)  # another receipt of the same GPU (the same receipt twice: test_same_as_itself)
+    other_run["provenance"]["run_id"] = "poc-2"
+    a, b = _write(tmp_path / "a.json", h200_poc), _write(tmp_path / "b.json", rehash(other_run))
     assert main(["receipt", "merge", str(a), str(b), "--out", str(tmp_path / "m.json")]) == 2
     [line] = _error_lines(capsys)
     assert "both hold a kernel section measured on h200" in line and str(a) in line and str(b) in line
