@@ -261,14 +261,16 @@ def _policy(evidence: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return ({k: v for k, v in doc.get("policy", {}).items() if k != "workload_notes"}, doc.get("policy_sha256"))
 
 
-def _functional_parts(evidence: dict[str, Any]) -> list[str]:
-    parts = []
-    if any(k["evidence_class"] == "cpu-functional-check" for k in evidence.get("kernel", {}).values()):
-        parts.append("the kernel screen ran without a GPU (correctness against the float32 oracle only, nothing "
-                     "timed)")
-    if any(_test_server(d) for d in _serving_docs(evidence)):
-        parts.append("the serving A/Bs ran against InferCrane's test server (programmed latencies), not vLLM")
-    return parts
+def _functional_parts(parts: list[dict[str, Any]]) -> list[str]:
+    """What a functional PoC's boundary says of its parts (``evidence_parts``), the kernel's and the serving's."""
+    functional = {p["section"] for p in parts if p["evidence_class"] == "functional-check"}
+    out = []
+    if "kernel" in functional:
+        out.append("the kernel screen ran without a GPU (correctness against the float32 oracle only, nothing "
+                   "timed)")
+    if functional & {"paired", "public"}:
+        out.append("the serving A/Bs ran against InferCrane's test server (programmed latencies), not vLLM")
+    return out
 
 
 def evidence_parts(evidence: dict[str, Any]) -> list[dict[str, Any]]:
@@ -310,16 +312,15 @@ def qualification_boundary(evidence: dict[str, Any]) -> str:
     if any(k["evidence_class"] == "real-gpu-microbenchmark" for k in evidence.get("kernel", {}).values()):
         text += ("; the kernel's end-to-end figures are Amdahl estimates from its share of the decode step the "
                  "paired A/B measured, not a serving measurement of the kernel")
-    parts = _functional_parts(evidence)
     each = evidence_parts(evidence)
+    functional = [p for p in each if p["evidence_class"] == "functional-check"]
     measured = [p for p in each if p["evidence_class"] == "real-gpu-measurement"]
-    if parts and measured:  # timed parts beside functional ones: the whole takes the weakest class, each part named
-        functional = [p for p in each if p["evidence_class"] == "functional-check"]
+    if functional and measured:  # timed parts beside functional ones: the whole takes the weakest class, each named
         text = ("MIXED PoC, labelled functional-check by its weakest parts: functional check only, claiming nothing "
                 f"about speed: {_named(functional)}; measured on a GPU: {_named(measured)}; " + text)
-    elif parts:
-        text = ("FUNCTIONAL PoC: " + "; ".join(parts) + ": it exercises every step and claims nothing about speed; "
-                + text)
+    elif functional:
+        text = ("FUNCTIONAL PoC: " + "; ".join(_functional_parts(each)) + ": it exercises every step and claims "
+                "nothing about speed; " + text)
     return text
 
 

@@ -1,16 +1,18 @@
 """``receipt merge``: PoC receipts (``infercrane poc``) and kernel receipts (v3) made on different machines or GPU
 types, joined into one PoC receipt with ``custom_kernel.<gpu>`` per GPU type.
 
-Every input is validated fully first. Refused, each in one line naming both files: a receipt of another kind (a
-``serve ab`` / ``serve bench`` receipt, a v1 or v2 kernel receipt), receipts of different models or model revisions,
-of different kernel or serving policies (the policy dict, its workload notes aside: what ``policy_sha256`` hashes),
-and two receipts holding the same section for the same GPU (two receipts of one GPU type are two GPUs only when each
-records its device, ``hardware.gpu_uuid``, and the devices differ). The merged receipt's evidence is the inputs'
-evidence side by side, keyed by the GPU each receipt was measured on (``infercrane.poc.gpus``: the type's key, and
-``<type>__<n>`` for the n-th device of a type); a kernel whose
-GPU type has a paired A/B in the merge is decided again with that A/B's decode steps (as ``infercrane poc`` does),
-and the merged receipt records every input (path, schema version, content hash) in ``merged_from``. It validates as
-every PoC receipt does: each section derived again from the embedded evidence.
+Every input is validated fully first. Refused, each in one line naming both files: a receipt of a legacy format (v1,
+a v2 kernel receipt: the line says first that its conclusions were not derived again), a receipt of another kind (a
+``serve ab`` / ``serve bench`` receipt), the same receipt twice (one content hash), receipts of different models,
+model revisions or operators, of different kernel or serving policies (the policy dict, its workload notes aside:
+what ``policy_sha256`` hashes), and two receipts holding the same section for the same GPU (two receipts of one GPU
+type are two GPUs only when each records its device, ``hardware.gpu_uuid``, and the devices differ). The merged
+receipt's evidence is the inputs' evidence side by side, keyed by the GPU each receipt was measured on
+(``infercrane.poc.gpus``: the type's key, and ``<type>__<n>`` for the n-th device of a type); a kernel whose GPU type
+has a paired A/B in the merge is decided again with that A/B's decode steps (as ``infercrane poc`` does), and the
+merged receipt records every input (path, schema version, content hash) in ``merged_from``. It validates as
+every PoC receipt does: each section derived again from the embedded evidence, its evidence class the weakest of its
+parts' and each part's own kept in ``evidence_parts`` (``poc.derive.evidence_parts``).
 """
 from __future__ import annotations
 
