@@ -28,8 +28,9 @@ app = App(name="infercrane", version=__version__, default_parameter=Parameter(ne
 
 receipt = App(name="receipt", version_flags=[], help="Validate, show, diff, sign and verify receipts; print their JSON Schemas.")
 receipt.command("infercrane.commands.receipt:validate", name="validate",
-                help="Validate receipt files (types, derived numbers, content hash, the signature envelope beside each; "
-                     "signatures verified with --pub).")
+                help="Validate receipt files (types, derived numbers, content hash, every conclusion derived again, the "
+                     "signature envelope beside each; signatures verified with --pub; a legacy format only with "
+                     "--allow-legacy).")
 receipt.command("infercrane.commands.receipt:show", name="show", help="Show a receipt: decisions first, then conditions, then evidence in tables that fit the terminal.")
 receipt.command("infercrane.commands.receipt:diff", name="diff", help="Compare two receipts of one kind: both decisions, then the changed fields with deltas and ratios.")
 receipt.command("infercrane.commands.receipt:schema", name="schema", help="Print or write the JSON Schema of a receipt version.")

@@ -3,7 +3,9 @@
 Every number printed in ``docs/benchmarks/**/README.md`` is looked up in the committed file its ``sources`` comment
 cites (the rule is in ``tests/docs_numbers.py`` and ``docs/benchmarks/README.md``), and every JSON file committed
 under ``docs/benchmarks/`` is a receipt that ``infercrane receipt validate`` accepts, or a fan-out record or a
-kernel-agreement record that its model reads.
+kernel-agreement record that its model reads. A receipt of a legacy format (its conclusions not derived again) is
+accepted only where ``LEGACY_RECEIPTS`` names it, as ``receipt validate --allow-legacy`` accepts it, and its folder's
+README says it is superseded.
 """
 from __future__ import annotations
 
@@ -20,6 +22,10 @@ from infercrane.receipts.validate import load_receipt
 BENCHMARKS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
 READMES = sorted(BENCHMARKS.glob("**/README.md"))
 RECEIPTS = sorted(BENCHMARKS.glob("**/*.json"))
+# Superseded receipts of a legacy format kept as the record of the version that wrote them (their raw blocks carry no
+# screen result, so ``kernel decide`` cannot make v3 receipts of them): validated with --allow-legacy only.
+LEGACY_RECEIPTS = frozenset({"2026-12-01-h200-kernel/kernel-screen.json",
+                             "2026-12-01-h200-kernel/kernel-screen-decided-with-serving-tpot.json"})
 
 
 def _id(path: Path) -> str:
@@ -49,7 +55,18 @@ def test_every_json_file_is_a_valid_receipt_or_record(receipt: Path) -> None:
     if isinstance(doc, dict) and doc.get("schema_version") in records:
         records[doc["schema_version"]].model_validate(doc)
     else:
-        load_receipt(receipt)  # raises ReceiptInvalid / InputError naming the file, field and reason
+        r = load_receipt(receipt)  # raises ReceiptInvalid / InputError naming the file, field and reason
+        assert r.legacy_note is None or _id(receipt) in LEGACY_RECEIPTS, (
+            f"{_id(receipt)}: {r.legacy_note}; make it a v3 receipt (kernel decide) or name it in LEGACY_RECEIPTS "
+            "with a note in its folder's README")
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY_RECEIPTS))
+def test_each_legacy_receipt_allowed_is_one_and_its_readme_says_it_is_superseded(name: str) -> None:
+    path = BENCHMARKS / name
+    assert load_receipt(path).legacy_note is not None, f"{name} is not of a legacy format: drop it from LEGACY_RECEIPTS"
+    readme = (path.parent / "README.md").read_text()
+    assert "superseded legacy receipts" in readme.lower() and "--allow-legacy" in readme and path.name in readme
 
 
 # --- the checker itself, on small READMEs made here ---------------------------------------------------------------

@@ -387,7 +387,9 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
     each screen's per-trial medians, their ranges, and B/A; the cells agree when the two ranges of trial medians
     overlap. For screens made apart (two executors, two GPUs of one type, two days), whose trials are not paired.
     A cell a screen flagged is compared on the primary timer and counted apart. Exit 0 when every compared cell
-    that neither screen flagged agrees (there is at least one) and the decisions match, 1 otherwise.
+    that neither screen flagged agrees (there is at least one) and the decisions match, 1 otherwise; 2 for input
+    refused, the same receipt twice among it. Two receipts of one measurement (one decided again with kernel
+    decide) are compared with a first line saying that their cells agree by construction.
 
     Parameters
     ----------
@@ -401,7 +403,7 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
     from rich.table import Table
 
     from ..errors import InputError
-    from ..kernels.agreement import compare_screens
+    from ..kernels.agreement import compare_screens, same_measurement, same_receipt
     from ..receipts.io import write_atomic
     from ..receipts.models_v3 import SCREENING_V3
     from ..report.console import console
@@ -416,11 +418,17 @@ def agree(a: Path, b: Path, /, *, json_out: Path | None = None) -> int:
         if doc["schema_version"] != SCREENING_V3:
             raise InputError(f"{path}: is {doc['schema_version']}; kernel agree compares kernel screen receipts "
                              f"({SCREENING_V3})")
+    if (why := same_receipt(*docs)) is not None:
+        raise InputError(f"{a} and {b}: are {why}: a screen agrees with itself in every cell",
+                         hint="compare two screens made apart")
     try:
         result = compare_screens(*docs)
     except ValueError as exc:
         raise InputError(f"{a} and {b}: {exc}") from None
     con = console()
+    if (why := same_measurement(*docs)) is not None:
+        con.print(plain(f"warning: {a} and {b} hold {why}: every cell agrees by construction; only the decisions "
+                        "are compared"), style="bold", soft_wrap=True)
     t = Table(title=f"{result.op}: A {a} ({result.a_gpu}) vs B {b} ({result.b_gpu})", title_justify="left")
     for col in ("impl", "rows", "mode", "A trial medians (µs)", "B trial medians (µs)", "B/A", "agree"):
         t.add_column(col)

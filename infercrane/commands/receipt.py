@@ -11,10 +11,13 @@ from ..errors import InfercraneError, InputError, ReceiptInvalid
 from ..options import check_output_folder, plain
 
 
-def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = None) -> int:
-    """Validate receipt files: schema, derived numbers, content hash; and the signature envelope beside each
-    (FILE.dsse.json), which must sign exactly the file's bytes. Without --pub a signature is reported present and
-    not verified; with --pub each receipt must carry a signature that verifies against that key.
+def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = None,
+             allow_legacy: bool = False) -> int:
+    """Validate receipt files: schema, derived numbers, content hash, and every conclusion derived again; and the
+    signature envelope beside each (FILE.dsse.json), which must sign exactly the file's bytes. Without --pub a
+    signature is reported present and not verified; with --pub each receipt must carry a signature that verifies
+    against that key. Exit 0 when every file is valid, 2 otherwise; a receipt of a legacy format (v1, v2 kernel
+    screen), whose conclusions cannot be derived again, counts as not accepted unless --allow-legacy is given.
 
     Parameters
     ----------
@@ -24,6 +27,9 @@ def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = No
         Print failures only.
     pub
         A signer's public key: verify each receipt's signature against it (an unsigned receipt is then invalid).
+    allow_legacy
+        Accept a receipt of a legacy format on what can be checked of it: its arithmetic and content hash, not its
+        conclusions.
     """
     from ..errors import about
     from ..receipts.signing import load_public, signature_state
@@ -32,7 +38,7 @@ def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = No
     if pub is not None:
         with about("--pub"):  # the key first: a bad one is one error, not one per receipt
             load_public(pub)
-    failed = 0
+    failed = legacy = 0
     for f in files:
         try:
             r = load_receipt(f)
@@ -45,14 +51,23 @@ def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = No
             failed += 1
             print(f"INVALID {e.message}")
         else:
-            if not quiet:
+            note = r.legacy_note
+            if note is not None and not allow_legacy:
+                legacy += 1
+                print(f"LEGACY  {f}: {note}; not accepted without --allow-legacy")
+            elif note is not None:
+                if not quiet:
+                    print(f"legacy  {f}: {note}; accepted with --allow-legacy on that alone; {signature}")
+            elif not quiet:
                 policy = policy_state(r.document)[0]
                 print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{signature}"
                       f"{_incomplete_line(r.document)}")
     if failed:
         print(f"{failed} of {len(files)} receipt(s) invalid")
-        return 2
-    return 0
+    if legacy:
+        print(f"{legacy} of {len(files)} receipt(s) of a legacy format, whose conclusions were not derived again: not "
+              "accepted without --allow-legacy")
+    return 2 if failed or legacy else 0
 
 
 def _incomplete_line(doc: dict) -> str:
@@ -84,7 +99,10 @@ def show(file: Path, /, *, all: Annotated[bool, Parameter(name="--all")] = False
 
     r = load_receipt(file)
     con = fitted_console(wide=wide)
-    con.print(Text(safe(f"{file}  ({r.schema_version}) — valid")))  # an incomplete one says so next, plainly
+    if r.legacy_note is not None:  # first, before anything the receipt concludes
+        con.print(Text(safe(f"{file}  — {r.legacy_note}"), style="bold red"), soft_wrap=True)
+    else:
+        con.print(Text(safe(f"{file}  ({r.schema_version}) — valid")))  # an incomplete one says so next, plainly
     con.print(render_show(r.document, show_all=all, wide=wide))
     return 0
 
@@ -104,15 +122,21 @@ def diff(a: Path, b: Path, /, *, all: Annotated[bool, Parameter(name="--all")] =
     wide
         Let the table be as wide as it needs (nothing folded), for a file or a pager.
     """
+    from rich.text import Text
+
     from ..receipts.registry import family
-    from ..report.console import fitted_console, render_diff
+    from ..report.console import fitted_console, render_diff, safe
     from ..receipts.validate import load_receipt
 
     ra, rb = load_receipt(a), load_receipt(b)
     if family(ra.schema_version) != family(rb.schema_version):
         raise InputError(f"cannot diff {ra.schema_version} ({a}) with {rb.schema_version} ({b}): different kinds of receipt",
                          hint="diff two screening receipts or two optimization-poc receipts")
-    fitted_console(wide=wide).print(render_diff(ra.document, rb.document, str(a), str(b), show_all=all, wide=wide))
+    con = fitted_console(wide=wide)
+    for path, r in ((a, ra), (b, rb)):
+        if r.legacy_note is not None:
+            con.print(Text(safe(f"{path}  — {r.legacy_note}"), style="bold red"), soft_wrap=True)
+    con.print(render_diff(ra.document, rb.document, str(a), str(b), show_all=all, wide=wide))
     return 0
 
 
@@ -222,7 +246,9 @@ def merge(files: list[Path], /, *, out: Path, sign_key: Path | None = None) -> i
     receipt with custom_kernel.<gpu> per GPU type (h100, l40s, h200, …, from each receipt's measured hardware). Refuses
     receipts of different models, model revisions or policies, and two receipts of one GPU type for the same section.
     The merged receipt records its inputs (path and content hash) and validates like any PoC receipt: each section
-    derived again from the embedded evidence.
+    derived again from the embedded evidence. Its evidence class is the weakest of its parts' (a kernel screen timed
+    on a GPU beside one checked on a CPU makes a functional-check receipt), and each part keeps its own
+    (evidence_parts). Refused in one line: a receipt given twice, a legacy format (v1, v2 kernel screen).
 
     Parameters
     ----------
@@ -247,6 +273,8 @@ def merge(files: list[Path], /, *, out: Path, sign_key: Path | None = None) -> i
     doc = written.document
     gpus = [k for k in (doc.get("custom_kernel") or {}) if k not in ("operator", "correctness", "decision", "reason",
                                                                         "decision_code")]
+    parts = "; ".join(f"{p['section']} {p['gpu']}: {p['evidence_class']}" for p in doc["evidence_parts"])
     print(f"merged {len(files)} receipts -> {plain(out)}: custom_kernel for {', '.join(gpus) or 'no GPU'}; "
-          f"complete: {doc['complete']}" + (f" ({doc['incomplete_reason']})" if not doc["complete"] else ""))
+          f"complete: {doc['complete']}" + (f" ({doc['incomplete_reason']})" if not doc["complete"] else "")
+          + f"; evidence {doc['evidence_class']}, the weakest of its parts ({plain(parts)})")
     return 0

@@ -13,7 +13,9 @@ def report(receipts: list[Path], /, *, out: Path | None = None) -> int:
     the floors, speedups with their intervals, the verdict grid and the Amdahl ceiling; for serving, every metric
     over concurrency with every run, B/A ratios with their intervals against the equivalence band, warm-up drift and
     driver agreement; for a kernel inside vLLM, the prediction against the measurement; per-GPU panels side by
-    side. Every receipt is validated first; an invalid one is refused.
+    side. Every receipt is validated first; an invalid one is refused. A receipt of a legacy format (v1, v2 kernel
+    screen) is drawn after a first line, on the console and on its page, saying that its conclusions were not
+    derived again.
 
     Parameters
     ----------
@@ -37,6 +39,6 @@ def report(receipts: list[Path], /, *, out: Path | None = None) -> int:
     if (missing := missing_dependency()) is not None:
         raise InputError(f"infercrane report needs matplotlib and Jinja2 ({missing} is missing)", hint=INSTALL_HINT)
 
-    page = write_report(list(receipts), out)
+    page = write_report(list(receipts), out, say=lambda line: print(f"LEGACY  {line}", flush=True))
     print(f"report: {plain(page)}")
     return 0

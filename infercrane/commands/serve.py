@@ -143,6 +143,13 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         raise InputError(f"--url: serve {kind} takes {len(names)} URL{'s' if len(names) > 1 else ''}, one per recipe "
                          f"in order ({', '.join(names)}); got {len(config.url)}",
                          hint="give --url once per recipe" + (", A's server first" if len(names) > 1 else ""))
+    if config.url is not None and len(config.url) == 2:
+        from ..serving.engine import same_server
+
+        if (why := same_server(*config.url)) is not None:
+            raise InputError(f"--url {config.url[0]} {config.url[1]}: A ({names[0]}) and B ({names[1]}) would be one "
+                             f"server measured twice ({why}); serve ab compares two servers, one per recipe",
+                             hint="give each recipe's own server")
     run_id = run_id_from_env() or new_run_id()
     out = config.out or Path("runs") / run_id / f"serve-{kind}.json"
     check_output_file(out, "--out")

@@ -16,6 +16,11 @@ comparison here is descriptive and says so (``METHOD``):
   second GPU of a type or a day apart raises), never that the time is right.
 
 The decisions of the two receipts are set side by side too: the same evidence should give the same decision.
+
+Two receipts of one run are not two screens: the same receipt twice (``same_receipt``: one content hash) agrees
+with itself by construction and ``kernel agree`` refuses it; one measurement decided twice (``same_measurement``:
+``kernel decide`` keeps what was measured whole) agrees cell by cell by construction too, and ``kernel agree`` says
+so first, since only its decisions can differ.
 """
 from __future__ import annotations
 
@@ -109,6 +114,33 @@ def summary_line(*, agreeing: int, compared: int, agreeing_flagged: int, compare
 
 def _gm(values: list[float]) -> float:
     return math.exp(float(np.mean(np.log(values))))
+
+
+# What a screen decides from its measurement (``kernel decide`` makes these again): left out of what it measured.
+DECIDED_PARTS = frozenset({"comparisons", "comparison_notes", "comparison_policy"})
+
+
+def same_receipt(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Why two kernel screen receipts' documents are one receipt (one content hash), or None."""
+    from infercrane.hashing import HASH_FIELD, content_hash
+
+    sha_a, sha_b = a.get(HASH_FIELD) or content_hash(a), b.get(HASH_FIELD) or content_hash(b)
+    return f"the same receipt (content sha256 {sha_a[:12]}…)" if sha_a == sha_b else None
+
+
+def same_measurement(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Why two kernel screen receipts' documents hold one measurement (``kernel decide`` keeps the measured result
+    whole: the result read through its model, less ``DECIDED_PARTS``), or None. Their cells agree by construction;
+    their decisions may still differ (another policy, another decode step)."""
+    from infercrane.hashing import content_hash
+    from infercrane.receipts.screen_result import ScreenResult
+
+    measured = [content_hash(ScreenResult.model_validate(d["result"]).model_dump(mode="json",
+                                                                                exclude=set(DECIDED_PARTS)))
+                for d in (a, b)]
+    if measured[0] != measured[1]:
+        return None
+    return f"one measurement (run {a.get('app_id')}, measured result sha256 {measured[0][:12]}…)"
 
 
 def compare_screens(a: dict[str, Any], b: dict[str, Any]) -> Agreement:

@@ -11,7 +11,8 @@ the ``serve ab`` receipts of the paired A/B (``paired``) and of the public-workl
 * ``public_workload_reproduction``: the public A/B's two arms set against the workload's published example, the A/B's
   decision, and a comparison boundary that says what the published example discloses;
 * ``runtime_compatibility``, ``drivers``, ``model``, the serving ``policy``, the ``qualification_boundary`` and the
-  receipt's ``evidence_class``.
+  receipt's ``evidence_class``, the weakest of its parts' (``evidence_parts``: each embedded receipt's own class,
+  named by section and GPU, so that a merge of a timed screen and a functional check says which part is which).
 
 ``infercrane poc`` and ``receipt merge`` write these; ``receipt validate`` derives them again from the embedded
 receipts (after validating each of those fully) and names every field that disagrees.
@@ -27,9 +28,9 @@ Problem = tuple[str, str]
 
 EVIDENCE_SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
 # The PoC receipt fields this module owns; validation compares each with a fresh derivation.
-DERIVED_FIELDS: tuple[str, ...] = ("evidence_class", "model", "custom_kernel", "paired_aiperf", "bench",
-                                   "public_workload_reproduction", "runtime_compatibility", "qualification_boundary",
-                                   "drivers", "policy", "policy_sha256")
+DERIVED_FIELDS: tuple[str, ...] = ("evidence_class", "evidence_parts", "model", "custom_kernel", "paired_aiperf",
+                                   "bench", "public_workload_reproduction", "runtime_compatibility",
+                                   "qualification_boundary", "drivers", "policy", "policy_sha256")
 SYNTHETIC = ("synthetic performance evidence only (random prompts{weights}); production trace replay, semantic "
              "quality, cost, and release gates remain required")
 KERNEL_ONLY = "operator microbenchmark only; no end-to-end serving claim"
@@ -260,14 +261,48 @@ def _policy(evidence: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return ({k: v for k, v in doc.get("policy", {}).items() if k != "workload_notes"}, doc.get("policy_sha256"))
 
 
-def _functional_parts(evidence: dict[str, Any]) -> list[str]:
-    parts = []
-    if any(k["evidence_class"] == "cpu-functional-check" for k in evidence.get("kernel", {}).values()):
-        parts.append("the kernel screen ran without a GPU (correctness against the float32 oracle only, nothing "
-                     "timed)")
-    if any(_test_server(d) for d in _serving_docs(evidence)):
-        parts.append("the serving A/Bs ran against InferCrane's test server (programmed latencies), not vLLM")
-    return parts
+def _functional_parts(parts: list[dict[str, Any]]) -> list[str]:
+    """What a functional PoC's boundary says of its parts (``evidence_parts``), the kernel's and the serving's."""
+    functional = {p["section"] for p in parts if p["evidence_class"] == "functional-check"}
+    out = []
+    if "kernel" in functional:
+        out.append("the kernel screen ran without a GPU (correctness against the float32 oracle only, nothing "
+                   "timed)")
+    if functional & {"paired", "public"}:
+        out.append("the serving A/Bs ran against InferCrane's test server (programmed latencies), not vLLM")
+    return out
+
+
+def evidence_parts(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each embedded receipt with its own evidence class, by section and GPU key: a kernel screen is a functional
+    check when it ran without a GPU, a serving A/B when it ran against InferCrane's test server."""
+    from .gpus import receipt_hardware
+
+    out = []
+    for section in EVIDENCE_SECTIONS:
+        for g, d in sorted((evidence.get(section) or {}).items()):
+            gpu = receipt_hardware(d).get("gpu") or "an unrecorded device"
+            if section == "kernel":
+                functional = d["evidence_class"] == "cpu-functional-check"
+                basis = ("kernel screen without a GPU: correctness against the float32 oracle only, nothing timed"
+                         if functional else f"kernel screen timed on {gpu}")
+            else:
+                functional = _test_server(d)
+                basis = (f"{section} A/B against InferCrane's test server (programmed latencies), not vLLM"
+                         if functional else f"{section} A/B of vLLM on {gpu}")
+            out.append({"section": section, "gpu": g, "basis": basis,
+                        "evidence_class": "functional-check" if functional else "real-gpu-measurement"})
+    return out
+
+
+def weakest_class(parts: list[dict[str, Any]]) -> str:
+    """A PoC receipt's evidence class: functional-check when any part is one, else real-gpu-measurement."""
+    return "functional-check" if any(p["evidence_class"] == "functional-check" for p in parts) else \
+        "real-gpu-measurement"
+
+
+def _named(parts: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{p['section']} {p['gpu']} ({p['basis']})" for p in parts)
 
 
 def qualification_boundary(evidence: dict[str, Any]) -> str:
@@ -277,10 +312,15 @@ def qualification_boundary(evidence: dict[str, Any]) -> str:
     if any(k["evidence_class"] == "real-gpu-microbenchmark" for k in evidence.get("kernel", {}).values()):
         text += ("; the kernel's end-to-end figures are Amdahl estimates from its share of the decode step the "
                  "paired A/B measured, not a serving measurement of the kernel")
-    parts = _functional_parts(evidence)
-    if parts:
-        text = ("FUNCTIONAL PoC: " + "; ".join(parts) + ": it exercises every step and claims nothing about speed; "
-                + text)
+    each = evidence_parts(evidence)
+    functional = [p for p in each if p["evidence_class"] == "functional-check"]
+    measured = [p for p in each if p["evidence_class"] == "real-gpu-measurement"]
+    if functional and measured:  # timed parts beside functional ones: the whole takes the weakest class, each named
+        text = ("MIXED PoC, labelled functional-check by its weakest parts: functional check only, claiming nothing "
+                f"about speed: {_named(functional)}; measured on a GPU: {_named(measured)}; " + text)
+    elif functional:
+        text = ("FUNCTIONAL PoC: " + "; ".join(_functional_parts(each)) + ": it exercises every step and claims "
+                "nothing about speed; " + text)
     return text
 
 
@@ -288,12 +328,14 @@ def derive_sections(evidence: dict[str, Any]) -> dict[str, Any]:
     """Every field of ``DERIVED_FIELDS`` from the evidence (a field the evidence cannot fill is None)."""
     paired, public = _top(evidence, "paired"), _top(evidence, "public")
     policy, policy_sha = _policy(evidence)
+    parts = evidence_parts(evidence)
     drivers: dict[str, str] = {}
     for doc in _serving_docs(evidence):
         for name, version in doc.get("drivers", {}).items():
             drivers.setdefault(name, version)
     return {
-        "evidence_class": "functional-check" if _functional_parts(evidence) else "real-gpu-measurement",
+        "evidence_class": weakest_class(parts),
+        "evidence_parts": parts,
         "model": _model_block(evidence),
         "custom_kernel": custom_kernel_block(evidence.get("kernel") or {}),
         "paired_aiperf": paired["paired_aiperf"] if paired is not None else None,
@@ -324,6 +366,7 @@ def assemble(evidence: dict[str, Any], *, provenance: dict[str, Any], complete: 
         "schema_version": POC_V2,
         "recorded_at": provenance["recorded_at"],
         "evidence_class": derived["evidence_class"],
+        "evidence_parts": derived["evidence_parts"],
         "model": derived["model"],
         "software": provenance["software"],
         "custom_kernel": derived["custom_kernel"],
@@ -441,5 +484,8 @@ def rederived_problems(r: Any) -> list[Problem]:
         derived = derive_sections(ev)
     except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
         return out + [("evidence", f"the PoC's sections cannot be derived from it: {type(e).__name__}: {e}")]
-    return out + derived_differences(r, r.model_dump(mode="json"), derived, DERIVED_FIELDS,
+    # a receipt written before its parts were recorded makes no claim about them, and is compared without them
+    fields = DERIVED_FIELDS if r.evidence_parts is not None else tuple(f for f in DERIVED_FIELDS
+                                                                      if f != "evidence_parts")
+    return out + derived_differences(r, r.model_dump(mode="json"), derived, fields,
                                       "deriving it again from the evidence")

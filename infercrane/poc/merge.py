@@ -1,16 +1,18 @@
 """``receipt merge``: PoC receipts (``infercrane poc``) and kernel receipts (v3) made on different machines or GPU
 types, joined into one PoC receipt with ``custom_kernel.<gpu>`` per GPU type.
 
-Every input is validated fully first. Refused, each in one line naming both files: a receipt of another kind (a
-``serve ab`` / ``serve bench`` receipt, a v1 or v2 kernel receipt), receipts of different models or model revisions,
-of different kernel or serving policies (the policy dict, its workload notes aside: what ``policy_sha256`` hashes),
-and two receipts holding the same section for the same GPU (two receipts of one GPU type are two GPUs only when each
-records its device, ``hardware.gpu_uuid``, and the devices differ). The merged receipt's evidence is the inputs'
-evidence side by side, keyed by the GPU each receipt was measured on (``infercrane.poc.gpus``: the type's key, and
-``<type>__<n>`` for the n-th device of a type); a kernel whose
-GPU type has a paired A/B in the merge is decided again with that A/B's decode steps (as ``infercrane poc`` does),
-and the merged receipt records every input (path, schema version, content hash) in ``merged_from``. It validates as
-every PoC receipt does: each section derived again from the embedded evidence.
+Every input is validated fully first. Refused, each in one line naming both files: a receipt of a legacy format (v1,
+a v2 kernel receipt: the line says first that its conclusions were not derived again), a receipt of another kind (a
+``serve ab`` / ``serve bench`` receipt), the same receipt twice (one content hash), receipts of different models,
+model revisions or operators, of different kernel or serving policies (the policy dict, its workload notes aside:
+what ``policy_sha256`` hashes), and two receipts holding the same section for the same GPU (two receipts of one GPU
+type are two GPUs only when each records its device, ``hardware.gpu_uuid``, and the devices differ). The merged
+receipt's evidence is the inputs' evidence side by side, keyed by the GPU each receipt was measured on
+(``infercrane.poc.gpus``: the type's key, and ``<type>__<n>`` for the n-th device of a type); a kernel whose GPU type
+has a paired A/B in the merge is decided again with that A/B's decode steps (as ``infercrane poc`` does), and the
+merged receipt records every input (path, schema version, content hash) in ``merged_from``. It validates as
+every PoC receipt does: each section derived again from the embedded evidence, its evidence class the weakest of its
+parts' and each part's own kept in ``evidence_parts`` (``poc.derive.evidence_parts``).
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     from .gpus import gpu_key_of_receipt
     from ..receipts.models_v2 import POC_V2
     from ..receipts.models_v3 import SCREENING_V3
+    from ..receipts.registry import legacy_note
     from ..receipts.validate import load_receipt
 
     evidence: dict[str, Any] = {s: {} for s in SECTIONS} | {"serving_gpu": None}
@@ -72,6 +75,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     devices: dict[str, list[str]] = {}  # GPU type -> its devices in the order met (instance n = index + 1)
     first_of: dict[str, tuple[Path, Any]] = {}  # what the first receipt of each kind said, for the refusals
     inputs, incomplete, model_prov = [], [], None
+    seen: dict[str, Path] = {}  # content sha256 -> the file it was first read from
     for path in paths:
         doc = load_receipt(path).document
         version = doc["schema_version"]
@@ -83,17 +87,34 @@ def merge(paths: list[Path]) -> dict[str, Any]:
                 incomplete.append(f"{path} ({doc.get('incomplete_reason')})")
             model_prov = model_prov or doc["provenance"].get("model")
             evidence["serving_gpu"] = evidence["serving_gpu"] or doc["evidence"].get("serving_gpu")
+        elif legacy_note(version) is not None:  # first, what the receipt is: its conclusions were not derived again
+            raise InputError(f"{path}: {legacy_note(version)}; receipt merge joins PoC receipts (infercrane poc, "
+                             f"receipt merge) and kernel receipts ({SCREENING_V3}), whose conclusions are derived "
+                             "again", hint="measure again with this InferCrane (kernel screen, poc)")
         else:
             what = " of serve ab / serve bench" if version == POC_V2 else ""
             raise InputError(f"{path}: is {version}{what}; receipt merge joins PoC receipts (infercrane poc, receipt "
                              f"merge) and kernel receipts ({SCREENING_V3})",
                              hint="give the PoC receipt that embeds it, or its kernel screen's receipt")
+        sha = doc["content_sha256"]
+        if sha in seen:
+            same = "the same file" if Path(seen[sha]).resolve() == Path(path).resolve() else "the same receipt"
+            raise InputError(f"{seen[sha]} and {path}: are {same} (content sha256 {sha[:12]}…); a merge joins "
+                             "receipts of different runs", hint="give each receipt once")
+        seen[sha] = path
         model = _model_of(doc)
         if "model" in first_of and first_of["model"][1] != model:
             p0, m0 = first_of["model"]
             raise InputError(f"{path}: is of model {model[0]} revision {model[1]}, {p0} of {m0[0]} revision {m0[1]}; "
                              "a merged receipt is of one model at one revision", hint="merge receipts of one model")
         first_of.setdefault("model", (path, model))
+        for _, _, d in (e for e in entries if e[0] == "kernel"):
+            op = d["model_shape_source"]["operator"]
+            if "operator" in first_of and first_of["operator"][1] != op:
+                p0, op0 = first_of["operator"]
+                raise InputError(f"{path}: screens {op!r}, {p0} screens {op0!r}; a merged receipt is of one operator",
+                                 hint="merge the receipts of one op")
+            first_of.setdefault("operator", (path, op))
         for section, t, d in entries:
             g = _section_key(devices, section, t, d, path, origin)
             lab = "kernel" if section == "kernel" else "serving"

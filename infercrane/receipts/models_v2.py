@@ -745,6 +745,18 @@ class PocEvidence(Strict):
     serving_gpu: str | None = None
 
 
+class EvidencePart(Strict):
+    """One receipt a PoC receipt embeds, with its own evidence class: a merge may join a screen timed on a GPU with a
+    functional check on a CPU; the PoC receipt's ``evidence_class`` is the weakest of its parts, and each part keeps
+    its own here."""
+
+    section: Literal["kernel", "paired", "public"]
+    gpu: NonEmptyStr = Field(description="the key it is filed under in evidence.<section>")
+    evidence_class: Literal["real-gpu-measurement", "functional-check"]
+    basis: NonEmptyStr = Field(description="what makes it that class: a screen timed on a GPU or a correctness check "
+                                           "without one; an A/B of vLLM or of InferCrane's test server")
+
+
 class MergedInput(Strict):
     """A receipt ``receipt merge`` joined: where it was read and the content hash it had."""
 
@@ -770,6 +782,10 @@ class OptimizationPocReceiptV2(Strict):
     evidence_class: Literal["real-gpu-measurement", "functional-check"] | None = Field(
         default=None, description="a PoC receipt's class: functional-check when any of its evidence is (a kernel "
                                   "screen without a GPU, a serving A/B against the test server)")
+    evidence_parts: list[EvidencePart] | None = Field(
+        default=None, description="infercrane poc / receipt merge: each embedded receipt's own evidence class, by "
+                                  "section and GPU; evidence_class is the weakest of them (absent: written before "
+                                  "parts were recorded)")
     custom_kernel: CustomKernelV2 | None = None
     paired_aiperf: PairedServingV2 | None = None
     bench: BenchServingV2 | None = None

@@ -24,6 +24,11 @@ MODELS: dict[str, type[BaseModel]] = {
 }
 # Versions whose documents carry a content hash (every version InferCrane writes).
 HASHED = frozenset({POC_V2, SCREENING_V2, SCREENING_V3})
+# Versions InferCrane reads but no longer writes, and whose conclusions (decisions, verdicts, intervals, quartiles) no
+# lab's rules derive again: their arithmetic (each derived number against the numbers it comes from) and their
+# content hash are all that validation checks. Every command that reads one says so first (``legacy_note``), and
+# ``receipt validate`` accepts one only with ``--allow-legacy``.
+LEGACY = frozenset({POC_V1, SCREENING_V1, SCREENING_V2})
 
 
 def family(schema_version: str) -> str:
@@ -34,6 +39,14 @@ def family(schema_version: str) -> str:
 def _version_number(schema_version: str) -> int | None:
     tail = schema_version.rsplit("/v", 1)[-1]
     return int(tail) if "/v" in schema_version and tail.isdigit() else None
+
+
+def legacy_note(schema_version: str) -> str | None:
+    """The one line that says a receipt is of a legacy version and what was checked of it; None for a current one."""
+    if schema_version not in LEGACY:
+        return None
+    checked = "its arithmetic and content hash" if schema_version in HASHED else "its arithmetic (it carries no hash)"
+    return f"legacy format {schema_version}: its conclusions were not derived again; checked: {checked} only"
 
 
 def model_for(schema_version: str) -> type[BaseModel]:

@@ -8,6 +8,11 @@ embeds (``poc/derive.py``); this module holds the checks every receipt gets and 
 (``derived_differences``, ``differs``). Each problem names the field path and both values. "Agree" means within the
 rounding of the printed numbers: the tolerance is half a unit in the last printed digit of the derived value plus the
 effect of the inputs' own rounding, propagated through the formula.
+
+The legacy versions (``registry.LEGACY``: v1 receipts, v2 kernel receipts) carry no result to derive a conclusion
+from: for them this module checks the arithmetic only (speedups against times, medians against raw samples,
+quartiles around medians, failures against counts) and the hash. A decision, verdict, interval or quartile edited
+consistently passes those checks, so a legacy ``Receipt`` says it is one (``legacy``) and the commands say so first.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from . import models_v2 as v2
 from . import models_v3 as v3
 from ..hashing import HASH_FIELD, content_hash
 from .io import non_finite_paths, read_json
-from .registry import HASHED, lab_rules, model_for
+from .registry import HASHED, lab_rules, legacy_note, model_for
 
 Problem = tuple[str, str]
 
@@ -43,6 +48,12 @@ class Receipt:
     @property
     def schema_version(self) -> str:
         return self.document["schema_version"]
+
+    @property
+    def legacy_note(self) -> str | None:
+        """The one line saying this receipt is of a legacy version whose conclusions were not derived again
+        (``registry.legacy_note``); None for a current version."""
+        return legacy_note(self.schema_version)
 
 
 # A printed number is taken to carry at least 4 significant digits: ``0.0060`` parses to ``0.006``, and its

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Callable
 
 NEEDS = ("matplotlib", "jinja2")  # the `report` extra
 INSTALL_HINT = "pip install 'infercrane[report]'"
@@ -29,9 +30,17 @@ def default_out(receipts: list[Path]) -> Path:
     return Path("runs") / (run_id_from_env() or new_run_id()) / "report"
 
 
-def write_report(receipts: list[Path], out: Path) -> Path:
-    """Validate and draw ``receipts`` into ``out``; returns ``out/index.html``."""
+def write_report(receipts: list[Path], out: Path, say: Callable[[str], None] | None = None) -> Path:
+    """Validate and draw ``receipts`` into ``out``; returns ``out/index.html``. ``say`` hears, as each receipt is read
+    and before anything is drawn, the one line saying that it is of a legacy format (its conclusions not derived
+    again)."""
     from .build import receipt_report
     from .page import render_page
 
-    return render_page([receipt_report(Path(p)) for p in receipts], Path(out))
+    reports = []
+    for p in receipts:
+        rep = receipt_report(Path(p))
+        if rep.head.legacy is not None and say is not None:
+            say(f"{p}: {rep.head.legacy}")
+        reports.append(rep)
+    return render_page(reports, Path(out))

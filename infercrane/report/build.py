@@ -26,7 +26,9 @@ def _kind(doc: dict[str, Any]) -> str:
 
 def _head(file: str, doc: dict[str, Any]) -> ReceiptHead:
     """The page's head from the same reading of the receipt that ``receipt show`` leads with (``report.console``:
-    every section's decision, reason and boundaries; the conditions its numbers hold under)."""
+    every section's decision, reason and boundaries; the conditions its numbers hold under). A legacy format says so
+    first: its decisions were not derived again."""
+    from ..receipts.registry import legacy_note
     from .console import conditions, is_functional, verdicts
 
     decisions = []
@@ -37,15 +39,23 @@ def _head(file: str, doc: dict[str, Any]) -> ReceiptHead:
                 reason += f"{' | ' if reason else ''}{label.replace('_', ' ')}: {text}"
         decisions.append(Decision(section=v.name(), decision=v.decision or f"no decision: {v.note}",
                                   reason=reason, code=v.code or ""))
-    warnings = []
+    legacy = legacy_note(doc["schema_version"])
+    warnings = [f"LEGACY: {legacy}"] if legacy else []
     if doc.get("complete") is False:
         warnings.append(f"incomplete: {doc.get('incomplete_reason') or 'no reason recorded'}")
-    if is_functional(doc):
+    parts = [p for p in doc.get("evidence_parts") or [] if isinstance(p, dict)]
+    functional = [f"{p['section']} {p['gpu']}" for p in parts if is_functional(p)]
+    if functional and len(functional) < len(parts):  # a merge of timed and functional parts: which is which
+        measured = [f"{p['section']} {p['gpu']}" for p in parts if not is_functional(p)]
+        warnings.append(f"functional check in part: {', '.join(functional)} come(s) from a CPU or InferCrane's test "
+                        f"server, not from a GPU, and support(s) no speed claim; measured on a GPU: "
+                        f"{', '.join(measured)}")
+    elif is_functional(doc):
         warnings.append("functional check: some or all of this evidence comes from a CPU or InferCrane's test "
                         "server, not from a GPU; it supports no speed claim")
     return ReceiptHead(file=file, schema_version=doc["schema_version"], kind=_kind(doc), decisions=decisions,
                        qualification_boundary=doc["qualification_boundary"], conditions=conditions(doc),
-                       warnings=warnings)
+                       warnings=warnings, legacy=legacy)
 
 
 def _poc_sections(doc: dict[str, Any]) -> list[Section]:

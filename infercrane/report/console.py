@@ -59,7 +59,7 @@ NOT_SECTIONS = frozenset({"provenance", "evidence", "policy", "result", "merged_
 RAW_SECTIONS = frozenset({"result"})
 # Shown in the conditions block or the decision block; the summary does not repeat them.
 CONDITION_KEYS = frozenset({"hardware", "software", "model", "model_shape_source", "complete", "incomplete_reason",
-                            "drivers"})
+                            "drivers", "evidence_parts"})
 # The serving runs in the summary: one row per run, the numbers a reader compares.
 RUN_COLUMNS = (("recipe", "arm"), ("run_index", "#"), ("concurrency", "c"), ("driver", "driver"),
                ("status", "status"), ("output_tokens_per_second", "out tok/s"), ("ttft_p95_ms", "TTFT p95 ms"),
@@ -439,6 +439,11 @@ def conditions(doc: dict[str, Any]) -> list[tuple[str, str]]:
                 safe(doc.get("evidence_class") or "")]
     if any(recorded):
         rows.append(("recorded", " ".join(x for x in recorded if x)))
+    parts = doc.get("evidence_parts")
+    if isinstance(parts, list) and parts:  # a PoC receipt's parts, each with its own class; the whole is the weakest
+        rows.append(("evidence parts", "; ".join(f"{safe(p.get('section'))} {safe(p.get('gpu'))}: "
+                                                 f"{safe(p.get('evidence_class'))} ({safe(p.get('basis'))})"
+                                                 for p in parts if isinstance(p, dict))))
     return rows
 
 

@@ -61,7 +61,8 @@ class ReceiptHead:
     decisions: list[Decision]
     qualification_boundary: str
     conditions: list[tuple[str, str]] = field(default_factory=list)  # (label, value): GPU, versions, shapes, runs
-    warnings: list[str] = field(default_factory=list)                # incomplete, functional check
+    warnings: list[str] = field(default_factory=list)                # legacy format, incomplete, functional check
+    legacy: str | None = None  # a legacy format's note (``receipts.registry.legacy_note``), also the first warning
 
 
 @dataclass

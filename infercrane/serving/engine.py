@@ -869,6 +869,31 @@ def parse_server_url(url: str) -> str:
     return f"{parsed.scheme}://{parsed.netloc}"
 
 
+def same_server(a: str, b: str) -> str | None:
+    """Why two ``--url`` values name one server, or None: the same port, and the same host (its case aside) or two
+    host names with an address in common (``localhost`` and ``127.0.0.1``). A name that does not resolve here is
+    compared as written. Both values are parsed first (``parse_server_url``)."""
+    ua, ub = urllib.parse.urlsplit(parse_server_url(a)), urllib.parse.urlsplit(parse_server_url(b))
+
+    def port(u: urllib.parse.SplitResult) -> int:
+        return u.port or (443 if u.scheme == "https" else 80)
+
+    if port(ua) != port(ub):
+        return None
+    ha, hb = (ua.hostname or "").lower(), (ub.hostname or "").lower()
+    if ha == hb:
+        return f"both are {ha} port {port(ua)}"
+
+    def addresses(host: str) -> set[str]:
+        try:
+            return {str(info[4][0]) for info in socket.getaddrinfo(host, port(ua), type=socket.SOCK_STREAM)}
+        except (OSError, UnicodeError):
+            return set()
+
+    shared = addresses(ha) & addresses(hb)
+    return f"{ha} and {hb} both resolve to {sorted(shared)[0]}, port {port(ua)}" if shared else None
+
+
 def _last_part(model: str) -> str:
     return model.rstrip("/").rsplit("/", 1)[-1]
 

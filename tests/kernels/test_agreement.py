@@ -81,9 +81,21 @@ def test_screens_of_two_ops_are_not_compared():
         compare_screens(_doc("rms_norm.json"), _doc("fused_add_rmsnorm.json"))
 
 
+def _another_run_of_the_same_measurement(tmp_path: Path) -> Path:
+    """rms_norm.json as another receipt (another run id, hashed again) holding the same measurement."""
+    from infercrane.hashing import HASH_FIELD, content_hash
+
+    doc = _doc("rms_norm.json")
+    doc["app_id"] = doc["provenance"]["run_id"] = "another-run"
+    doc = {k: v for k, v in doc.items() if k != HASH_FIELD}
+    path = tmp_path / "rms_norm.again.json"
+    path.write_text(json.dumps({**doc, HASH_FIELD: content_hash(doc)}))
+    return path
+
+
 def test_the_command_exits_0_on_agreement_and_writes_the_cells(tmp_path, capsys):
     out = tmp_path / "agree.json"
-    assert main(["kernel", "agree", str(TWO_OPS / "rms_norm.json"), str(TWO_OPS / "rms_norm.json"),
+    assert main(["kernel", "agree", str(TWO_OPS / "rms_norm.json"), str(_another_run_of_the_same_measurement(tmp_path)),
                  "--json-out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "compared cells agree" in text and "the same" in text
@@ -95,3 +107,25 @@ def test_the_command_exits_0_on_agreement_and_writes_the_cells(tmp_path, capsys)
 def test_the_command_refuses_two_ops(capsys):
     assert main(["kernel", "agree", str(TWO_OPS / "rms_norm.json"), str(TWO_OPS / "fused_add_rmsnorm.json")]) == 2
     assert "differ in op" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("copy_of_it", [False, True], ids=["same file", "same content"])
+def test_the_command_refuses_a_receipt_compared_with_itself(copy_of_it, tmp_path, capsys):
+    a = TWO_OPS / "rms_norm.json"
+    b = tmp_path / "copy.json" if copy_of_it else a
+    if copy_of_it:
+        b.write_bytes(a.read_bytes())
+    assert main(["kernel", "agree", str(a), str(b)]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert line.startswith(f"infercrane: error: {a} and {b}: are the same receipt (content sha256 ")
+    assert "agrees with itself in every cell" in line and "compared cells agree" not in captured.out
+
+
+def test_one_measurement_decided_twice_is_said_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    b = _another_run_of_the_same_measurement(tmp_path)
+    assert main(["kernel", "agree", str(TWO_OPS / "rms_norm.json"), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"warning: {TWO_OPS / 'rms_norm.json'} and {b} hold one measurement (run ")
+    assert lines[0].endswith("every cell agrees by construction; only the decisions are compared")

@@ -59,7 +59,9 @@ def test_a_kernel_receipt_joins_a_poc_receipt(h200_docs, h200_poc, tmp_path):
 
 
 def test_one_gpu_type_twice_is_refused(h200_poc, tmp_path, capsys):
-    a, b = _write(tmp_path / "a.json", h200_poc), _write(tmp_path / "b.json", h200_poc)
+    other_run = copy.deepcopy(h200_poc)  # another receipt of the same GPU (the same receipt twice: test_same_as_itself)
+    other_run["provenance"]["run_id"] = "poc-2"
+    a, b = _write(tmp_path / "a.json", h200_poc), _write(tmp_path / "b.json", rehash(other_run))
     assert main(["receipt", "merge", str(a), str(b), "--out", str(tmp_path / "m.json")]) == 2
     [line] = _error_lines(capsys)
     assert "both hold a kernel section measured on h200" in line and str(a) in line and str(b) in line
@@ -108,3 +110,62 @@ def test_merged_kernels_alone_make_an_incomplete_receipt(h200_docs, tmp_path):
     assert doc["complete"] is False and "no paired, public section" in doc["incomplete_reason"]
     assert doc["custom_kernel"]["h100"]["decision"] == doc["custom_kernel"]["h200"]["decision"]
     assert doc["paired_aiperf"] is None and doc["policy"] == {}
+
+
+# --- a thing merged with itself; parts of different evidence classes ------------------------------------------------
+
+BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+TWO_OPS_RMS = BENCH / "2026-12-01-h200-kernel-two-ops" / "rms_norm.json"
+CPU_SCREENS = BENCH / "2026-12-06-layout-receipts-clean-ups" / "receipts.tar.xz"  # after/screen.json: rms_norm on a CPU
+
+
+def test_the_same_receipt_twice_is_refused(h200_docs, tmp_path, capsys):
+    a = _write(tmp_path / "k.json", h200_docs["kernel"])
+    copy_of_a = _write(tmp_path / "copy.json", h200_docs["kernel"])
+    for first, second, same in ((a, a, "the same file"), (a, copy_of_a, "the same receipt")):
+        assert main(["receipt", "merge", str(first), str(second), "--out", str(tmp_path / "m.json")]) == 2
+        [line] = _error_lines(capsys)
+        assert line.startswith(f"infercrane: error: {first} and {second}: are {same} (content sha256 "
+                               f"{h200_docs['kernel']['content_sha256'][:12]}") and "give each receipt once" in line
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_timed_screen_and_a_cpu_check_merge_labelled_by_the_weakest_naming_each_part(tmp_path, capsys):
+    """A screen timed on an H200 and a functional check on a CPU (the same op, model and policy): the merged receipt
+    is a functional-check, and it says which part is which: evidence_parts, the boundary and the command's line."""
+    import tarfile
+
+    with tarfile.open(CPU_SCREENS) as tar:
+        cpu = tmp_path / "cpu.json"
+        cpu.write_bytes(tar.extractfile("after/screen.json").read())
+    out = tmp_path / "m.json"
+    assert main(["receipt", "merge", str(TWO_OPS_RMS), str(cpu), "--out", str(out)]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert line.endswith("; evidence functional-check, the weakest of its parts (kernel cpu: functional-check; "
+                         "kernel h200: real-gpu-measurement)")
+    doc = load_receipt(out).document
+    assert doc["evidence_class"] == "functional-check"
+    assert [(p["section"], p["gpu"], p["evidence_class"]) for p in doc["evidence_parts"]] == [
+        ("kernel", "cpu", "functional-check"), ("kernel", "h200", "real-gpu-measurement")]
+    assert doc["evidence_parts"][1]["basis"] == "kernel screen timed on NVIDIA H200"
+    boundary = doc["qualification_boundary"]
+    assert boundary.startswith("MIXED PoC, labelled functional-check by its weakest parts: functional check only, "
+                               "claiming nothing about speed: kernel cpu (kernel screen without a GPU")
+    assert "measured on a GPU: kernel h200 (kernel screen timed on NVIDIA H200)" in boundary
+    assert {doc["custom_kernel"][g]["evidence_class"] for g in ("cpu", "h200")} == {"cpu-functional-check",
+                                                                                     "real-gpu-microbenchmark"}
+    # a part relabelled, or the whole labelled by the stronger part, does not validate
+    relabelled = copy.deepcopy(doc)
+    relabelled["evidence_parts"][0]["evidence_class"] = "real-gpu-measurement"
+    assert any(p.startswith("evidence_parts[0].evidence_class") for p, _ in check_document(rehash(relabelled))[1])
+    stronger = copy.deepcopy(doc)
+    stronger["evidence_class"] = "real-gpu-measurement"
+    assert any(p == "evidence_class" for p, _ in check_document(rehash(stronger))[1])
+
+
+def test_a_poc_receipt_without_parts_is_compared_without_them(h200_poc):
+    """A PoC receipt written before evidence_parts existed (the committed ones) makes no claim about them."""
+    assert h200_poc["evidence_parts"] and check_document(h200_poc)[1] == []
+    older = copy.deepcopy(h200_poc)
+    del older["evidence_parts"]
+    assert check_document(rehash(older))[1] == []

@@ -56,7 +56,9 @@ def test_two_pocs_on_two_devices_keep_every_section_per_device(h200_docs, tmp_pa
 
 def test_one_device_twice_is_refused_naming_it(h200_docs, tmp_path, capsys):
     a = _write(tmp_path / "a.json", on_device(h200_docs["kernel"], GPU_A))
-    b = _write(tmp_path / "b.json", on_device(h200_docs["kernel"], GPU_A))
+    again = on_device(h200_docs["kernel"], GPU_A)  # another receipt of that device (one receipt twice: test_merge.py)
+    again["app_id"] = again["provenance"]["run_id"] = "another-run"
+    b = _write(tmp_path / "b.json", rehash(again))
     rc, lines = _merge(capsys, a, b, out=tmp_path / "m.json")
     assert rc == 2
     assert f"both hold a kernel section measured on h200 (device {GPU_A})" in lines[0] and str(a) in lines[0]

@@ -124,6 +124,34 @@ def test_cli_url_that_is_no_server_is_one_line_exit_2(tmp_path, plain_http_serve
     assert not (tmp_path / "a.json").exists() and not (tmp_path / "b.json").exists()
 
 
+@pytest.mark.parametrize("a, b", [("http://127.0.0.1:{p}", "http://127.0.0.1:{p}/v1/"),
+                                  ("http://localhost:{p}", "http://127.0.0.1:{p}"),
+                                  ("http://LocalHost:{p}", "http://localhost:{p}")])
+def test_cli_one_server_as_both_arms_is_one_line_exit_2(a, b, tmp_path, capsys, monkeypatch):
+    """Refused before any server is asked anything (nothing listens on the port)."""
+    import infercrane.serving.workload as workload
+
+    monkeypatch.setattr(workload, "run_plan", lambda *a, **k: pytest.fail("a plan started"))
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    a, b = a.format(p=port), b.format(p=port)
+    rc = main(["serve", "ab", "eager", "compiled", "--url", a, "--url", b, "--out", str(tmp_path / "a.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("infercrane: error: --url ") and "A (eager) and B (compiled) would be one server " \
+        "measured twice" in err[0] and err[0].endswith("give each recipe's own server")
+    assert not (tmp_path / "a.json").exists()
+
+
+def test_two_servers_are_two_servers():
+    from infercrane.serving.engine import same_server
+
+    assert same_server("http://127.0.0.1:8000", "http://127.0.0.1:8001") is None
+    assert same_server("http://no-such-host.invalid:8000", "http://127.0.0.1:8000") is None
+    assert same_server("http://localhost:8000", "http://127.0.0.1:8000/v1") == \
+        "localhost and 127.0.0.1 both resolve to 127.0.0.1, port 8000"
+
+
 def test_cli_hands_running_servers_to_the_plan(tmp_path, raw_server, monkeypatch, capsys):
     import infercrane.serving.workload as workload
 
