@@ -502,7 +502,11 @@ class _Parser:
                 self.pos += 1
                 return Call(name, tuple(args))
             if name in self.names:
-                steps = self.steps(first=False)
+                named_file = self.peek() == ":"  # NAME: /regex/ or NAME: field, as after a file
+                if named_file:
+                    self.pos += 1
+                    self.ws()
+                steps = self.steps(first=named_file)
                 return Ref(None, name, steps, self.text[start:self.pos])
             raise self.fail(f"{name!r} is neither a file (FILE: PATH), a let name, nor one of {', '.join(FUNCTIONS)}")
         raise self.fail("expected a reference, a number, a function or '('")
@@ -752,13 +756,16 @@ class Context:
 
     base: Path
     names: dict[str, Ref] = field(default_factory=dict)
+    folders: dict[str, str] = field(default_factory=dict)  # let NAME = a/folder/: FILE may start NAME/
 
     def resolve(self, ref: Ref) -> Any:
         if ref.file is None:
             let = self.names[ref.name]
             value, where = self.resolve(let), let.text
         else:
-            value, where = load(self.base, ref.file), ref.file + ":"
+            head, sep, rest = ref.file.partition("/")
+            name = self.folders[head] + rest if sep and head in self.folders else ref.file
+            value, where = load(self.base, name), ref.file + ":"
         for step in ref.steps:
             value = _step(value, step, where)
             where += _step_text(step)
@@ -783,14 +790,15 @@ class Context:
                 raise CiteError("division by zero")
             return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else math.nan}[node.op]
         if isinstance(node, Call):
+            if node.fn == "count":  # how many values a reference gives, numbers or not
+                counted = [self.resolve(a) if isinstance(a, Ref) else self.evaluate(a) for a in node.args]
+                return float(sum(len(v) if isinstance(v, list) else 1 for v in counted))
             args = [self.evaluate(a) for a in node.args]
             flat = [x for a in args for x in (a if isinstance(a, list) else [a])]
             if node.fn in ("abs", "percent"):
                 if len(args) != 1 or isinstance(args[0], list):
                     raise CiteError(f"{node.fn}() takes one number")
                 return abs(args[0]) if node.fn == "abs" else 100.0 * args[0]
-            if node.fn == "count":
-                return float(len(flat))
             if not flat:
                 raise CiteError(f"{node.fn}() of nothing")
             return {"min": min, "max": max, "median": statistics.median, "mean": statistics.fmean,
@@ -941,7 +949,12 @@ def _check(readme: Path) -> tuple[list[Problem], list[Outcome], list[Exempt]]:
     numbers = readme_numbers(text)
     ctx = Context(readme.parent)
     for name, (line, rhs) in lets.items():
+        if rhs.endswith("/") and not any(c.isspace() for c in rhs):  # let NAME = a/folder/
+            ctx.folders[name] = rhs
+            continue
         try:
+            if FILE_PREFIX.fullmatch(rhs + ":"):  # let NAME = FILE: the whole file
+                rhs += ":"
             parsed = parse_expressions(rhs, frozenset(lets))
             if len(parsed) != 1 or not isinstance(parsed[0], Ref):
                 raise CiteError("a let names one reference (FILE: PATH)")
