@@ -102,6 +102,8 @@ SOFTWARE = r"(?:Python|PyTorch|torch|Triton|CuPy|CUDA|nvcc|NVRTC|vLLM|AIPerf|pyd
 EXEMPT: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("date", re.compile(r"(?<![\w.])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w])"),
      "a calendar date (and time) says when, not what was measured"),
+    ("clock time", re.compile(r"(?<![\w.:])\d{1,2}:\d{2}(?::\d{2})?(?![\w.:]?\d)"),
+     "a time of day (17:37:21) says when, not what was measured"),
     ("version", re.compile(r"(?<![\w.])\d+(?:\.\d+){2,}(?:\+\w+)?(?![\w])"),
      "a token with two or more dots is a version (2.11.0, 580.159.04)"),
     ("software version", re.compile(rf"\b{SOFTWARE} \d+(?:\.\d+)?(?![\w.]\d)"),
@@ -415,7 +417,9 @@ class Neg:
 FUNCTIONS = ("min", "max", "median", "mean", "sum", "count", "abs", "percent")
 KEY_CHARS = re.compile(r"[^\s.\[\](),;/=\"*]+")
 NUMBER_LITERAL = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
-FILE_PREFIX = re.compile(r"(?P<file>[^\s:(),;=\[\]\"]+\.[A-Za-z]+(?:/[^\s:(),;=\[\]\"]+)?):")
+# A file is named by its extension (what a path through an archive ends in, too).
+FILE_KINDS = r"(?:json|jsonl|csv|tsv|yaml|yml|log|txt|md|py|toml|html)"
+FILE_PREFIX = re.compile(rf"(?P<file>[^\s:(),;=\[\]\"]+\.{FILE_KINDS}):")
 IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -600,15 +604,11 @@ class _Parser:
         conditions = []
         while True:
             self.ws()
-            m = re.compile(r"[^\s=,\]]+").match(self.text, self.pos)
+            m = re.compile(r"([^\s=!<>,\]]+)\s*(!=|<=|>=|=|<|>)").match(self.text, self.pos)
             if not m:
-                raise self.fail("a selector is [k=v, …], [*k=v], [n] or [*]")
+                raise self.fail("a selector is [k=v, …], [*k=v], [n] or [*] (k!=v, k<v, k>v, k<=v, k>=v too)")
             self.pos = m.end()
-            self.ws()
-            if self.peek() != "=":
-                raise self.fail("a selector is [k=v, …], [*k=v], [n] or [*]")
-            self.pos += 1
-            conditions.append((m.group(), self._value()))
+            conditions.append((m.group(1), m.group(2), self._value()))
             self.ws()
             if self.peek() == ",":
                 self.pos += 1
@@ -642,6 +642,19 @@ def _same(value: Any, wanted: str) -> bool:
         except ValueError:
             return False
     return str(value) == wanted
+
+
+def _holds(value: Any, op: str, wanted: str) -> bool:
+    """Whether a field's value stands in ``op`` to the selector's value (``<`` and ``>`` compare numbers)."""
+    if op == "=":
+        return _same(value, wanted)
+    if op == "!=":
+        return not _same(value, wanted)
+    try:
+        a, b = _number(value, ""), float(wanted)
+    except (CiteError, ValueError):
+        return False
+    return {"<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[op]
 
 
 def _field(value: Any, dotted: str) -> Any:
@@ -714,8 +727,9 @@ def _step(value: Any, step: Step, where: str) -> Any:
     if step.kind == "all":
         return Many(value)
     if step.kind == "select":
-        hits = [v for v in value if all((f := _field(v, k)) is not _MISSING and _same(f, want) for k, want in step.arg)]
-        shown = ", ".join(f"{k}={w}" for k, w in step.arg)
+        hits = [v for v in value
+                if all((f := _field(v, k)) is not _MISSING and _holds(f, op, want) for k, op, want in step.arg)]
+        shown = ", ".join(f"{k}{op}{w}" for k, op, w in step.arg)
         if step.many:
             if not hits:
                 raise CiteError(f"no element of {where} has {shown}")
@@ -814,7 +828,7 @@ def _step_text(step: Step) -> str:
     if step.kind == "all":
         return "[*]"
     if step.kind == "select":
-        return "[" + ("*" if step.many else "") + ", ".join(f"{k}={v}" for k, v in step.arg) + "]"
+        return "[" + ("*" if step.many else "") + ", ".join(f"{k}{op}{v}" for k, op, v in step.arg) + "]"
     if step.kind == "table":
         return f"table({step.arg[0]})"
     return f"/{step.arg.pattern}/" + ("*" if step.many else "")
