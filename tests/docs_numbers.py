@@ -538,6 +538,10 @@ class _Parser:
         while self.pos < len(self.text):
             c = self.peek()
             at_start = first and not steps
+            if c == "~" and self.text.startswith("~/", self.pos):  # a regex on the text of a field
+                self.pos += 1
+                c = "/"
+                at_start = True
             if c == "/" and at_start:
                 end = self.pos + 1
                 while end < len(self.text) and self.text[end] != "/":
@@ -777,8 +781,12 @@ class Context:
             let = self.names[ref.name]
             value, where = self.resolve(let), let.text
         else:
-            head, sep, rest = ref.file.partition("/")
-            name = self.folders[head] + rest if sep and head in self.folders else ref.file
+            name = ref.file
+            for _ in range(len(self.folders)):  # a folder name may start with another
+                head, sep, rest = name.partition("/")
+                if not (sep and head in self.folders):
+                    break
+                name = self.folders[head] + rest
             value, where = load(self.base, name), ref.file + ":"
         for step in ref.steps:
             value = _step(value, step, where)
