@@ -102,6 +102,8 @@ SOFTWARE = r"(?:Python|PyTorch|torch|Triton|CuPy|CUDA|nvcc|NVRTC|vLLM|AIPerf|pyd
 EXEMPT: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("date", re.compile(r"(?<![\w.])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w])"),
      "a calendar date (and time) says when, not what was measured"),
+    ("commit", re.compile(r"(?<![\w.])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w.])"),
+     "a commit hash names a version of the code (55e6969 reads like a number)"),
     ("clock time", re.compile(r"(?<![\w.:])\d{1,2}:\d{2}(?::\d{2})?(?![\w.:]?\d)"),
      "a time of day (17:37:21) says when, not what was measured"),
     ("version", re.compile(r"(?<![\w.])\d+(?:\.\d+){2,}(?:\+\w+)?(?![\w])"),
@@ -195,6 +197,35 @@ def _mask_fences(text: str) -> str:
     return "".join(out)
 
 
+LIST_ITEM = re.compile(r"^ {0,3}(?:[-*+]|\d+[.)])\s")
+
+
+def _mask_indented_code(text: str) -> str:
+    """Mask indented code blocks: lines indented by four spaces or a tab, after a blank line that follows a paragraph
+    starting at the margin (not a list item, whose continuation lines are indented too)."""
+    lines = text.splitlines(keepends=True)
+    out, in_code, prev_blank, last_para_first = [], False, True, ""
+    for line in lines:
+        blank = not line.strip()
+        indented = line.startswith(("    ", "\t"))
+        if in_code and (indented or blank):
+            out.append(re.sub(r"[^\n]", " ", line))
+            prev_blank = blank
+            continue
+        in_code = False
+        if indented and prev_blank and not blank and not LIST_ITEM.match(last_para_first) \
+                and not last_para_first.startswith((" ", "\t")):
+            in_code = True
+            out.append(re.sub(r"[^\n]", " ", line))
+            prev_blank = False
+            continue
+        if not blank and prev_blank:
+            last_para_first = line
+        out.append(line)
+        prev_blank = blank
+    return "".join(out)
+
+
 def half_unit(digits: str) -> float:
     """Half a unit in the last printed digit (0.5 for an integer)."""
     mantissa, _, exponent = digits.replace("−", "-").lower().partition("e")
@@ -261,7 +292,7 @@ def _tables(text: str, masked: str) -> dict[int, Cell]:
 
 
 def _masked(text: str) -> tuple[str, list[Exempt]]:
-    masked = _mask_all(_mask_fences(text), CODE_SPAN)
+    masked = _mask_all(_mask_indented_code(_mask_fences(text)), CODE_SPAN)
     for pattern in (HTML_COMMENT, LINK_TARGET, URL):
         masked = _mask_all(masked, pattern)
     exempt: list[Exempt] = []
@@ -722,14 +753,15 @@ def _step(value: Any, step: Step, where: str) -> Any:
         if isinstance(value, dict) and step.arg in value:
             return value[step.arg]
         raise CiteError(f"no field {step.arg!r} at {where or 'the top'} ({_describe(value)})")
-    if step.kind in ("index", "all", "select") and not isinstance(value, list):
+    if step.kind in ("index", "select") and not isinstance(value, list) \
+            or step.kind == "all" and not isinstance(value, (list, dict)):
         raise CiteError(f"{where or 'the top'} is not a list ({_describe(value)})")
     if step.kind == "index":
         if -len(value) <= step.arg < len(value):
             return value[step.arg]
         raise CiteError(f"no element [{step.arg}] at {where} (a list of {len(value)})")
     if step.kind == "all":
-        return Many(value)
+        return Many(value.values() if isinstance(value, dict) else value)
     if step.kind == "select":
         hits = [v for v in value
                 if all((f := _field(v, k)) is not _MISSING and _holds(f, op, want) for k, op, want in step.arg)]
@@ -788,6 +820,8 @@ class Context:
                     break
                 name = self.folders[head] + rest
             value, where = load(self.base, name), ref.file + ":"
+            if ref.steps and ref.steps[0].kind in ("regex", "table") and not isinstance(value, str):
+                value = _read_bytes(self.base, name).decode("utf-8", errors="replace")  # a regex reads the text
         for step in ref.steps:
             value = _step(value, step, where)
             where += _step_text(step)
