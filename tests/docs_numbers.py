@@ -446,7 +446,7 @@ class Neg:
 
 
 FUNCTIONS = ("min", "max", "median", "mean", "sum", "count", "abs", "percent")
-KEY_CHARS = re.compile(r"[^\s.\[\](),;/=\"*]+")
+KEY_CHARS = re.compile(r"[^\s.\[\](),;/=\"*~]+")
 NUMBER_LITERAL = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 # A file is named by its extension (what a path through an archive ends in, too).
 FILE_KINDS = r"(?:json|jsonl|csv|tsv|yaml|yml|log|txt|md|py|toml|html)"
@@ -809,23 +809,36 @@ class Context:
     folders: dict[str, str] = field(default_factory=dict)  # let NAME = a/folder/: FILE may start NAME/
 
     def resolve(self, ref: Ref) -> Any:
+        reads_text = bool(ref.steps) and ref.steps[0].kind in ("regex", "table")
         if ref.file is None:
             let = self.names[ref.name]
-            value, where = self.resolve(let), let.text
+            if reads_text and let.file is not None and not let.steps:  # NAME: /regex/ on a whole-file name
+                value = self._text(let.file)
+            else:
+                value = self.resolve(let)
+            where = let.text
         else:
-            name = ref.file
-            for _ in range(len(self.folders)):  # a folder name may start with another
-                head, sep, rest = name.partition("/")
-                if not (sep and head in self.folders):
-                    break
-                name = self.folders[head] + rest
-            value, where = load(self.base, name), ref.file + ":"
-            if ref.steps and ref.steps[0].kind in ("regex", "table") and not isinstance(value, str):
-                value = _read_bytes(self.base, name).decode("utf-8", errors="replace")  # a regex reads the text
+            value, where = (self._text(ref.file) if reads_text else load(self.base, self._path(ref.file))), ref.file
         for step in ref.steps:
             value = _step(value, step, where)
             where += _step_text(step)
         return value
+
+    def _path(self, name: str) -> str:
+        """``name`` with a leading folder name (``let NAME = a/folder/``) spelled out."""
+        for _ in range(len(self.folders)):  # a folder name may start with another
+            head, sep, rest = name.partition("/")
+            if not (sep and head in self.folders):
+                break
+            name = self.folders[head] + rest
+        return name
+
+    def _text(self, name: str) -> str:
+        """A file's text, whatever its kind: what a regex or a text table reads."""
+        value = load(self.base, self._path(name))
+        if isinstance(value, str):
+            return value
+        return _read_bytes(self.base, self._path(name)).decode("utf-8", errors="replace")
 
     def evaluate(self, node: Any) -> Any:
         if isinstance(node, float):
@@ -840,11 +853,12 @@ class Context:
             return [-x for x in v] if isinstance(v, list) else -v
         if isinstance(node, BinOp):
             a, b = self.evaluate(node.left), self.evaluate(node.right)
-            if isinstance(a, list) or isinstance(b, list):
-                raise CiteError(f"{node.op} of a list: apply a function (min, max, median, …) first")
-            if node.op == "/" and b == 0:
-                raise CiteError("division by zero")
-            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else math.nan}[node.op]
+            if isinstance(a, list) or isinstance(b, list):  # element by element, or each element with a number
+                if isinstance(a, list) and isinstance(b, list) and len(a) != len(b):
+                    raise CiteError(f"{node.op} of lists of {len(a)} and {len(b)} values")
+                pairs = zip(a if isinstance(a, list) else [a] * len(b), b if isinstance(b, list) else [b] * len(a))
+                return [_arithmetic(node.op, x, y) for x, y in pairs]
+            return _arithmetic(node.op, a, b)
         if isinstance(node, Call):
             if node.fn == "count":  # how many values a reference gives, numbers or not
                 counted = [self.resolve(a) if isinstance(a, Ref) else self.evaluate(a) for a in node.args]
@@ -852,14 +866,21 @@ class Context:
             args = [self.evaluate(a) for a in node.args]
             flat = [x for a in args for x in (a if isinstance(a, list) else [a])]
             if node.fn in ("abs", "percent"):
-                if len(args) != 1 or isinstance(args[0], list):
-                    raise CiteError(f"{node.fn}() takes one number")
-                return abs(args[0]) if node.fn == "abs" else 100.0 * args[0]
+                if len(args) != 1:
+                    raise CiteError(f"{node.fn}() takes one argument")
+                one = abs if node.fn == "abs" else (lambda x: 100.0 * x)
+                return [one(x) for x in args[0]] if isinstance(args[0], list) else one(args[0])
             if not flat:
                 raise CiteError(f"{node.fn}() of nothing")
             return {"min": min, "max": max, "median": statistics.median, "mean": statistics.fmean,
                     "sum": math.fsum}[node.fn](flat)
         raise CiteError(f"cannot evaluate {node!r}")
+
+
+def _arithmetic(op: str, a: float, b: float) -> float:
+    if op == "/" and b == 0:
+        raise CiteError("division by zero")
+    return {"+": a + b, "-": a - b, "*": a * b}[op] if op != "/" else a / b
 
 
 def _step_text(step: Step) -> str:
