@@ -97,7 +97,6 @@ CODE_SPAN = re.compile(r"(?<!`)(?P<ticks>`+)(?!`)(?:(?!\n[ \t]*\n).)+?(?<!`)(?P=
 LINK_TARGET = re.compile(r"\]\([^)\n]*\)|^ {0,3}\[[^\]\n]+\]:[^\n]*", re.MULTILINE)
 URL = re.compile(r"<?https?://[^\s)>]+>?")
 
-SOFTWARE = r"(?:Python|PyTorch|torch|Triton|CuPy|CUDA|nvcc|NVRTC|vLLM|AIPerf|pydantic|transformers|ptxas)"
 # Numbers that are not measurements of a run: (name, pattern, why). The pattern's match is masked whole.
 EXEMPT: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("date", re.compile(r"(?<![\w.])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w])"),
@@ -108,8 +107,6 @@ EXEMPT: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "a time of day (17:37:21) says when, not what was measured"),
     ("version", re.compile(r"(?<![\w.])\d+(?:\.\d+){2,}(?:\+\w+)?(?![\w])"),
      "a token with two or more dots is a version (2.11.0, 580.159.04)"),
-    ("software version", re.compile(rf"\b{SOFTWARE} \d+(?:\.\d+)?(?![\w.]\d)"),
-     "a number right after a software name is its version (Triton 3.6, CUDA 13.0)"),
     ("list marker", re.compile(r"^[ \t]*\d+[.)](?=[ \t])", re.MULTILINE),
      "an ordered-list marker numbers the list, not a measurement"),
 )
@@ -773,6 +770,12 @@ def _step(value: Any, step: Step, where: str) -> Any:
         if len(hits) != 1:
             raise CiteError(f"{len(hits)} elements of {where} have {shown}; a selector must pick exactly one")
         return hits[0]
+    if step.kind == "regex" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        out = []  # a regex on every text of a list (what /…/* gave): the values it captures in each, in order
+        for v in value:
+            r = _step(v, step, where)
+            out.extend(r if isinstance(r, list) else [r])
+        return out
     if not isinstance(value, str):
         raise CiteError(f"{where or 'the file'} is not text: a /regex/ or table() reads text files")
     if step.kind == "table":
