@@ -627,6 +627,10 @@ class _Parser:
         if m:
             self.pos = m.end()
             return Step("index", int(m.group(1)))
+        m = re.compile(r"(-?\d*):(-?\d*)\s*\]").match(self.text, self.pos)
+        if m:
+            self.pos = m.end()
+            return Step("slice", (int(m.group(1)) if m.group(1) else None, int(m.group(2)) if m.group(2) else None))
         many = self.peek() == "*"
         self.pos += many
         self.ws()
@@ -750,7 +754,7 @@ def _step(value: Any, step: Step, where: str) -> Any:
         if isinstance(value, dict) and step.arg in value:
             return value[step.arg]
         raise CiteError(f"no field {step.arg!r} at {where or 'the top'} ({_describe(value)})")
-    if step.kind in ("index", "select") and not isinstance(value, list) \
+    if step.kind in ("index", "select", "slice") and not isinstance(value, list) \
             or step.kind == "all" and not isinstance(value, (list, dict)):
         raise CiteError(f"{where or 'the top'} is not a list ({_describe(value)})")
     if step.kind == "index":
@@ -759,14 +763,14 @@ def _step(value: Any, step: Step, where: str) -> Any:
         raise CiteError(f"no element [{step.arg}] at {where} (a list of {len(value)})")
     if step.kind == "all":
         return Many(value.values() if isinstance(value, dict) else value)
+    if step.kind == "slice":
+        return value[step.arg[0]:step.arg[1]]
     if step.kind == "select":
         hits = [v for v in value
                 if all((f := _field(v, k)) is not _MISSING and _holds(f, op, want) for k, op, want in step.arg)]
         shown = ", ".join(f"{k}{op}{w}" for k, op, w in step.arg)
         if step.many:
-            if not hits:
-                raise CiteError(f"no element of {where} has {shown}")
-            return Many(hits)
+            return Many(hits)  # none is a count of 0 (a min or a median of nothing is an error)
         if len(hits) != 1:
             raise CiteError(f"{len(hits)} elements of {where} have {shown}; a selector must pick exactly one")
         return hits[0]
@@ -891,6 +895,8 @@ def _step_text(step: Step) -> str:
         return "." + str(step.arg)
     if step.kind == "index":
         return f"[{step.arg}]"
+    if step.kind == "slice":
+        return "[" + ":".join("" if x is None else str(x) for x in step.arg) + "]"
     if step.kind == "all":
         return "[*]"
     if step.kind == "select":
