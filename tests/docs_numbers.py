@@ -721,7 +721,7 @@ def _text_table(text: str, head: str, nth: int) -> list[dict[str, str]]:
                 if re.fullmatch(r"[\s─━┡┩╇┼├┤└┘┗┛╰╯+=|:-]*", row):
                     continue
                 values = _text_cells(row, boxed)
-                if len(values) != len(cells):
+                if not 2 <= len(values) <= len(cells):  # trailing columns may be empty
                     break
                 rows.append(dict(zip(cells, values)))
             return rows
@@ -1069,8 +1069,14 @@ def _check(readme: Path) -> tuple[list[Problem], list[Outcome], list[Exempt]]:
 
 def _evaluate_line(ctx: Context, line: Line, names: frozenset[str]) -> Any:
     exprs = parse_expressions(line.rhs, names)
+    if len(exprs) > 1 and len(exprs) == len(line.keys):  # K1, K2 = E1; E2: one expression per key
+        values = [ctx.evaluate(e) for e in exprs]
+        if any(isinstance(v, list) for v in values):
+            raise CiteError("each expression of `K1, K2 = E1; E2` gives one number")
+        return values
     if len(exprs) != 1:
-        raise CiteError("a keyed line has one expression")
+        raise CiteError(f"{len(line.keys)} keys take one list-valued expression or {len(line.keys)} expressions; "
+                        f"got {len(exprs)}")
     value = ctx.evaluate(exprs[0])
     if len(line.keys) > 1:
         if not isinstance(value, list) or len(value) != len(line.keys):
