@@ -316,6 +316,8 @@ def readme_numbers(text: str) -> list[Printed]:
         token = m.group().rstrip(".")
         if not token or not token[0].isdigit() or not PLAIN_NUMBER.fullmatch(token):
             continue  # a word, or glued to a letter: a name
+        if m.start() >= 2 and masked[m.start() - 1] == "-" and masked[m.start() - 2].isalpha():
+            continue  # hyphenated to a word: part of a name (public-1000, seed-paired-2)
         signed = _has_sign(masked, m.start())
         value = float(token.replace("−", "-")) * (-1.0 if signed else 1.0)
         cell = None
