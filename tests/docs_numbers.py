@@ -787,7 +787,7 @@ def _step(value: Any, step: Step, where: str) -> Any:
     if step.kind == "table":
         return _text_table(value, *step.arg)
     matches = list(step.arg.finditer(value))
-    if not matches:
+    if not matches and not step.many:  # /re/* of nothing is no values (a count of 0)
         raise CiteError(f"/{step.arg.pattern}/ matches nothing in {where}")
     if not step.many and len(matches) > 1:
         raise CiteError(f"/{step.arg.pattern}/ matches {len(matches)} times in {where}; it must match once "
@@ -1150,7 +1150,7 @@ def _check_block(readme: Path, block: Block, scope: list[Printed], ctx: Context,
         applied = False
         for (table, row, column), cell_numbers in sorted(cells_left.items()):
             cell = cell_numbers[0].cell
-            if not (column in line.columns or cell.label in line.rows):
+            if row == 0 or not (column in line.columns or cell.label in line.rows):  # a header takes keyed lines
                 continue
             applied = True
             read = _read_cells(line.rhs, cell)
