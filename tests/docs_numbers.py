@@ -111,6 +111,12 @@ EXEMPT: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "an ordered-list marker numbers the list, not a measurement"),
 )
 
+# Table columns whose cells are not measurements, by header: (rule name, why). Their header row is still checked.
+EXEMPT_COLUMNS: dict[str, tuple[str, str]] = {
+    "predicted": ("prediction", "a prediction is the note's own claim, made before the run; the measured column beside it "
+                                "is cited"),
+}
+
 # A README token: scientific notation first (its exponent's sign would otherwise split it), then a run of word
 # characters and dots. Trailing dots are sentence punctuation.
 README_TOKEN = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[eE][-+−]?\d+(?![\w.])|[\w.]+")
@@ -297,6 +303,17 @@ def _masked(text: str) -> tuple[str, list[Exempt]]:
         for m in pattern.finditer(masked):
             exempt.append(Exempt(m.start(), masked.count("\n", 0, m.start()) + 1, m.group().strip(), name))
         masked = _mask_all(masked, pattern)
+    cells = _tables(text, masked)
+    starts = sorted(cells)
+    for k, start in enumerate(starts):
+        cell = cells[start]
+        if cell.row == 0 or cell.column.lower() not in EXEMPT_COLUMNS:
+            continue
+        end = min(masked.find("\n", start) % (len(masked) + 1), starts[k + 1] if k + 1 < len(starts) else len(masked))
+        for m in re.finditer(r"\d+(?:\.\d+)?", masked[start:end]):
+            exempt.append(Exempt(start + m.start(), masked.count("\n", 0, start) + 1, m.group(),
+                                 EXEMPT_COLUMNS[cell.column.lower()][0]))
+        masked = _mask(masked, start, end - 1)
     return masked, sorted(exempt, key=lambda e: e.offset)
 
 
@@ -923,6 +940,7 @@ class Line:
     rhs: str = ""
     columns: tuple[str, ...] = ()
     rows: tuple[str, ...] = ()
+    cells: tuple[tuple[str, str], ...] = ()  # cell "ROW", "COLUMN": one cell
     used: bool = False
 
 
@@ -936,7 +954,7 @@ class Block:
 
 
 KEYS = re.compile(r"^\s*(?P<keys>[-−]?\d[\d.eE+−-]*(?:\s*,\s*[-−]?\d[\d.eE+−-]*)*)\s+=\s+(?P<rhs>.+)$")
-TEMPLATE = re.compile(r'^\s*(?P<kind>col|row)\s+(?P<names>"[^"]*"(?:\s*,\s*"[^"]*")*)\s+=\s+(?P<rhs>.+)$')
+TEMPLATE = re.compile(r'^\s*(?P<kind>col|row|cell)\s+(?P<names>"[^"]*"(?:\s*,\s*"[^"]*")*)\s+=\s+(?P<rhs>.+)$')
 LET = re.compile(r"^\s*let\s+(?P<name>[A-Za-z_]\w*)\s+=\s+(?P<rhs>.+)$")
 
 
@@ -970,12 +988,19 @@ def parse_blocks(text: str, readme: Path) -> tuple[list[Block], dict[str, tuple[
                 line = Line(line_no, stripped, rhs=tm["rhs"].strip())
                 if tm["kind"] == "col":
                     line.columns = names
-                else:
+                elif tm["kind"] == "row":
                     line.rows = names
+                elif len(names) == 2:
+                    line.cells = (names,)
+                else:
+                    problems.append(Problem(readme, line_no, f'a cell template names one row and one column: '
+                                                             f'cell "ROW", "COLUMN" = …: {stripped!r}'))
+                    continue
                 templates.append(line)
             else:
                 problems.append(Problem(readme, line_no, f"a cite line is `KEY = EXPR`, `let NAME = REF`, "
-                                                         f"`col \"H\" = EXPR` or `row \"L\" = EXPR`: {stripped!r}"))
+                                                         f"`col \"H\" = EXPR`, `row \"L\" = EXPR` or "
+                                                         f"`cell \"L\", \"H\" = EXPR`: {stripped!r}"))
         blocks.append(Block(m.start(), m.end(), first, keyed, templates))
     return blocks, lets, problems
 
@@ -1150,7 +1175,8 @@ def _check_block(readme: Path, block: Block, scope: list[Printed], ctx: Context,
         applied = False
         for (table, row, column), cell_numbers in sorted(cells_left.items()):
             cell = cell_numbers[0].cell
-            if row == 0 or not (column in line.columns or cell.label in line.rows):  # a header takes keyed lines
+            if row == 0 or not (column in line.columns or cell.label in line.rows  # a header takes keyed lines
+                                or (cell.label, column) in line.cells):
                 continue
             applied = True
             read = _read_cells(line.rhs, cell)
@@ -1178,9 +1204,11 @@ def _check_block(readme: Path, block: Block, scope: list[Printed], ctx: Context,
                 for n in cell_numbers:
                     templated[n.offset] = (filled, None, f"{n.text} in column {column!r}: {filled}: {e}")
         if not applied:
-            what = "columns" if line.columns else "rows"
-            problems.append(Problem(readme, line.line, f"{line.text}: no table cell before it is in the {what} "
-                                                       f"{', '.join(line.columns or line.rows)}"))
+            where = (f"in the columns {', '.join(line.columns)}" if line.columns else
+                     f"in the rows {', '.join(line.rows)}" if line.rows else
+                     f"at row {line.cells[0][0]!r}, column {line.cells[0][1]!r}")
+            problems.append(Problem(readme, line.line, f"{line.text}: no table cell before it {where} prints a "
+                                                       "number left to cite"))
     for n in scope:
         if n.offset in miscounted:
             outcomes.append(Outcome(n, "-", None, "cited a number of times other than printed (reported at the line)"))
