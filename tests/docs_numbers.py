@@ -1,7 +1,7 @@
-"""Every number a benchmark README prints is tied to the field of a committed file it claims, and equals it.
+"""Every number a README prints is tied to the field of a committed file it claims, and equals it.
 
-The checked files: ``docs/benchmarks/**/README.md``, ``docs/benchmarks/kernel-tuning-notes.md`` and the top-level
-``README.md`` (``CHECKED``). ``docs/benchmarks/README.md`` explains the rules for a writer; this docstring is the
+The checked files (``checked_files``): ``docs/benchmarks/**/README.md``, ``docs/benchmarks/kernel-tuning-notes.md``
+and the top-level ``README.md``. ``docs/benchmarks/README.md`` explains the rules for a writer; this docstring is the
 reference.
 
 **Cite blocks.** A README cites its numbers in HTML comments that begin with ``cite`` and follow the text they cover::
@@ -12,42 +12,50 @@ reference.
     23.14 = percent(1 - S[concurrency=1, metric=output_tok_s].ratio_b_over_a)
     1, 8, 32 = compiled-cuda.json: paired_aiperf.workload.concurrency
     col "eager" = kernel-screen.json: result.cells[impl=eager, rows={rows}].median_us
-    row "Triton" = tune.log: table(variant)[variant=triton/auto].{col}
     -->
 
 A block covers every printed number between the previous cite block (or the start of the file) and itself. One line
 is one of:
 
-- ``let NAME = REF``: a name for a file and a field path, usable in every block of the README (a name is defined once);
+- ``let NAME = REF`` names a reference (``FILE: PATH``), a whole file (``let L = run.log``) or a folder
+  (``let E = evidence.tar.xz/``, then ``E/poc.json: …``), for every block of the README; a name is defined once;
 - ``KEY = EXPR``: the printed number ``KEY`` (as printed, sign included) equals ``EXPR``. A key written once covers
   every occurrence of that printed number in the block's text; written k times, the block's text must print it exactly
   k times, and the lines go to the occurrences in order. ``K1, K2, K3 = EXPR`` takes a list-valued ``EXPR`` element by
-  element (the same as three lines ``K1 = EXPR[0]`` …);
-- ``col "HEADER" = EXPR; EXPR…`` (or ``col "H1", "H2" = …``): for every row of a Markdown table in the block, the
-  numbers of that column's cell, in order (one expression per number of the cell); ``row "LABEL" = …``: the same for
-  the row whose first cell reads ``LABEL``, across its cells. In a template, ``{HEADER}`` stands for the text of that
-  column's cell in the same row, ``{col}`` for the current cell's column header and ``{row}`` for the row's first cell.
-  A keyed line takes precedence; a template takes the cell's numbers that no key took. A number in a cell that a
-  template reads through ``{HEADER}`` or ``{col}`` is checked by that selection: the template's field must exist for it;
+  element, ``K1, K2 = E1; E2`` one expression per key;
+- ``col "HEADER" = EXPR; EXPR…`` (or ``col "H1", "H2" = …``): for every body row of a Markdown table in the block,
+  the numbers of that column's cell, in order (one expression per number of the cell); ``row "LABEL" = …``: the same
+  for each cell of the row whose first cell reads ``LABEL``; ``cell "LABEL", "HEADER" = …``: that one cell. In a
+  template, ``{HEADER}`` stands for the text of that column's cell in the same row, ``{col}`` for the current cell's
+  column header and ``{row}`` for the row's first cell. A keyed line takes precedence (and is the way to cite a
+  header row); a template takes the cell's numbers that no key took. A number in a cell that a template reads through
+  ``{HEADER}`` or ``{col}`` is checked by that template: its expressions must resolve, and their values match;
 - ``# text``: a note for the reader, ignored.
 
-**References** (``REF``): ``FILE: PATH``, with ``FILE`` relative to the README's folder; a path through a committed
-archive (``evidence.tar.xz/poc/paired.json``) reads that member. How the file is read, by its name: ``.json`` as JSON;
-``.jsonl`` as a list of JSON lines; ``.csv`` / ``.tsv`` as a list of rows keyed by the header; ``.yaml`` / ``.yml`` as
-YAML; anything else as text. ``PATH`` is a sequence of steps:
+**References** (``REF``): ``FILE: PATH``, with ``FILE`` relative to the README's folder (named by its extension:
+``.json .jsonl .csv .tsv .yaml .yml .log .txt .md .py .toml .html``); a path through a committed archive
+(``evidence.tar.xz/poc/paired.json``) reads that member. How a file is read, by its name: ``.json`` as JSON; ``.jsonl``
+as a list of JSON lines; ``.csv`` / ``.tsv`` as a list of rows keyed by the header; ``.yaml`` / ``.yml`` as YAML;
+anything else as text. ``NAME: PATH`` continues a ``let`` name as if it were a file, ``NAME.x`` / ``NAME[…]`` its
+path.
+``PATH`` is a sequence of steps:
 
 - ``key`` / ``.key`` / ``."key with spaces"``: a field of a mapping;
-- ``[3]``, ``[-1]``: an element of a list; ``[*]``: every element (what follows applies to each);
-- ``[k=v, k2.sub=v2]``: the one element whose fields equal the values (numbers compare as numbers); none or several
-  is a problem. ``[*k=v]``: every element whose fields equal them;
+- ``[3]``, ``[-1]``: an element of a list; ``[a:b]`` a slice; ``[*]``: every element (or a mapping's every value); what
+  follows applies to each;
+- ``[k=v, k2.sub=v2]``: the one element whose fields equal the values (numbers compare as numbers; ``!=``, ``<``,
+  ``>``, ``<=``, ``>=`` too); none or several is a problem. ``[*k=v]``: every such element (none is a count of 0);
 - on text: ``/REGEX/`` the value its one match captures (group ``v``, else group 1, else the whole match; a second
-  match is a problem), ``/REGEX/*`` every match; ``table(FIRST)`` (or ``table(FIRST, n)``, the n-th from 1) the rows
-  of the text table whose header line starts with the word ``FIRST``, as mappings from the header's words (columns
-  split on ``│``, ``┃`` or ``|`` where the header has them, otherwise on whitespace).
+  match is a problem), ``/REGEX/*`` every match's (a list, maybe empty); ``~/REGEX/`` after any step reads the text of
+  that field (or of each text of a list); ``table(FIRST)`` (or ``table(FIRST, n)``, the n-th from 1) the rows of the
+  text table whose header line starts with the word ``FIRST``, as mappings from the header's words (columns split on
+  ``│``, ``┃`` or ``|`` where the header has them, otherwise on whitespace; trailing cells may be empty). A regex or
+  a table on a data file reads its text.
 
-**Expressions** (``EXPR``): references, numbers, ``+ - * /`` (with spaces around ``-`` and ``+``), parentheses, and
-the functions ``min max median mean sum count abs percent`` (``percent(x)`` is ``100 * x``: a percent printed from a
-stored fraction says so). A function of a list reads every element.
+**Expressions** (``EXPR``): references, numbers, ``+ - * /`` (with spaces around ``-`` and ``+``; on lists element by
+element), parentheses, and the functions ``min max median mean sum count abs percent`` (``percent(x)`` is ``100 * x``:
+a percent printed from a stored fraction says so; ``count`` counts values of any kind). A function of a list reads
+every element. Every expression must read a file: a number alone cites nothing.
 
 **The rule** (``matches``): a number printed with ``d`` decimals matches the cited value ``x`` when
 ``|x - v| <= 0.5 * 10**-d`` (plus a relative ``1e-9`` for binary floating point); one printed without a decimal point
@@ -55,14 +63,15 @@ within ``0.5``; ``1e−6`` within half a unit of its last printed digit. The sig
 of a stored ``-2.0`` cites ``abs(…)``.
 
 **What counts as a printed number** (``readme_numbers``): every numeric token of the prose and tables, after masking
-fenced code blocks, inline code spans, HTML comments, link targets and bare URLs. A token glued to a letter or an
-underscore (H200, sm90, Qwen3, 0.6B, bf16, x2, t128r1, 1.3µs) is a name, not a number; ``×`` and ``%`` are not
-letters, so ``6.91×`` and ``2 ×`` are numbers. A leading ``-`` or ``−`` (not after a word character) is a sign; an en
-dash or a hyphen between two numbers is a range (``3.61–5.44`` is two numbers). Thousand separators are not
-supported: ``10 240`` reads as two numbers.
+fenced and indented code blocks, inline code spans, HTML comments, link targets and bare URLs. A token glued to a
+letter or an underscore (H200, sm90, Qwen3, 0.6B, bf16, x2, t128r1, 1.3µs), or joined to a word by a hyphen
+(public-1000), is a name, not a number; ``×`` and ``%`` are not letters, so ``6.91×`` and ``2 ×`` are numbers. A
+leading ``-`` or ``−`` (not after a word character) is a sign; an en dash or a hyphen between two numbers is a range
+(``3.61–5.44`` is two numbers). Thousand separators are not supported: ``10 240`` reads as two numbers.
 
-**Exempt, by pattern only** (``EXEMPT``, each with its reason): the numbers that are not measurements of a run. Every
-exempt number is listed by ``exempt_numbers``; nothing else is skipped.
+**Exempt, by rule only** (``EXEMPT`` patterns and ``EXEMPT_COLUMNS`` table columns, each with its reason): the
+numbers that are not measurements of a run. ``exempt_numbers`` lists every exempt number with its rule; nothing else
+is skipped.
 """
 from __future__ import annotations
 
@@ -113,8 +122,8 @@ EXEMPT: tuple[tuple[str, re.Pattern[str], str], ...] = (
 
 # Table columns whose cells are not measurements, by header: (rule name, why). Their header row is still checked.
 EXEMPT_COLUMNS: dict[str, tuple[str, str]] = {
-    "predicted": ("prediction", "a prediction is the note's own claim, made before the run; the measured column beside it "
-                                "is cited"),
+    "predicted": ("prediction", "a prediction is the note's own claim, made before the run; the measured column "
+                                "beside it is cited"),
 }
 
 # A README token: scientific notation first (its exponent's sign would otherwise split it), then a run of word
@@ -381,7 +390,8 @@ def _read_bytes(base: Path, name: str) -> bytes:
             member = "/".join(parts[k:])
             if member not in members:
                 near = [m for m in members if m.endswith(parts[-1])][:5]
-                raise CiteError(f"{prefix.name} has no member {member}" + (f" (like: {', '.join(near)})" if near else ""))
+                like = f" (like: {', '.join(near)})" if near else ""
+                raise CiteError(f"{prefix.name} has no member {member}{like}")
             return members[member]
     path = base / name
     if not path.is_file():
@@ -675,7 +685,8 @@ class _Parser:
 
 
 def parse_expressions(text: str, names: frozenset[str] = frozenset()) -> list[Any]:
-    """The ``;``-separated expressions of a citation's right-hand side."""
+    """The ``;``-separated expressions of a citation's right-hand side; each must read a file (a number alone is no
+    citation)."""
     p = _Parser(text, names)
     out = [p.expr()]
     p.ws()
@@ -685,7 +696,22 @@ def parse_expressions(text: str, names: frozenset[str] = frozenset()) -> list[An
         p.ws()
     if p.pos != len(text):
         raise p.fail("unexpected text")
+    for node in out:
+        if not _reads_a_file(node):
+            raise CiteError(f"{text!r}: an expression that reads no file cites nothing")
     return out
+
+
+def _reads_a_file(node: Any) -> bool:
+    if isinstance(node, Ref):
+        return True
+    if isinstance(node, BinOp):
+        return _reads_a_file(node.left) or _reads_a_file(node.right)
+    if isinstance(node, Neg):
+        return _reads_a_file(node.operand)
+    if isinstance(node, Call):
+        return any(_reads_a_file(a) for a in node.args)
+    return False
 
 
 def _same(value: Any, wanted: str) -> bool:
@@ -844,7 +870,8 @@ class Context:
                 value = self.resolve(let)
             where = let.text
         else:
-            value, where = (self._text(ref.file) if reads_text else load(self.base, self._path(ref.file))), ref.file
+            value = self._text(ref.file) if reads_text else load(self.base, self._path(ref.file))
+            where = ref.file + ":"
         for step in ref.steps:
             value = _step(value, step, where)
             where += _step_text(step)
@@ -941,7 +968,6 @@ class Line:
     columns: tuple[str, ...] = ()
     rows: tuple[str, ...] = ()
     cells: tuple[tuple[str, str], ...] = ()  # cell "ROW", "COLUMN": one cell
-    used: bool = False
 
 
 @dataclass
@@ -1005,25 +1031,21 @@ def parse_blocks(text: str, readme: Path) -> tuple[list[Block], dict[str, tuple[
     return blocks, lets, problems
 
 
-def _fill(template: str, cell: Cell) -> tuple[str, set[str]]:
-    """The template with ``{col}``, ``{row}`` and ``{HEADER}`` filled from the cell's row; the headers it read."""
+def _fill(template: str, cell: Cell) -> str:
+    """The template with ``{col}``, ``{row}`` and ``{HEADER}`` filled from the cell's row."""
     texts = dict(cell.texts)
-    used: set[str] = set()
 
     def sub(m: re.Match[str]) -> str:
         name = m.group(1)
         if name == "col":
-            used.add(cell.column)
             return cell.column
         if name == "row":
-            used.add(cell.texts[0][0] if cell.texts else "")
             return cell.label
         if name not in texts:
             raise CiteError(f"{{{name}}}: the table has no column {name!r} (columns: {', '.join(texts)})")
-        used.add(name)
         return texts[name]
 
-    return re.sub(r"\{([^{}]+)\}", sub, template), used
+    return re.sub(r"\{([^{}]+)\}", sub, template)
 
 
 @dataclass(frozen=True)
@@ -1182,7 +1204,7 @@ def _check_block(readme: Path, block: Block, scope: list[Printed], ctx: Context,
             read = _read_cells(line.rhs, cell)
             filled = line.rhs
             try:
-                filled, _ = _fill(line.rhs, cell)
+                filled = _fill(line.rhs, cell)
                 exprs = parse_expressions(filled, names)
                 if len(exprs) != len(cell_numbers):
                     raise CiteError(f"the cell prints {len(cell_numbers)} numbers "

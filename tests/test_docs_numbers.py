@@ -135,9 +135,10 @@ def test_a_missing_field_path_fails_naming_the_field(tmp_path: Path) -> None:
     messages = _messages(tmp_path, "1396.302 s\n<!-- cite\n1396.302 = r.json: plan.wall_s\n-->\n")
     assert any("no field 'plan'" in m and "plan_wall_s" in m for m in messages)
     assert any(m.startswith("3: 1396.302 = r.json: plan.wall_s: ") for m in messages) and len(messages) == 1
-    messages = _messages(tmp_path, "1.1332\n<!-- cite\n1.1332 = r.json: statistics[concurrency=8].ratio_b_over_a\n-->\n")
+    cite = "1.1332\n<!-- cite\n1.1332 = r.json: statistics[concurrency={}].ratio_b_over_a\n-->\n"
+    messages = _messages(tmp_path, cite.format(8))
     assert any("2 elements of r.json:.statistics have concurrency=8" in m for m in messages)
-    messages = _messages(tmp_path, "1.1332\n<!-- cite\n1.1332 = r.json: statistics[concurrency=4].ratio_b_over_a\n-->\n")
+    messages = _messages(tmp_path, cite.format(4))
     assert any("0 elements" in m for m in messages)
     messages = _messages(tmp_path, r"1.30" "\n<!-- cite\n" r"1.30 = t.log: /(1\.\d+)/" "\n-->\n")
     assert any("matches 4 times" in m for m in messages)
@@ -198,16 +199,12 @@ row "Triton" = t.log: table(variant)[variant=triton/auto].{col}
 
 
 def test_a_cell_of_several_numbers_takes_one_expression_each(tmp_path: Path) -> None:
-    text = """| c | B/A (CI, p) |
-|---|---|
-| 8 | 1.1332 (1.0519, p = 0.0079) |
-<!-- cite
-let S = r.json: statistics
-col "B/A (CI, p)" = S[concurrency={c}, metric=ttft_p95_ms].ratio_b_over_a; S[concurrency={c}, metric=ttft_p95_ms].ci_low; S[concurrency={c}, metric=ttft_p95_ms].p_value
--->
-"""
+    cell = "S[concurrency={c}, metric=ttft_p95_ms]"
+    text = ("| c | B/A (CI, p) |\n|---|---|\n| 8 | 1.1332 (1.0519, p = 0.0079) |\n"
+            "<!-- cite\nlet S = r.json: statistics\n"
+            f'col "B/A (CI, p)" = {cell}.ratio_b_over_a; {cell}.ci_low; {cell}.p_value\n-->\n')
     assert _messages(tmp_path, text) == []
-    short = text.replace("; S[concurrency={c}, metric=ttft_p95_ms].p_value", "")
+    short = text.replace(f"; {cell}.p_value", "")
     assert any("prints 3 numbers" in m and "has 2 expressions" in m for m in _messages(tmp_path, short))
 
 
@@ -218,7 +215,8 @@ def test_a_member_of_a_committed_archive_is_read(tmp_path: Path) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    text = "1.23, 12.5 and 30.3\n<!-- cite\n1.23 = raw.tar.xz/a/b.json: x\n12.5 = raw.tar.xz/c.csv: [name=warm].seconds\n" \
+    text = "1.23, 12.5 and 30.3\n<!-- cite\n1.23 = raw.tar.xz/a/b.json: x\n" \
+           "12.5 = raw.tar.xz/c.csv: [name=warm].seconds\n" \
            "30.3 = raw.tar.xz/c.csv: [1].seconds\n-->\n"
     assert _messages(tmp_path, text) == []
     messages = _messages(tmp_path, text.replace("raw.tar.xz/a/b.json", "raw.tar.xz/a/c.json"))
@@ -241,18 +239,85 @@ def test_code_links_comments_and_exempt_patterns_are_not_numbers(tmp_path: Path)
         "infercrane kernel screen --rows 123",
         "```",
         "1. a list item is numbered, not measured: https://example.com/v/88",
-        "torch 2.11.0+cu130, driver 580.159.04, Triton 3.6 and CUDA 13.0, at 2026-12-02T00:10:52.",
+        "",
+        "torch 2.11.0+cu130, driver 580.159.04 at 2026-12-02T00:10:52, commit 55e6969, from 17:37:21, on public-1000.",
+        "",
+        "    python3 benchmarks/tune.py --rows 4096",
+        "",
+        "| change | predicted | measured |",
+        "|---|---|---|",
+        "| C1 | 1.30, 1.35 | 1.31 |",
+        "",
+        "<!-- cite",
+        'cell "C1", "measured" = t.log: table(variant)[variant=cuda/auto]."1" - 0.22',
+        "-->",
         "",
     ])
-    assert readme_numbers(text) == []
+    assert [n.text for n in readme_numbers(text)] == ["1.31"]
     assert [(e.text, e.rule) for e in exempt_numbers(text)] == [
         ("2026-12-01", "date"), ("1.", "list marker"), ("2.11.0+cu130", "version"), ("580.159.04", "version"),
-        ("Triton 3.6", "software version"), ("CUDA 13.0", "software version"), ("2026-12-02T00:10:52", "date")]
+        ("2026-12-02T00:10:52", "date"), ("55e6969", "commit"), ("17:37:21", "clock time"), ("1.30", "prediction"),
+        ("1.35", "prediction")]
     assert _messages(tmp_path, text) == []
-    # not exempt: a number after a word that is not a software name, and a one-dot number alone
-    assert [n.text for n in readme_numbers("python 3.11 or newer, pytest 9.0, 3.11")] == ["3.11", "9.0", "3.11"]
+    # not exempt: a version without two dots, a number after a word, a measured cell beside a predicted one
+    assert [n.text for n in readme_numbers("Triton 3.6, python 3.11 or newer, pytest 9.0, 3.11")] == [
+        "3.6", "3.11", "9.0", "3.11"]
+    assert len(_messages(tmp_path, text.replace("| 1.31 |", "| 1.32 |"))) == 1
 
 
+def test_an_expression_that_reads_no_file_cites_nothing(tmp_path: Path) -> None:
+    messages = _messages(tmp_path, "5 runs\n<!-- cite\n5 = 5\n-->\n")
+    assert any("reads no file cites nothing" in m for m in messages)
+    assert _messages(tmp_path, "5 runs\n<!-- cite\n5 = r.json: workload.runs_per_arm * 1\n-->\n") == []
+
+
+def test_selectors_slices_lists_and_names(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.log").write_text("rc=4\nwindow 1 took 8.5 s\nwindow 2 took 9.5 s\nnote: fast\n")
+    text = r"""The eager cells 16.80 and 19.60 µs, less the compiled ones 15.26 and 18.21; eager cells above ten µs:
+2, above a hundred: 0. The first 3 concurrencies 1, 8, 32; windows 8.5 and 9.5 s, 18.0 s in all; rc 4; the compiled
+cell at one row 1.541.
+<!-- cite
+let F = sub/
+let L = F/a.log
+let C = r.json: cells
+16.80, 19.60 = C[*impl=eager].median_us
+15.26, 18.21 = C[*impl=eager].median_us - C[*impl=compiled].median_us
+2 = count(C[*median_us>10, impl=eager])
+0 = count(C[*median_us>100])
+3 = count(r.json: workload.concurrency[0:3])
+1, 8, 32 = r.json: workload.concurrency[:]
+8.5, 9.5 = L: /took ([\d.]+) s/*
+18.0 = sum(L: /took ([\d.]+) s/*)
+4 = L: /^rc=(\d)$/
+1.541 = C[impl=compiled, rows!=8].median_us
+-->
+"""
+    messages = _messages(tmp_path, text)
+    assert messages == [], messages
+    assert any("a selector must pick exactly one" in m
+               for m in _messages(tmp_path, text.replace("rows!=8", "rows<=8")))
+    assert any("3 keys need a list of 3 values; got a list of 2" in m
+               for m in _messages(tmp_path, text.replace("concurrency[:]", "concurrency[1:]")))
+
+
+def test_a_keyed_line_may_give_one_expression_per_key(tmp_path: Path) -> None:
+    text = "0.8806 and 1.0341\n<!-- cite\n0.8806, 1.0341 = r.json: statistics[0].ratio_b_over_a; " \
+           "r.json: statistics[1].ratio_b_over_a\n-->\n"
+    assert _messages(tmp_path, text) == []
+    assert len(_messages(tmp_path, text.replace("statistics[1]", "statistics[2]"))) == 1
+
+
+def test_a_regex_reads_a_fields_text(tmp_path: Path) -> None:
+    doc = {"reason": "6.5-21.2 percent faster", "notes": ["a 3.2 s", "b", "c 4.1 s"]}
+    (tmp_path / "d.json").write_text(json.dumps(doc))
+    text = r"6.5 to 21.2, notes of 3.2 and 4.1 s" + "\n<!-- cite\n" + r"""let D = d.json
+6.5 = D: reason~/^([\d.]+)-/
+21.2 = D: reason~/-([\d.]+) percent/
+3.2, 4.1 = D: notes[*]~/([\d.]+) s/*
+-->
+"""
+    assert _messages(tmp_path, text) == []
 def test_ranges_signs_multiplication_and_exponents() -> None:
     numbers = readme_numbers("3.61–5.44 %, 2 × 28, 6.91×, −0.8, eps 1e−6, +27.66 %, 12-13\n")
     assert [n.text for n in numbers] == ["3.61", "5.44", "2", "28", "6.91", "−0.8", "1e−6", "27.66", "12", "13"]
