@@ -365,8 +365,9 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
 
 def model_provenance(recipe: Any) -> dict[str, Any]:
     """Provenance's model block for a recipe's model: the real id and revision, the config fields the serving numbers
-    depend on, and whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer)."""
-    from ..models.catalog import load_model_config
+    depend on, the fingerprint of its whole config (``config_sha256``: what ties the id to the config served), and
+    whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer)."""
+    from ..models.catalog import config_fingerprint, load_model_config
     from ..models.standin import read_stand_in_marker
 
     local = recipe.model_is_local()
@@ -376,6 +377,7 @@ def model_provenance(recipe: Any) -> dict[str, Any]:
             "intermediate_size", "rms_norm_eps", "vocab_size", "max_position_embeddings", "torch_dtype")
     return {"id": mc.model_id, "revision": mc.revision, "source": mc.source,
             "config_fields": {k: mc.config[k] for k in used if k in mc.config},
+            "config_sha256": config_fingerprint(mc.config),
             "weights": "dummy" if marker else "real", "tokenizer": "stand-in" if marker else "real"}
 
 
