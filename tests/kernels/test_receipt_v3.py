@@ -3,6 +3,7 @@ median does not validate, even after the content hash is recomputed."""
 from __future__ import annotations
 
 import copy
+from datetime import datetime, timezone
 
 import pytest
 
@@ -12,19 +13,24 @@ from infercrane.decide.policy import load_policy
 from infercrane.kernels.harness.runner import screen
 from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
 from infercrane.kernels.receipt import build_document
-from infercrane.hashing import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, config_hash, content_hash
 from infercrane.receipts.models_v3 import DecodeStep
 from infercrane.receipts.validate import check_document, write_receipt
 
 torch = pytest.importorskip("torch")
 
 PROV = {
-    "recorded_at": "2026-12-01T09:00:00+00:00", "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,
-    "command_line": ["infercrane", "kernel", "screen"], "config": {}, "config_sha256": "0" * 64, "run_id": "r1",
+    "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,
+    "command_line": ["infercrane", "kernel", "screen"], "config": {}, "config_sha256": config_hash({}), "run_id": "r1",
     "hardware": {"gpu": "synthetic", "compute_capability": "9.0", "cpu": "x", "cpu_count": 2, "host": "h",
                  "platform": "linux"},
     "software": {"torch": "2"},
 }
+
+
+def _prov() -> dict:
+    """PROV stamped now: a receipt is recorded after the screen it holds."""
+    return PROV | {"recorded_at": datetime.now(timezone.utc).isoformat()}
 
 
 @pytest.fixture
@@ -33,7 +39,7 @@ def timed_doc(monkeypatch):
     spec = FusedAddRMSNormSpec(hidden_size=128, eps=1e-6, rows=(8, 64), num_layers=28)
     res = screen(spec, ["eager"], modes=["graph"], trials=4, samples_per_trial=4, candidate=GOOD, isolate=False)
     policy = load_policy("kernel")
-    doc = build_document(res, policy, provenance=PROV, model_source="test",
+    doc = build_document(res, policy, provenance=_prov(), model_source="test",
                          decode_step=DecodeStep(ms=2.0, source="user: --decode-step-ms"))
     doc[HASH_FIELD] = content_hash(doc)
     return doc
@@ -81,7 +87,7 @@ def test_identical_trials_give_an_interval_that_holds_its_point(monkeypatch):
     res = screen(spec, ["eager"], modes=["graph"], trials=3, samples_per_trial=4, candidate=GOOD, isolate=False)
     for c in res.comparisons:
         assert c.speedup.ci_lo <= c.speedup.ratio <= c.speedup.ci_hi
-    doc = build_document(res, load_policy("kernel"), provenance=PROV, model_source="test")
+    doc = build_document(res, load_policy("kernel"), provenance=_prov(), model_source="test")
     doc[HASH_FIELD] = content_hash(doc)
     assert check_document(doc)[1] == []
 
