@@ -26,8 +26,9 @@ from ..hashing import config_hash
 
 Problem = tuple[str, str]
 
-# The first commit of InferCrane's repository (2026-12-01T01:24:51Z): no receipt InferCrane wrote can be older.
-EARLIEST_RECORD = datetime(2026, 12, 1, 1, 24, 51, tzinfo=timezone.utc)
+# The day of the first commit of InferCrane's repository (2026-12-01T01:24:51Z): no receipt InferCrane wrote, nor
+# anything one records, can be older.
+EARLIEST_RECORD = datetime(2026, 12, 1, tzinfo=timezone.utc)
 # How far two time stamps of one receipt may disagree against their order (two machines' clocks; one writer stamping
 # a receipt's parts one after the other, e.g. a PoC's kernel section decided again just after the PoC was stamped).
 CLOCK_SKEW_S = 60.0

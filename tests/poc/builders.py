@@ -30,7 +30,7 @@ def _public_run(arm: str, run: int, c: int, tok_s: float, ttft: float) -> Any:
 
     return RunMetrics(arm=arm, recipe_sha256="0" * 64, run_index=run, concurrency=c, driver="aiperf",
                       driver_version="0.12.0", token_count_source="server", streaming=True,
-                      expected_output_tokens=500, raw_export_path="synthetic", requests_sent=1000,
+                      expected_output_tokens=500, raw_export_path=f"synthetic/{arm}/run{run:02d}", requests_sent=1000,
                       requests_completed=1000, failures=0, output_length_mismatches=0, output_tokens_total=500000,
                       duration_s=500000 / tok_s, output_tok_s=tok_s, request_s=tok_s / 500, ttft_p50_ms=ttft * 0.8,
                       ttft_p95_ms=ttft, ttft_p99_ms=ttft * 1.1, tpot_p50_ms=7.0, tpot_p95_ms=7.3, tpot_p99_ms=7.6,
