@@ -21,6 +21,7 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
     quiet
         Print failures only.
     """
+    from ..receipts.crosscheck import unchecked
     from ..receipts.validate import load_receipt, policy_state
 
     failed = 0
@@ -39,6 +40,8 @@ def validate(files: list[Path], /, *, quiet: bool = False) -> int:
                 policy = policy_state(r.document)[0]
                 print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{_signature_line(f)}"
                       f"{_incomplete_line(r.document)}")
+                for line in unchecked(r.document):  # what this receipt lacks for a check
+                    print(f"        not checked: {line}")
     if failed:
         print(f"{failed} of {len(files)} receipt(s) invalid")
         return 2

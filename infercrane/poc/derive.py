@@ -413,10 +413,35 @@ def _provenance_against_sections(r: Any, ev: dict[str, Any]) -> list[Problem]:
     return out
 
 
+def _engines_of_other_sections(ev: dict[str, Any]) -> list[Problem]:
+    """An engine a PoC sitting started for one A/B's recipe and shared with another of the same launch is recorded
+    in both A/Bs' receipts under the first recipe's name, which only the first records: there, its ``recipe_sha256``
+    is that recipe's hash."""
+    recipes = {name: r.get("sha256") for s in ("paired", "public") for d in ev[s].values()
+               for name, r in _recorded_recipes(d).items()}
+    out: list[Problem] = []
+    for s in ("paired", "public"):
+        for g, d in ev[s].items():
+            own = _recorded_recipes(d)
+            for i, e in enumerate(d.get("engines", [])):
+                want = recipes.get(e["recipe"])
+                if e["recipe"] not in own and want is not None and e["recipe_sha256"] != want:
+                    out.append((f"evidence.{s}.{g}.engines[{i}].recipe_sha256",
+                                f"is {e['recipe_sha256']} but recipe {e['recipe']!r} of the PoC's other A/B hashes to "
+                                f"{want}"))
+    return out
+
+
+def _recorded_recipes(doc: dict[str, Any]) -> dict[str, Any]:
+    config = (doc.get("provenance") or {}).get("config") or {}
+    return config.get("measured_config", config).get("recipes") or {}
+
+
 def rederived_problems(r: Any) -> list[Problem]:
     """A receipt of ``infercrane poc`` / ``receipt merge``: every embedded receipt validates on its own (fully: its
     hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, the
-    PoC's own provenance agrees with them (``_provenance_against_sections``), they
+    PoC's own provenance agrees with them (``_provenance_against_sections``), an engine shared by two A/Bs carries
+    its recipe's hash (``_engines_of_other_sections``), they
     share one model and one policy per lab, each GPU's kernel decision used the decode steps of that GPU's paired
     A/B, and every section of the PoC derives again from them (``derive_sections``): the PoC's rules
     (``receipts.registry.LAB_RULES``)."""
@@ -452,7 +477,7 @@ def rederived_problems(r: Any) -> list[Problem]:
     out += _one_section_per_device(ev)
     if out:  # nothing is derived from evidence that does not stand on its own
         return out
-    out += _provenance_against_sections(r, ev)
+    out += _provenance_against_sections(r, ev) + _engines_of_other_sections(ev)
     if ev.get("serving_gpu") is not None and not any(ev["serving_gpu"] in ev[s] for s in ("paired", "public")):
         out.append(("evidence.serving_gpu", f"is {ev['serving_gpu']!r}, a GPU type with no serving section"))
     docs = [(f"evidence.{s}.{g}", d) for s in EVIDENCE_SECTIONS for g, d in ev[s].items()]

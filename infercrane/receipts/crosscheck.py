@@ -167,7 +167,7 @@ def unchecked(doc: dict[str, Any]) -> list[str]:
 
     m = (doc.get("provenance") or {}).get("model")
     if not isinstance(m, dict):
-        return ["provenance.model: not recorded (a receipt written before InferCrane recorded it): its model id is "
+        return ["provenance.model: not recorded: its model id is "
                 "tied to no config, so a relabelled model cannot be told from the model measured"]
     if m.get("config_sha256") is None:
         return [f"provenance.model.config_sha256: not recorded (a receipt written before InferCrane recorded the "
