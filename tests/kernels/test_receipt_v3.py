@@ -3,7 +3,9 @@ median does not validate, even after the content hash is recomputed."""
 from __future__ import annotations
 
 import copy
+import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +147,51 @@ def test_an_edit_of_the_flag_rule_or_its_interval_is_caught(edit, where):
     edit(doc)
     _, problems = check_document(_rehash(doc))
     assert problems and any(p.startswith(where) for p, _ in problems), problems
+
+
+# --- the receipt's records against each other: the device measured, the screen's window, the model screened ------
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
+
+
+def _both_hardware(d: dict, **fields) -> None:
+    d["hardware"].update(fields)
+    d["provenance"]["hardware"].update(fields)
+
+
+def _finished_first(d: dict) -> None:
+    res = d["result"]
+    res["started_at"], res["finished_at"] = res["finished_at"], res["started_at"]
+
+
+RECORD_EDITS = {
+    "GPU name not the device measured": (lambda d: _both_hardware(d, gpu="NVIDIA A100-SXM4-80GB"), "hardware.gpu",
+                                         "result.device.name"),
+    "compute capability not the device's": (lambda d: _both_hardware(d, compute_capability="sm80"),
+                                            "hardware.compute_capability", "'9.0'"),
+    "memory not the device's": (lambda d: _both_hardware(d, gpu_memory_gib=79.18), "hardware.gpu_memory_gib",
+                                "139.8"),
+    "SM count not the device's": (lambda d: _both_hardware(d, sm_count=108), "hardware.sm_count", "132"),
+    "screen finished before it started": (_finished_first, "result.finished_at", "before result.started_at"),
+    "wall time not the screen's window": (lambda d: d["result"].update(wall_s=d["result"]["wall_s"] * 3),
+                                          "result.wall_s", "started_at .. finished_at"),
+    "model id not the spec's": (lambda d: d["model_shape_source"].update(id="meta-llama/Llama-3.1-8B"),
+                                "model_shape_source.id", "result.spec.model_id"),
+    "config field not the spec's shape": (lambda d: d["result"]["spec"]["config_fields"].update(hidden_size=4096),
+                                          "result.spec.config_fields.hidden_size", "screened 1024"),
+    "provenance's model revision not the screen's": (lambda d: d["provenance"]["model"].update(revision="1" * 40),
+                                                     "provenance.model.revision", "the screen's model"),
+}
+
+
+def test_a_committed_receipt_holds_its_records_together():
+    model, problems = check_document(json.loads(COMMITTED.read_text()))
+    assert model is not None and problems == []
+
+
+@pytest.mark.parametrize(("edit", "field", "words"), RECORD_EDITS.values(), ids=list(RECORD_EDITS))
+def test_records_that_contradict_each_other_are_caught_by_field(edit, field, words):
+    doc = json.loads(COMMITTED.read_text())
+    edit(doc)
+    _, problems = check_document(_rehash(doc))
+    assert any(p == field and words in m for p, m in problems), problems

@@ -80,7 +80,7 @@ def poc_of(docs: dict[str, dict[str, Any]], *, complete: bool = True) -> dict[st
     from infercrane.poc.gpus import receipt_hardware
 
     # infercrane poc records the machine it ran on, the one that measured its sections
-    machine = receipt_hardware(next(docs[s] for s in ("kernel", "paired", "public") if s in docs))
+    machine = copy.deepcopy(receipt_hardware(next(docs[s] for s in ("kernel", "paired", "public") if s in docs)))
     prov = provenance(config={"command": "poc", "test": True}, command_line=["test"], run_id="poc-1",
                       hardware_info=machine)
     doc = assemble(ev, provenance=prov, complete=complete, incomplete_reason=None if complete else "test: partial")
