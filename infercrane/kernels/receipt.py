@@ -307,17 +307,20 @@ def device_problems(r: Any) -> list[Problem]:
     out: list[Problem] = []
     if hw.gpu != dev.name:
         out.append(("hardware.gpu", f"is {hw.gpu!r} but the screen measured {dev.name!r} (result.device.name)"))
-    gib = lambda b: round(b / 2**30, 2)  # noqa: E731 - as env.capture.hardware records them
-    mib = lambda b: round(b / 2**20, 2)  # noqa: E731
-    for field, stated, measured, same in (
-            ("compute_capability", hw.compute_capability, dev.compute_capability, lambda a, b: _digits(a) == _digits(b)),
-            ("sm_count", hw.sm_count, dev.sm_count, None),
-            ("gpu_memory_gib", hw.gpu_memory_gib, dev.total_memory_bytes and gib(dev.total_memory_bytes), None),
-            ("l2_cache_mib", hw.l2_cache_mib, dev.l2_cache_bytes and mib(dev.l2_cache_bytes), None),
-            ("driver", hw.driver, dev.driver, None),
-            ("cuda_runtime", hw.cuda_runtime, dev.torch_cuda, None)):
-        if stated is not None and measured is not None and not (same or (lambda a, b: a == b))(stated, measured):
-            out.append((f"hardware.{field}", f"is {stated!r} but the device the screen measured has {measured!r} "
+    measured = {  # as env.capture.hardware records them
+        "compute_capability": dev.compute_capability, "sm_count": dev.sm_count,
+        "gpu_memory_gib": round(dev.total_memory_bytes / 2**30, 2) if dev.total_memory_bytes else None,
+        "l2_cache_mib": round(dev.l2_cache_bytes / 2**20, 2) if dev.l2_cache_bytes else None,
+        "driver": dev.driver, "cuda_runtime": dev.torch_cuda,
+    }
+    for field, value in measured.items():
+        stated = getattr(hw, field)
+        if stated is None or value is None:
+            continue
+        # a compute capability is "9.0" as the device reports it and "sm90" as hardware records it
+        same = _digits(stated) == _digits(value) if field == "compute_capability" else stated == value
+        if not same:
+            out.append((f"hardware.{field}", f"is {stated!r} but the device the screen measured has {value!r} "
                                              "(result.device)"))
     return out
 

@@ -151,7 +151,8 @@ def test_an_edit_of_the_flag_rule_or_its_interval_is_caught(edit, where):
 
 # --- the receipt's records against each other: the device measured, the screen's window, the model screened ------
 
-COMMITTED = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
 
 
 def _both_hardware(d: dict, **fields) -> None:

@@ -89,7 +89,8 @@ def poc_of(docs: dict[str, dict[str, Any]], *, complete: bool = True) -> dict[st
 
 def relabel(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
     """A receipt as if measured on another GPU: its hardware blocks (and every embedded receipt's, and a kernel
-    screen's measured device) renamed, every hash recomputed. For a PoC receipt the evidence is filed under the new GPU type and the sections derived again."""
+    screen's measured device) renamed, every hash recomputed. For a PoC receipt the evidence is filed under the new
+    GPU type and the sections derived again."""
     from infercrane.poc.derive import derive_sections
     from infercrane.poc.gpus import gpu_key
 
