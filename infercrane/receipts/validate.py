@@ -298,8 +298,8 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
         out += _bench_rules(r.bench, r.runs)
     if r.evidence is not None:
         out += lab_rules("poc")(r)
-    elif r.complete or str(r.provenance.config.get("command", "")).startswith("serve "):
-        out += lab_rules("serving")(r)  # an incomplete serving receipt's raw evidence is checked too
+    else:  # a serving receipt's raw evidence, finished or not, and the conclusions of a finished one
+        out += lab_rules("serving")(r)
     return out
 
 

@@ -949,6 +949,8 @@ def record_problems(doc: dict[str, Any]) -> list[Problem]:
 
     from ..errors import InputError
 
+    if str(doc["provenance"]["config"].get("command")) not in SERVING_COMMANDS:
+        return []  # not a serving plan's receipt (a complete one is told so by the re-derivation)
     try:
         _, recipes, _, _, plan = recorded_plan(doc)
     except (InputError, KeyError, TypeError, ValueError, ValidationError) as e:
