@@ -19,7 +19,7 @@ model measured).
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from ..hashing import config_hash
