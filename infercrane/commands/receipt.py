@@ -33,6 +33,7 @@ def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = No
     """
     from ..errors import about
     from ..receipts.signing import load_public, signature_state
+    from ..receipts.crosscheck import unchecked
     from ..receipts.validate import load_receipt, policy_state
 
     if pub is not None:
@@ -62,6 +63,8 @@ def validate(files: list[Path], /, *, quiet: bool = False, pub: Path | None = No
                 policy = policy_state(r.document)[0]
                 print(f"ok      {f}: {r.schema_version}; {policy + '; ' if policy else ''}{signature}"
                       f"{_incomplete_line(r.document)}")
+                for line in unchecked(r.document):  # what this receipt lacks for a check
+                    print(f"        not checked: {line}")
     if failed:
         print(f"{failed} of {len(files)} receipt(s) invalid")
     if legacy:

@@ -290,9 +290,78 @@ def tpot_decode_steps(doc: dict[str, Any], recipe: str, rows: Sequence[int], lab
     return out
 
 
+def _digits(text: str | None) -> str:
+    return "".join(ch for ch in str(text) if ch.isdigit())
+
+
+def device_problems(r: Any) -> list[Problem]:
+    """The device the screen measured (``result.device``, read by the harness on the device itself) against the
+    hardware the receipt names: a GPU's name, compute capability, SM count, memory, L2 cache, driver and CUDA
+    version where both record them; a functional run's machine names no GPU."""
+    from ..env.capture import NO_GPU
+
+    hw, dev = r.hardware, r.result.device
+    if dev.type != "cuda":
+        return [] if hw.gpu == NO_GPU else [("hardware.gpu", f"is {hw.gpu!r} but the screen ran on no GPU "
+                                                             f"(result.device.type {dev.type!r})")]
+    out: list[Problem] = []
+    if hw.gpu != dev.name:
+        out.append(("hardware.gpu", f"is {hw.gpu!r} but the screen measured {dev.name!r} (result.device.name)"))
+    measured = {  # as env.capture.hardware records them
+        "compute_capability": dev.compute_capability, "sm_count": dev.sm_count,
+        "gpu_memory_gib": round(dev.total_memory_bytes / 2**30, 2) if dev.total_memory_bytes else None,
+        "l2_cache_mib": round(dev.l2_cache_bytes / 2**20, 2) if dev.l2_cache_bytes else None,
+        "driver": dev.driver, "cuda_runtime": dev.torch_cuda,
+    }
+    for field, value in measured.items():
+        stated = getattr(hw, field)
+        if stated is None or value is None:
+            continue
+        # a compute capability is "9.0" as the device reports it and "sm90" as hardware records it
+        same = _digits(stated) == _digits(value) if field == "compute_capability" else stated == value
+        if not same:
+            out.append((f"hardware.{field}", f"is {stated!r} but the device the screen measured has {value!r} "
+                                             "(result.device)"))
+    return out
+
+
+def record_problems(r: Any) -> list[Problem]:
+    """The screen's window and the model it names: ``result.started_at`` before ``finished_at``, ``wall_s`` apart
+    (within ``receipts.crosscheck.CLOCK_SKEW_S``); the model the shapes came from (``model_shape_source``) is the
+    screen's (``result.spec``) and provenance's, and the spec's config fields are its shapes."""
+    from ..receipts.crosscheck import CLOCK_SKEW_S
+
+    res, shape = r.result, r.model_shape_source
+    out: list[Problem] = []
+    elapsed = (res.finished_at - res.started_at).total_seconds()
+    if elapsed < 0:
+        out.append(("result.finished_at", f"is {res.finished_at.isoformat()}, before result.started_at "
+                                          f"({res.started_at.isoformat()})"))
+    elif abs(elapsed - res.wall_s) > CLOCK_SKEW_S:
+        out.append(("result.wall_s", f"is {res.wall_s:.1f} s but result.started_at .. finished_at is {elapsed:.1f} s"))
+    for field, want in (("id", res.spec.model_id or "unspecified"), ("revision", res.spec.model_revision)):
+        if getattr(shape, field) != want:
+            out.append((f"model_shape_source.{field}", f"is {getattr(shape, field)!r} but the screen's spec says "
+                                                       f"{want!r} (result.spec.model_{field})"))
+    fields = res.spec.config_fields
+    for key, want in (("hidden_size", res.spec.hidden_size), ("rms_norm_eps", res.spec.eps),
+                      ("num_hidden_layers", res.spec.num_layers)):
+        if key in fields and want is not None and fields[key] != want:
+            out.append((f"result.spec.config_fields.{key}", f"is {fields[key]!r} but the spec screened {want!r}"))
+    m = r.provenance.model
+    if m is not None:
+        for field, stated, want in (("id", m.id, shape.id), ("revision", m.revision, shape.revision),
+                                    ("config_fields", m.config_fields, fields)):
+            if stated != want:
+                out.append((f"provenance.model.{field}", f"is {stated!r} but the screen's model is {want!r} "
+                                                         f"(model_shape_source, result.spec)"))
+    return out
+
+
 def rederived_problems(r: Any) -> list[Problem]:
-    """A v3 screen's rules (``receipts.registry.LAB_RULES``): everything derived is derived again from ``result``
-    under ``policy`` and ``decode_step``; each disagreement names its field path and both values."""
+    """A v3 screen's rules (``receipts.registry.LAB_RULES``): the device measured is the hardware named and the
+    model screened the model named (``device_problems``, ``record_problems``); everything derived is derived again
+    from ``result`` under ``policy`` and ``decode_step``; each disagreement names its field path and both values."""
     from ..receipts.validate import derived_differences, differs, dump
     from . import registry
     from .harness.compare import with_comparisons
@@ -305,6 +374,7 @@ def rederived_problems(r: Any) -> list[Problem]:
         out.append(("evidence_class", f"is {r.evidence_class!r} but the result's run_kind is {res.run_kind!r}"))
     if r.app_id != r.provenance.run_id:
         out.append(("app_id", f"is {r.app_id!r} but provenance.run_id is {r.provenance.run_id!r}"))
+    out += device_problems(r) + record_problems(r)
     shape = r.model_shape_source
     for field, want in (("op", res.spec.op), ("operator", res.spec.operator), ("hidden_size", res.spec.hidden_size),
                         ("rms_norm_eps", res.spec.eps), ("dtype", res.spec.dtype)):

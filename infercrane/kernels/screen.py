@@ -96,6 +96,7 @@ def run_prepared_screen(prepared: PreparedScreen, *, run_id: str, con: Any,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..env.capture import hardware, provenance
+    from ..models.catalog import config_fingerprint
     from .harness.runner import screen as run_screen
     from .receipt import build_document
     from ..receipts.validate import write_receipt
@@ -126,7 +127,7 @@ def run_prepared_screen(prepared: PreparedScreen, *, run_id: str, con: Any,
                       hardware_info=hardware(probe_gpu=result.run_kind == "timed"), run_id=run_id,
                       model={"id": spec.model_id or config.model, "revision": spec.model_revision,
                              "source": mc.source, "config_fields": spec.config_fields,
-                             "weights": "none", "tokenizer": "none"})
+                             "config_sha256": config_fingerprint(mc.config), "weights": "none", "tokenizer": "none"})
     receipt = write_receipt(build_document(result, prepared.policy, provenance=prov, model_source=mc.source,
                                            decode_step=prepared.decode_step), out)
     sign_written(receipt.path, config.sign_key, con)

@@ -21,6 +21,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infercrane.errors import InputError
+from infercrane.hashing import config_hash
 
 CATALOG_SCHEMA_VERSION = 1
 STAND_IN_MARKER = "infercrane_stand_in.json"  # written by infercrane.models.standin; read here for paths
@@ -174,6 +175,23 @@ def get(model_id: str) -> CatalogEntry:
             f"unknown model {model_id!r}; known models: {', '.join(sorted(entries))}",
             hint="use one of the ids above exactly as written, or pass a path to a config.json / model directory",
         ) from None
+
+
+def find(model_id: str) -> CatalogEntry | None:
+    """The catalog entry of ``model_id`` (exact); None for a model the catalog does not hold."""
+    return _load_all().get(model_id)
+
+
+def config_fingerprint(config: dict[str, Any]) -> str:
+    """The fingerprint of a model's ``config.json``: the sha256 of its canonical JSON (``hashing.config_hash``).
+    A receipt records it beside the model id (``provenance.model.config_sha256``), so that an id cannot be changed
+    without the config it names."""
+    return config_hash(config)
+
+
+def entry_of_fingerprint(fingerprint: str) -> CatalogEntry | None:
+    """The catalog model whose published config has ``fingerprint``; None when none has."""
+    return next((e for e in _load_all().values() if config_fingerprint(e.config) == fingerprint), None)
 
 
 def _read_json_file(path: Path, what: str) -> dict[str, Any]:

@@ -414,9 +414,77 @@ def _one_section_per_device(ev: dict[str, Any]) -> list[Problem]:
     return out
 
 
+def _provenance_against_sections(r: Any, ev: dict[str, Any]) -> list[Problem]:
+    """A PoC receipt's own provenance against the receipts it embeds: it was recorded after each of them (within
+    ``receipts.crosscheck.CLOCK_SKEW_S``); ``infercrane poc`` measures every section on the machine it runs on, so
+    a PoC whose hardware names a GPU names each section's, and one that names none (a functional PoC) holds no real
+    GPU measurement as a whole; ``receipt merge`` measures nothing, so its hardware names no GPU; and a ``poc``
+    configuration's hash (``provenance.config.config_sha256``) is its configuration's."""
+    from ..env.capture import NO_GPU
+    from ..hashing import config_hash
+    from ..receipts.crosscheck import not_after, stamp
+    from .gpus import receipt_hardware
+
+    prov, out = r.provenance, []
+    command, hw = prov.config.get("command"), prov.hardware
+    for section in EVIDENCE_SECTIONS:
+        for g, sub in ev[section].items():
+            p = f"evidence.{section}.{g}"
+            t = stamp(sub.get("recorded_at"))
+            if t is not None:
+                out += not_after(f"{p}.recorded_at", t, prov.recorded_at, "recorded_at",
+                                 "a PoC receipt is written after the receipts it embeds")
+            if command != "poc" or hw.gpu == NO_GPU:
+                continue
+            theirs = receipt_hardware(sub)
+            for field in ("gpu", "compute_capability"):
+                if theirs.get(field) != getattr(hw, field):
+                    out.append((f"provenance.hardware.{field}", f"is {getattr(hw, field)!r} but {p} was measured on "
+                                                                f"{theirs.get(field)!r}: infercrane poc measures every "
+                                                                "section on the machine it runs on"))
+    if command == "poc" and hw.gpu == NO_GPU and r.evidence_class == "real-gpu-measurement":
+        out.append(("provenance.hardware.gpu", "names no GPU, but the PoC's evidence is a real-gpu-measurement: "
+                                               "infercrane poc measures its sections on the machine it runs on"))
+    if command == "receipt merge" and hw.gpu != NO_GPU:
+        out.append(("provenance.hardware.gpu", f"is {hw.gpu!r}, but receipt merge measures nothing (it names no GPU); "
+                                               "each section names the GPU it was measured on"))
+    inner, stated = prov.config.get("config"), prov.config.get("config_sha256")
+    if command == "poc" and isinstance(inner, dict) and stated is not None and config_hash(inner) != stated:
+        out.append(("provenance.config.config_sha256", f"is {stated} but provenance.config.config hashes to "
+                                                       f"{config_hash(inner)}: the PoC's configuration was changed "
+                                                       "after it was recorded"))
+    return out
+
+
+def _engines_of_other_sections(ev: dict[str, Any]) -> list[Problem]:
+    """An engine a PoC sitting started for one A/B's recipe and shared with another of the same launch is recorded
+    in both A/Bs' receipts under the first recipe's name, which only the first records: there, its ``recipe_sha256``
+    is that recipe's hash."""
+    recipes = {name: r.get("sha256") for s in ("paired", "public") for d in ev[s].values()
+               for name, r in _recorded_recipes(d).items()}
+    out: list[Problem] = []
+    for s in ("paired", "public"):
+        for g, d in ev[s].items():
+            own = _recorded_recipes(d)
+            for i, e in enumerate(d.get("engines", [])):
+                want = recipes.get(e["recipe"])
+                if e["recipe"] not in own and want is not None and e["recipe_sha256"] != want:
+                    out.append((f"evidence.{s}.{g}.engines[{i}].recipe_sha256",
+                                f"is {e['recipe_sha256']} but recipe {e['recipe']!r} of the PoC's other A/B hashes to "
+                                f"{want}"))
+    return out
+
+
+def _recorded_recipes(doc: dict[str, Any]) -> dict[str, Any]:
+    config = (doc.get("provenance") or {}).get("config") or {}
+    return config.get("measured_config", config).get("recipes") or {}
+
+
 def rederived_problems(r: Any) -> list[Problem]:
     """A receipt of ``infercrane poc`` / ``receipt merge``: every embedded receipt validates on its own (fully: its
-    hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, they
+    hash, its types, and its own conclusions derived again), each sits under the GPU type it was measured on, the
+    PoC's own provenance agrees with them (``_provenance_against_sections``), an engine shared by two A/Bs carries
+    its recipe's hash (``_engines_of_other_sections``), they
     share one model and one policy per lab, each GPU's kernel decision used the decode steps of that GPU's paired
     A/B, and every section of the PoC derives again from them (``derive_sections``): the PoC's rules
     (``receipts.registry.LAB_RULES``)."""
@@ -452,6 +520,7 @@ def rederived_problems(r: Any) -> list[Problem]:
     out += _one_section_per_device(ev)
     if out:  # nothing is derived from evidence that does not stand on its own
         return out
+    out += _provenance_against_sections(r, ev) + _engines_of_other_sections(ev)
     if ev.get("serving_gpu") is not None and not any(ev["serving_gpu"] in ev[s] for s in ("paired", "public")):
         out.append(("evidence.serving_gpu", f"is {ev['serving_gpu']!r}, a GPU type with no serving section"))
     docs = [(f"evidence.{s}.{g}", d) for s in EVIDENCE_SECTIONS for g, d in ev[s].items()]

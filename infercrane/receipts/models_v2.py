@@ -62,6 +62,11 @@ class ModelProvenance(Strict):
     revision: str | None = None
     source: NonEmptyStr
     config_fields: dict[str, Any] = Field(default_factory=dict)
+    config_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="the fingerprint of the model's whole config.json (models.catalog.config_fingerprint): ties the "
+                    "id to the config measured; absent from receipts written before it was recorded, whose id is "
+                    "then tied to nothing but its config_fields")
     weights: Literal["real", "dummy", "none"] = "none"
     tokenizer: Literal["real", "stand-in", "none"] = "none"
 

@@ -31,6 +31,7 @@ from . import models_v1 as v1
 from . import models_v2 as v2
 from . import models_v3 as v3
 from ..hashing import HASH_FIELD, content_hash
+from .crosscheck import crosscheck
 from .io import non_finite_paths, read_json
 from .registry import HASHED, lab_rules, legacy_note, model_for
 
@@ -308,7 +309,7 @@ def _rules_poc_v2(r: v2.OptimizationPocReceiptV2) -> list[Problem]:
         out += _bench_rules(r.bench, r.runs)
     if r.evidence is not None:
         out += lab_rules("poc")(r)
-    elif r.complete:
+    else:  # a serving receipt's raw evidence, finished or not, and the conclusions of a finished one
         out += lab_rules("serving")(r)
     return out
 
@@ -525,6 +526,8 @@ def check_document(doc: dict[str, Any]) -> tuple[BaseModel | None, list[Problem]
         model = model_cls.model_validate(doc)
     except ValidationError as e:
         return None, problems + pydantic_problems(e)
+    if version in HASHED:  # InferCrane's own formats; the seed's (v1) were written before it and by another tool
+        problems += crosscheck(doc)
     return model, problems + policy_state(doc)[1] + RULES[model_cls](model)
 
 

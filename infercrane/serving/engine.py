@@ -535,7 +535,7 @@ class Engine(_Served):
         self.kernel_stats_dir = self.log_path.with_name(self.log_path.stem + "-kernels")
         from infercrane.serving.kernels import engine_additions
 
-        self._kernel_args, kernel_env = engine_additions(self.recipe, self.kernel_stats_dir)
+        _, kernel_env = engine_additions(self.recipe, self.kernel_stats_dir)  # its arguments: engine_command
         self.command = self._build_command()
         self.env_added = {**self.kind.default_env(), **self.recipe.env, **kernel_env}
         self.record = EngineLifetime(recipe_name=self.recipe.name, recipe_sha256=self.recipe.sha256 or "",
@@ -546,12 +546,8 @@ class Engine(_Served):
         self._stop_lock = threading.RLock()
 
     def _build_command(self) -> list[str]:
-        cmd = self.kind.command(self.recipe, self.port) + self._kernel_args
-        if self.gpu_memory_utilization is not None and self.recipe.engine == "vllm":
-            cmd += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
-        if self.kv_cache_bytes is not None:  # engines started at once: no engine sizes its cache from the others'
-            cmd += ["--kv-cache-memory-bytes", str(int(self.kv_cache_bytes))]
-        return cmd
+        return engine_command(self.recipe, self.port, gpu_memory_utilization=self.gpu_memory_utilization,
+                              kv_cache_bytes=self.kv_cache_bytes)
 
     @property
     def base_url(self) -> str:
@@ -853,6 +849,43 @@ class Engine(_Served):
 
 
 # -- a server InferCrane did not start (--url) --------------------------------------------------------------
+def engine_command(recipe: Recipe, port: int, *, gpu_memory_utilization: float | None = None,
+                   kv_cache_bytes: int | None = None, dummy_weights: bool | None = None) -> list[str]:
+    """The command line an engine of ``recipe`` is launched with on ``port``: its engine kind's (``dummy_weights``:
+    see ``EngineKind.command``), the priority argument of the recipe's kernels (``kernels.priority_arg``), then
+    InferCrane's memory share (vLLM ``--gpu-memory-utilization``) and fixed KV cache (engines started at once: no
+    engine sizes its cache from the others')."""
+    from infercrane.serving.kernels import priority_arg
+
+    cmd = get_engine_kind(recipe.engine).command(recipe, port, dummy_weights=dummy_weights)
+    cmd += priority_arg(recipe.kernels) if recipe.kernels else []
+    if gpu_memory_utilization is not None and recipe.engine == "vllm":
+        cmd += ["--gpu-memory-utilization", f"{gpu_memory_utilization:g}"]
+    if kv_cache_bytes is not None:
+        cmd += ["--kv-cache-memory-bytes", str(int(kv_cache_bytes))]
+    return cmd
+
+
+def launched_as(command_line: Sequence[str], recipe: Recipe, *, gpu_memory_utilization: float | None = None) -> bool:
+    """Whether ``command_line`` (an engine record's) launches ``recipe``: it is ``engine_command`` of the recipe on
+    the port it names, with or without dummy weights, the engine kind's stated defaults aside (``EngineKind.
+    without_defaults``: an engine shared by two recipes that differ only there serves both) and its fixed KV cache,
+    if any, as recorded. The interpreter (the first word) is the machine's and is not compared."""
+    got = [str(t) for t in command_line]
+
+    def value_of(flag: str) -> str | None:
+        i = got.index(flag) if flag in got else -1
+        return got[i + 1] if 0 <= i < len(got) - 1 else None
+
+    port, kv = value_of("--port"), value_of("--kv-cache-memory-bytes")
+    if port is None or not port.isdigit() or (kv is not None and not kv.isdigit()):
+        return False
+    kind = get_engine_kind(recipe.engine)
+    return any(kind.without_defaults(engine_command(recipe, int(port), gpu_memory_utilization=gpu_memory_utilization,
+                                                    kv_cache_bytes=int(kv) if kv else None, dummy_weights=dummy)[1:])
+               == kind.without_defaults(got[1:]) for dummy in (False, True))
+
+
 def parse_server_url(url: str) -> str:
     """The base URL (``http[s]://host[:port]``) of a ``--url`` value; a trailing ``/`` or ``/v1`` is dropped.
     InputError for anything else (another scheme, no host, a query, another path)."""

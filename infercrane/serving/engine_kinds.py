@@ -87,7 +87,10 @@ class EngineKind:
     def base_command(self) -> list[str]:
         raise NotImplementedError
 
-    def command(self, recipe: Recipe, port: int) -> list[str]:
+    def command(self, recipe: Recipe, port: int, *, dummy_weights: bool | None = None) -> list[str]:
+        """The engine's command line for ``recipe`` on ``port``. ``dummy_weights``: whether the engine is told to load
+        dummy weights (None: as the model folder says, ``needs_dummy_weights``; an engine without the notion ignores
+        it)."""
         raise NotImplementedError
 
     def default_env(self) -> dict[str, str]:
@@ -113,11 +116,13 @@ class _VllmKind(EngineKind):
         # (the GPU machine's) has a console script whose shebang names the staging interpreter.
         return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
-    def command(self, recipe: Recipe, port: int) -> list[str]:
+    def command(self, recipe: Recipe, port: int, *, dummy_weights: bool | None = None) -> list[str]:
         model = recipe.resolved_model()
         cmd = [*self.base_command(), "serve", model, "--host", HOST, "--port", str(port)]
         has_load_format = any(a.split("=", 1)[0] in ("--load-format", "--load_format") for a in recipe.engine_args)
-        if recipe.model_is_local() and needs_dummy_weights(model) and not has_load_format:
+        if dummy_weights is None:
+            dummy_weights = recipe.model_is_local() and needs_dummy_weights(model)
+        if dummy_weights and not has_load_format:
             cmd += ["--load-format", "dummy"]
         return [*cmd, *recipe.engine_args]
 
@@ -144,7 +149,7 @@ class _TestServerKind(EngineKind):
     def base_command(self) -> list[str]:
         return [sys.executable, "-m", "infercrane.serving.testserver"]
 
-    def command(self, recipe: Recipe, port: int) -> list[str]:
+    def command(self, recipe: Recipe, port: int, *, dummy_weights: bool | None = None) -> list[str]:
         return [*self.base_command(), "--host", HOST, "--port", str(port), "--model", recipe.model,
                 *recipe.engine_args]
 

@@ -365,8 +365,9 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
 
 def model_provenance(recipe: Any) -> dict[str, Any]:
     """Provenance's model block for a recipe's model: the real id and revision, the config fields the serving numbers
-    depend on, and whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer)."""
-    from ..models.catalog import load_model_config
+    depend on, the fingerprint of its whole config (``config_sha256``: what ties the id to the config served), and
+    whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer)."""
+    from ..models.catalog import config_fingerprint, load_model_config
     from ..models.standin import read_stand_in_marker
 
     local = recipe.model_is_local()
@@ -376,6 +377,7 @@ def model_provenance(recipe: Any) -> dict[str, Any]:
             "intermediate_size", "rms_norm_eps", "vocab_size", "max_position_embeddings", "torch_dtype")
     return {"id": mc.model_id, "revision": mc.revision, "source": mc.source,
             "config_fields": {k: mc.config[k] for k in used if k in mc.config},
+            "config_sha256": config_fingerprint(mc.config),
             "weights": "dummy" if marker else "real", "tokenizer": "stand-in" if marker else "real"}
 
 
@@ -685,6 +687,23 @@ def serving_kind(doc: dict[str, Any], source: Any = "the receipt") -> str:
                      f"format, or another command's), so not a serving receipt; {wanted}")
 
 
+def recorded_plan(doc: dict[str, Any]) -> tuple[str, dict[str, Any], Any, str, list[Any]]:
+    """The plan a ``serve ab`` / ``serve bench`` receipt recorded (``provenance.config``, or the measured run's
+    ``measured_config`` of a receipt decided again): its kind (``ab`` or ``bench``), recipes by name, workload, arm
+    order and planned runs (``workload.plan_runs``). Raises InputError for a receipt of another command, and
+    KeyError / ValidationError for a configuration that cannot be read."""
+    from .recipes import Recipe
+    from .workload import Workload, plan_runs
+
+    kind = serving_kind(doc)
+    config = doc["provenance"]["config"]
+    config = config.get("measured_config", config)  # a receipt decided again keeps the measured run's config
+    workload = Workload.model_validate(config["workload"])
+    recipes = {name: Recipe.model_validate(r) for name, r in config["recipes"].items()}
+    order = "sequential" if kind == "bench" else (config["options"].get("order") or workload.arm_order)
+    return kind, recipes, workload, order, plan_runs(list(recipes), workload, order)
+
+
 def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
     """The finished plan behind a complete serving receipt, rebuilt from its recorded config and raw runs, and the
     receipt's kind (``ab`` or ``bench``): what ``serve decide`` re-analyses without re-measuring.
@@ -692,19 +711,12 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
     Raises InputError when the receipt is incomplete, was not written by ``serve ab``/``serve bench``, or when a
     rebuilt run would not reproduce its recorded run exactly."""
     from ..errors import InputError
-    from .recipes import Recipe
-    from .workload import Workload, plan_runs
 
-    kind = serving_kind(doc)
-    config = doc["provenance"]["config"]
-    config = config.get("measured_config", config)  # a receipt decided again keeps the measured run's config
+    kind, recipes, workload, order, plan = recorded_plan(doc)
     if not doc.get("complete"):
         raise InputError(f"the receipt is incomplete ({doc.get('incomplete_reason')}): its plan did not finish, "
                          "so there is nothing to decide on", hint="run the plan again")
-    workload = Workload.model_validate(config["workload"])
-    recipes = {name: Recipe.model_validate(r) for name, r in config["recipes"].items()}
     drivers = list(doc["drivers"])
-    order = "sequential" if kind == "bench" else (config["options"].get("order") or workload.arm_order)
     runs = []
     for i, rec in enumerate(doc["runs"]):
         before_notes = "notes" not in rec  # an older receipt: a failed run's notes end its error
@@ -730,7 +742,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
             raise InputError(f"runs[{i}] cannot be rebuilt exactly from the receipt (fields {diff} differ)")
         runs.append(metrics)
     result = PlanResult(workload=workload, recipes=recipes, drivers=drivers, order=order,
-                        plan=plan_runs(list(recipes), workload, order), runs=runs, wall_s=doc.get("plan_wall_s"),
+                        plan=plan, runs=runs, wall_s=doc.get("plan_wall_s"),
                         blocks=[dict(b) for b in doc.get("plan_blocks") or []],
                         analysis=doc.get("analysis") or "runs",
                         notes=list(doc.get("policy", {}).get("workload_notes", [])), complete=True)
@@ -818,8 +830,167 @@ def _token_count_sources(doc: dict[str, Any]) -> list[Problem]:
     return out
 
 
+def _run_key(run: dict[str, Any]) -> tuple[str, int, int, str]:
+    return run["recipe"], run["run_index"], run["concurrency"], run["driver"]
+
+
+def _key_text(key: tuple[str, int, int, str]) -> str:
+    return f"recipe {key[0]!r} run {key[1]} at c={key[2]} by {key[3]}"
+
+
+def _runs_against_plan(doc: dict[str, Any], plan: list[Any]) -> list[Problem]:
+    """Each run recorded once (its key: recipe, run index, concurrency, driver) with a raw export of its own, each a
+    run of the plan rebuilt from the configuration with every driver, and a complete receipt holding all of them."""
+    planned = [(p.arm, p.run_index, p.concurrency, d) for p in plan for d in doc["drivers"]]
+    wanted = set(planned)
+    out: list[Problem] = []
+    keys: dict[tuple[str, int, int, str], int] = {}
+    exports: dict[str, int] = {}
+    for i, run in enumerate(doc["runs"]):
+        key, export = _run_key(run), run.get("raw_export")
+        if key in keys:
+            out.append((f"runs[{i}]", f"repeats runs[{keys[key]}] ({_key_text(key)}): a run is recorded once"))
+        elif key not in wanted:
+            out.append((f"runs[{i}]", f"{_key_text(key)} is no run of the plan rebuilt from provenance.config "
+                                      f"({len(planned)} runs: its recipes, runs_per_arm, concurrencies and drivers)"))
+        keys.setdefault(key, i)
+        if export and export in exports:
+            out.append((f"runs[{i}].raw_export", f"is runs[{exports[export]}]'s raw export too ({export}): each run "
+                                                 "exports its own"))
+        elif export:
+            exports[export] = i
+    missing = [k for k in planned if k not in keys]
+    if doc.get("complete") and missing:
+        shown = "; ".join(_key_text(k) for k in missing[:3]) + (f"; and {len(missing) - 3} more" if len(missing) > 3
+                                                                 else "")
+        out.append(("runs", f"hold no record of {len(missing)} of the plan's {len(planned)} runs ({shown}): a complete "
+                            "receipt records every run of the plan its configuration gives"))
+    return out
+
+
+def _runs_in_window(doc: dict[str, Any]) -> list[Problem]:
+    """Every run ends before the receipt was recorded, and the runs lie within the plan's wall time (``plan_wall_s``,
+    first engine start to last engine stop), both within ``receipts.crosscheck.CLOCK_SKEW_S``."""
+    from ..receipts.crosscheck import CLOCK_SKEW_S, stamp
+
+    recorded = stamp(doc.get("recorded_at"))
+    spans = []
+    for i, run in enumerate(doc["runs"]):
+        start = stamp(run.get("started_at"))
+        if start is None:
+            continue
+        end = start.timestamp() + (run.get("duration_s") or 0.0)
+        spans.append((start.timestamp(), end))
+        if recorded is not None and end - recorded.timestamp() > CLOCK_SKEW_S:
+            out_of = end - recorded.timestamp()
+            return [(f"runs[{i}].duration_s", f"is {run.get('duration_s')} s: the run would end {out_of:.0f} s after "
+                                              f"the receipt was recorded (recorded_at {recorded.isoformat()})")]
+    wall = doc.get("plan_wall_s")
+    if wall and spans:
+        span = max(b for _, b in spans) - min(a for a, _ in spans)
+        if span - wall > CLOCK_SKEW_S:
+            return [("plan_wall_s", f"is {wall} s but the runs span {span:.1f} s (first started_at to last "
+                                    "started_at + duration_s): every run lies inside the plan's wall time")]
+    return []
+
+
+def _engines_against_recipes(doc: dict[str, Any], recipes: dict[str, Any], plan: list[Any]) -> list[Problem]:
+    """Each engine record is one the plan started for its runs: of a recipe of the configuration, with that recipe's
+    hash, launched with that recipe's command line (``engine.launched_as``: the labels of two swapped arms are
+    caught), and no recipe served by more engines than the plan starts for it (``workload.engine_starts``: one per
+    visit; one in all for an engine up for every visit: co-resident, a PoC sitting's, a ``--url`` server). An engine a
+    PoC sitting started for another recipe of the same launch (``started_by_sitting``) serves the recipes its command
+    line launches."""
+    from .engine import launched_as
+    from .workload import engine_starts
+
+    starts = engine_starts(plan)
+    seen: dict[str, int] = {}
+    out: list[Problem] = []
+    for i, e in enumerate(doc["engines"]):
+        p, name, launched = f"engines[{i}]", e["recipe"], e.get("launched_by_infercrane", True)
+
+        def launches(recipe: Any) -> bool:
+            return launched_as(e["command_line"], recipe, gpu_memory_utilization=e.get("gpu_memory_utilization"))
+
+        recipe = recipes.get(name)
+        if recipe is not None:
+            if e["recipe_sha256"] != recipe.sha256:
+                out.append((f"{p}.recipe_sha256", f"is {e['recipe_sha256']} but recipe {name!r} of provenance.config "
+                                                  f"hashes to {recipe.sha256}"))
+            if launched and not launches(recipe):
+                out.append((f"{p}.command_line", f"does not launch recipe {name!r} of provenance.config (engine "
+                                                 f"{recipe.engine}, model {recipe.model}, engine_args "
+                                                 f"{recipe.engine_args}): the engine ran another recipe than its "
+                                                 "label says"))
+            served = [name]
+        else:
+            served = [a for a, rec in recipes.items() if launched and e.get("started_by_sitting") and launches(rec)]
+            if not served:
+                out.append((f"{p}.recipe", f"is {name!r}, no recipe of provenance.config ({', '.join(recipes)}), and "
+                                           "its command line launches none of them: no run of this receipt was "
+                                           "measured on it"))
+        # an engine up for every visit of its recipe (co-resident, a sitting's, a --url server) is its only one
+        persistent = e.get("started_by_sitting") or e.get("coresident_with") or not launched
+        for arm in served:
+            seen[arm] = seen.get(arm, 0) + 1
+            most = 1 if persistent else starts.get(arm, 0)
+            if seen[arm] > most:
+                out.append((p, f"is engine {seen[arm]} of recipe {arm!r}, but the plan has it served by {most} "
+                               f"engine(s) ({starts.get(arm, 0)} visit(s), "
+                               f"{'one engine up for all' if persistent else 'one engine each'}): no run of this "
+                               "receipt was measured on it"))
+    return out
+
+
+def _model_against_recipes(doc: dict[str, Any], recipes: dict[str, Any]) -> list[Problem]:
+    """The model a serving receipt names is its recipes': a recipe that serves a hub id serves that catalog model at
+    the revision InferCrane read its config from (``models.catalog``; ``model_provenance``); an incomplete receipt's
+    seed ``model`` block is its provenance's (a complete one's is derived again)."""
+    from ..models.catalog import find
+
+    m = doc["provenance"].get("model")
+    if m is None:
+        return []
+    out: list[Problem] = []
+    for name, recipe in recipes.items():
+        if recipe.model_is_local():
+            continue
+        entry = find(recipe.model)
+        if recipe.model != m["id"]:
+            out.append(("provenance.model.id", f"is {m['id']!r} but recipe {name!r} serves {recipe.model!r}"))
+        elif entry is not None and m.get("revision") != entry.revision:
+            out.append(("provenance.model.revision", f"is {m.get('revision')!r} but recipe {name!r} serves "
+                                                     f"{recipe.model} from the catalog, revision {entry.revision}"))
+    if not doc.get("complete") and doc.get("model") != model_block(m):
+        out.append(("model", f"is {doc.get('model')!r} but provenance.model gives {model_block(m)!r}"))
+    return out
+
+
+def record_problems(doc: dict[str, Any]) -> list[Problem]:
+    """What a ``serve ab`` / ``serve bench`` receipt's raw evidence holds, whether or not its plan finished, against
+    the plan its configuration gives (``recorded_plan``): its runs (``_runs_against_plan``, ``_runs_in_window``), its
+    engines (``_engines_against_recipes``) and its model (``_model_against_recipes``)."""
+    from pydantic import ValidationError
+
+    from ..errors import InputError
+
+    if str(doc["provenance"]["config"].get("command")) not in SERVING_COMMANDS:
+        return []  # not a serving plan's receipt (a complete one is told so by the re-derivation)
+    try:
+        _, recipes, _, _, plan = recorded_plan(doc)
+    except (InputError, KeyError, TypeError, ValueError, ValidationError) as e:
+        if doc.get("complete"):  # said by the re-derivation, which needs the plan too
+            return []
+        why = e.message if isinstance(e, InputError) else f"{type(e).__name__}: {e}"
+        return [("provenance.config", f"the plan cannot be rebuilt from it: {why}")]
+    return (_runs_against_plan(doc, plan) + _runs_in_window(doc) + _engines_against_recipes(doc, recipes, plan)
+            + _model_against_recipes(doc, recipes))
+
+
 def rederived_problems(r: Any) -> list[Problem]:
-    """The serving lab's rules (``receipts.registry.LAB_RULES``): every conclusion of a complete ``serve ab`` /
+    """The serving lab's rules (``receipts.registry.LAB_RULES``): the raw evidence against the plan its configuration
+    gives (``record_problems``, complete or not), and every conclusion of a complete ``serve ab`` /
     ``serve bench`` receipt decided again from its raw runs, its recorded configuration and the policy it embeds;
     each disagreement names its field path and both values."""
     from pydantic import ValidationError
@@ -828,7 +999,10 @@ def rederived_problems(r: Any) -> list[Problem]:
     from ..receipts.validate import derived_differences
 
     doc = r.model_dump(mode="json")
-    out = _token_count_sources(doc)
+    out = record_problems(doc)
+    if not doc.get("complete"):
+        return out
+    out += _token_count_sources(doc)
     try:
         derived = rederive(doc)
     except InputError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from test_harness_runner import GOOD, _synthetic_device
 from infercrane.cli import main
 from infercrane.decide.policy import load_policy
 from infercrane.kernels.receipt import build_document
-from infercrane.hashing import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, config_hash, content_hash
 from infercrane.receipts.models_v3 import DecodeStep
 from infercrane.receipts.validate import check_document, load_receipt
 
@@ -24,12 +25,17 @@ REPO = Path(__file__).resolve().parents[2]
 H200_KERNEL = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
 H200_PAIRED = REPO / "docs/benchmarks/2026-12-01-h200-serving/seed-paired-eager-vs-compiled.json"
 PROV = {
-    "recorded_at": "2026-12-01T09:00:00+00:00", "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,
-    "command_line": ["infercrane", "kernel", "screen"], "config": {}, "config_sha256": "0" * 64, "run_id": "r1",
+    "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,
+    "command_line": ["infercrane", "kernel", "screen"], "config": {}, "config_sha256": config_hash({}), "run_id": "r1",
     "hardware": {"gpu": "synthetic", "compute_capability": "9.0", "cpu": "x", "cpu_count": 2, "host": "h",
                  "platform": "linux"},
     "software": {"torch": "2"},
 }
+
+
+def _prov() -> dict:
+    """PROV stamped now: a receipt is recorded after the screen it holds."""
+    return PROV | {"recorded_at": datetime.now(timezone.utc).isoformat()}
 
 
 def _rehash(doc):
@@ -50,7 +56,7 @@ def timed_result(monkeypatch):
 
 def test_each_row_divides_by_its_own_step(timed_result):
     steps = [DecodeStep(ms=2.0, rows=8, source="test: c=8"), DecodeStep(ms=4.0, rows=64, source="test: c=64")]
-    doc = _rehash(build_document(timed_result, load_policy("kernel"), provenance=PROV, model_source="test",
+    doc = _rehash(build_document(timed_result, load_policy("kernel"), provenance=_prov(), model_source="test",
                                  decode_step=steps))
     assert check_document(doc)[1] == []
     assert doc["decode_step"] is None and [s["rows"] for s in doc["decode_steps"]] == [8, 64]
@@ -65,14 +71,14 @@ def test_each_row_divides_by_its_own_step(timed_result):
 
 
 def test_a_row_without_a_step_has_no_ceiling(timed_result):
-    doc = _rehash(build_document(timed_result, load_policy("kernel"), provenance=PROV, model_source="test",
+    doc = _rehash(build_document(timed_result, load_policy("kernel"), provenance=_prov(), model_source="test",
                                  decode_step=[DecodeStep(ms=2.0, rows=8, source="test: c=8")]))
     assert check_document(doc)[1] == []
     assert [a["rows"] for a in doc["amdahl"]] == [8]
 
 
 def test_one_step_receipts_keep_their_shape(timed_result):
-    doc = _rehash(build_document(timed_result, load_policy("kernel"), provenance=PROV, model_source="test",
+    doc = _rehash(build_document(timed_result, load_policy("kernel"), provenance=_prov(), model_source="test",
                                  decode_step=DecodeStep(ms=2.0, source="user: --decode-step-ms")))
     assert "decode_steps" not in doc and check_document(doc)[1] == []
     assert {a["decode_step_ms"] for a in doc["amdahl"]} == {2.0} and len(doc["amdahl"]) == 2
@@ -87,7 +93,7 @@ def test_one_step_receipts_keep_their_shape(timed_result):
     ({"decode_step": {"ms": 2.0, "source": "x", "rows": 8}}, "goes in decode_steps"),
 ])
 def test_inconsistent_steps_do_not_validate(timed_result, steps, words):
-    doc = build_document(timed_result, load_policy("kernel"), provenance=PROV, model_source="test")
+    doc = build_document(timed_result, load_policy("kernel"), provenance=_prov(), model_source="test")
     doc = _rehash(doc | steps)
     problems = check_document(doc)[1]
     assert any(words in m for _, m in problems), problems

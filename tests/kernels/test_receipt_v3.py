@@ -3,6 +3,9 @@ median does not validate, even after the content hash is recomputed."""
 from __future__ import annotations
 
 import copy
+import json
+from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -12,19 +15,24 @@ from infercrane.decide.policy import load_policy
 from infercrane.kernels.harness.runner import screen
 from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
 from infercrane.kernels.receipt import build_document
-from infercrane.hashing import HASH_FIELD, content_hash
+from infercrane.hashing import HASH_FIELD, config_hash, content_hash
 from infercrane.receipts.models_v3 import DecodeStep
 from infercrane.receipts.validate import check_document, write_receipt
 
 torch = pytest.importorskip("torch")
 
 PROV = {
-    "recorded_at": "2026-12-01T09:00:00+00:00", "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,
-    "command_line": ["infercrane", "kernel", "screen"], "config": {}, "config_sha256": "0" * 64, "run_id": "r1",
+    "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,
+    "command_line": ["infercrane", "kernel", "screen"], "config": {}, "config_sha256": config_hash({}), "run_id": "r1",
     "hardware": {"gpu": "synthetic", "compute_capability": "9.0", "cpu": "x", "cpu_count": 2, "host": "h",
                  "platform": "linux"},
     "software": {"torch": "2"},
 }
+
+
+def _prov() -> dict:
+    """PROV stamped now: a receipt is recorded after the screen it holds."""
+    return PROV | {"recorded_at": datetime.now(timezone.utc).isoformat()}
 
 
 @pytest.fixture
@@ -33,7 +41,7 @@ def timed_doc(monkeypatch):
     spec = FusedAddRMSNormSpec(hidden_size=128, eps=1e-6, rows=(8, 64), num_layers=28)
     res = screen(spec, ["eager"], modes=["graph"], trials=4, samples_per_trial=4, candidate=GOOD, isolate=False)
     policy = load_policy("kernel")
-    doc = build_document(res, policy, provenance=PROV, model_source="test",
+    doc = build_document(res, policy, provenance=_prov(), model_source="test",
                          decode_step=DecodeStep(ms=2.0, source="user: --decode-step-ms"))
     doc[HASH_FIELD] = content_hash(doc)
     return doc
@@ -81,7 +89,7 @@ def test_identical_trials_give_an_interval_that_holds_its_point(monkeypatch):
     res = screen(spec, ["eager"], modes=["graph"], trials=3, samples_per_trial=4, candidate=GOOD, isolate=False)
     for c in res.comparisons:
         assert c.speedup.ci_lo <= c.speedup.ratio <= c.speedup.ci_hi
-    doc = build_document(res, load_policy("kernel"), provenance=PROV, model_source="test")
+    doc = build_document(res, load_policy("kernel"), provenance=_prov(), model_source="test")
     doc[HASH_FIELD] = content_hash(doc)
     assert check_document(doc)[1] == []
 
@@ -139,3 +147,52 @@ def test_an_edit_of_the_flag_rule_or_its_interval_is_caught(edit, where):
     edit(doc)
     _, problems = check_document(_rehash(doc))
     assert problems and any(p.startswith(where) for p, _ in problems), problems
+
+
+# --- the receipt's records against each other: the device measured, the screen's window, the model screened ------
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
+
+
+def _both_hardware(d: dict, **fields) -> None:
+    d["hardware"].update(fields)
+    d["provenance"]["hardware"].update(fields)
+
+
+def _finished_first(d: dict) -> None:
+    res = d["result"]
+    res["started_at"], res["finished_at"] = res["finished_at"], res["started_at"]
+
+
+RECORD_EDITS = {
+    "GPU name not the device measured": (lambda d: _both_hardware(d, gpu="NVIDIA A100-SXM4-80GB"), "hardware.gpu",
+                                         "result.device.name"),
+    "compute capability not the device's": (lambda d: _both_hardware(d, compute_capability="sm80"),
+                                            "hardware.compute_capability", "'9.0'"),
+    "memory not the device's": (lambda d: _both_hardware(d, gpu_memory_gib=79.18), "hardware.gpu_memory_gib",
+                                "139.8"),
+    "SM count not the device's": (lambda d: _both_hardware(d, sm_count=108), "hardware.sm_count", "132"),
+    "screen finished before it started": (_finished_first, "result.finished_at", "before result.started_at"),
+    "wall time not the screen's window": (lambda d: d["result"].update(wall_s=d["result"]["wall_s"] * 3),
+                                          "result.wall_s", "started_at .. finished_at"),
+    "model id not the spec's": (lambda d: d["model_shape_source"].update(id="meta-llama/Llama-3.1-8B"),
+                                "model_shape_source.id", "result.spec.model_id"),
+    "config field not the spec's shape": (lambda d: d["result"]["spec"]["config_fields"].update(hidden_size=4096),
+                                          "result.spec.config_fields.hidden_size", "screened 1024"),
+    "provenance's model revision not the screen's": (lambda d: d["provenance"]["model"].update(revision="1" * 40),
+                                                     "provenance.model.revision", "the screen's model"),
+}
+
+
+def test_a_committed_receipt_holds_its_records_together():
+    model, problems = check_document(json.loads(COMMITTED.read_text()))
+    assert model is not None and problems == []
+
+
+@pytest.mark.parametrize(("edit", "field", "words"), RECORD_EDITS.values(), ids=list(RECORD_EDITS))
+def test_records_that_contradict_each_other_are_caught_by_field(edit, field, words):
+    doc = json.loads(COMMITTED.read_text())
+    edit(doc)
+    _, problems = check_document(_rehash(doc))
+    assert any(p == field and words in m for p, m in problems), problems

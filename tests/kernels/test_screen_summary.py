@@ -262,6 +262,8 @@ def test_an_interrupted_screen_writes_its_partial_receipt_and_exits_130(tmp_path
 
     partial = ScreenResult.model_validate(_load(RECEIPTS[0])["result"]).model_copy(update={"interrupted": why})
     monkeypatch.setattr(runner, "screen", lambda *a, **k: partial)  # what the runner returns when stopped
+    # the machine the result was measured on, as the receipt records it (its device is an H200's)
+    monkeypatch.setattr("infercrane.env.capture.hardware", lambda **k: _load(RECEIPTS[0])["hardware"])
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # (so the screen does not set it for the rest of the tests)
     out = tmp_path / "partial.json"
     rc = main(["kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager,triton", "--model",

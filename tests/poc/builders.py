@@ -30,7 +30,7 @@ def _public_run(arm: str, run: int, c: int, tok_s: float, ttft: float) -> Any:
 
     return RunMetrics(arm=arm, recipe_sha256="0" * 64, run_index=run, concurrency=c, driver="aiperf",
                       driver_version="0.12.0", token_count_source="server", streaming=True,
-                      expected_output_tokens=500, raw_export_path="synthetic", requests_sent=1000,
+                      expected_output_tokens=500, raw_export_path=f"synthetic/{arm}/run{run:02d}", requests_sent=1000,
                       requests_completed=1000, failures=0, output_length_mismatches=0, output_tokens_total=500000,
                       duration_s=500000 / tok_s, output_tok_s=tok_s, request_s=tok_s / 500, ttft_p50_ms=ttft * 0.8,
                       ttft_p95_ms=ttft, ttft_p99_ms=ttft * 1.1, tpot_p50_ms=7.0, tpot_p95_ms=7.3, tpot_p99_ms=7.6,
@@ -77,14 +77,20 @@ def poc_of(docs: dict[str, dict[str, Any]], *, complete: bool = True) -> dict[st
             if not kernel_steps_agree(k, steps):
                 k = decide_with_steps(k, steps, measured="kernel.json")
         ev["kernel"][g] = k
-    prov = provenance(config={"command": "poc", "test": True}, command_line=["test"], run_id="poc-1")
+    from infercrane.poc.gpus import receipt_hardware
+
+    # infercrane poc records the machine it ran on, the one that measured its sections
+    machine = copy.deepcopy(receipt_hardware(next(docs[s] for s in ("kernel", "paired", "public") if s in docs)))
+    prov = provenance(config={"command": "poc", "test": True}, command_line=["test"], run_id="poc-1",
+                      hardware_info=machine)
     doc = assemble(ev, provenance=prov, complete=complete, incomplete_reason=None if complete else "test: partial")
     return rehash(doc)
 
 
 def relabel(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
-    """A receipt as if measured on another GPU: its hardware blocks (and every embedded receipt's) renamed, every
-    hash recomputed. For a PoC receipt the evidence is filed under the new GPU type and the sections derived again."""
+    """A receipt as if measured on another GPU: its hardware blocks (and every embedded receipt's, and a kernel
+    screen's measured device) renamed, every hash recomputed. For a PoC receipt the evidence is filed under the new
+    GPU type and the sections derived again."""
     from infercrane.poc.derive import derive_sections
     from infercrane.poc.gpus import gpu_key
 
@@ -109,6 +115,13 @@ def relabel(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
     for block in ("paired_aiperf", "bench"):
         if doc.get(block) and "gpu" in doc[block] and doc.get("evidence") is None:
             doc[block]["gpu"] = gpu
+    if doc.get("result") is not None:  # a kernel receipt: the device its screen measured is the new GPU too
+        from infercrane.kernels.receipt import derive
+        from infercrane.receipts.models_v3 import CudaKernelScreeningReceiptV3
+
+        doc["result"]["device"] |= {"type": "cuda", "name": gpu}
+        k = CudaKernelScreeningReceiptV3.model_validate(doc)
+        doc.update(derive(k.result, k.policy, k.decode_steps or k.decode_step))  # a functional reason names it
     return rehash(doc)
 
 

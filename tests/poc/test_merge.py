@@ -70,7 +70,9 @@ def test_one_gpu_type_twice_is_refused(h200_poc, tmp_path, capsys):
 
 def test_another_model_revision_is_refused(h200_docs, h200_poc, tmp_path, capsys):
     other = relabel(h200_docs["kernel"], H100)
-    other["model_shape_source"]["revision"] = "0" * 40
+    for block in (other["model_shape_source"], other["provenance"]["model"]):
+        block["revision"] = "0" * 40
+    other["result"]["spec"]["model_revision"] = "0" * 40
     other = rehash(other)
     assert check_document(other)[1] == []
     a, b = _write(tmp_path / "a.json", h200_poc), _write(tmp_path / "b.json", other)

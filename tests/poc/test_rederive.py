@@ -4,11 +4,12 @@ kernel decided with other steps is caught by name even after every hash is recom
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Callable
 
 import pytest
 
-from builders import poc_of, rehash
+from builders import REPO, poc_of, rehash
 from infercrane.receipts.validate import check_document, write_receipt
 
 
@@ -141,3 +142,69 @@ def test_a_kernel_alone_keeps_its_own_decode_step(h200_docs):
     assert k is not None and k["decode_step"] == h200_docs["kernel"]["decode_step"]
     assert only["paired_aiperf"] is None and only["model"]["weights"] == "none"
     assert only["qualification_boundary"].startswith("operator microbenchmark only")
+
+
+# --- the PoC's own provenance against its sections ----------------------------------------------------------------
+
+def _recorded(d: dict[str, Any], when: str) -> None:
+    d["recorded_at"] = d["provenance"]["recorded_at"] = when
+
+
+def _outer_gpu(d: dict[str, Any], gpu: str, command: str = "poc") -> None:
+    from infercrane.hashing import config_hash
+
+    d["provenance"]["hardware"]["gpu"] = gpu
+    d["provenance"]["config"]["command"] = command
+    d["provenance"]["config_sha256"] = config_hash(d["provenance"]["config"])
+
+
+def _poc_config_hash(d: dict[str, Any]) -> None:
+    from infercrane.hashing import config_hash
+
+    config = d["provenance"]["config"]
+    config.update(config={"name": "seed"}, config_sha256=config_hash({"name": "seed"}))
+    config["config"]["name"] = "seed, edited"
+    d["provenance"]["config_sha256"] = config_hash(config)
+
+
+PROVENANCE_EDITS: dict[str, tuple[Callable[[dict], None], str, str]] = {
+    "recorded before its sections": (lambda d: _recorded(d, "2026-12-01T00:30:00+00:00"),
+                                     "evidence.paired.h200.recorded_at", "after the receipts it embeds"),
+    "another GPU than its sections'": (lambda d: _outer_gpu(d, "NVIDIA B200"), "provenance.hardware.gpu",
+                                       "measured on 'NVIDIA H200'"),
+    "no GPU, real GPU evidence": (lambda d: _outer_gpu(d, "none"), "provenance.hardware.gpu", "names no GPU"),
+    "a merge that names a GPU": (lambda d: _outer_gpu(d, "NVIDIA B200", "receipt merge"), "provenance.hardware.gpu",
+                                 "receipt merge measures nothing"),
+    "its configuration not its hash": (_poc_config_hash, "provenance.config.config_sha256", "hashes to"),
+}
+
+
+@pytest.mark.parametrize("name", list(PROVENANCE_EDITS))
+def test_the_pocs_provenance_against_its_sections_is_caught_by_field(h200_poc, name):
+    edit, field, words = PROVENANCE_EDITS[name]
+    doc = copy.deepcopy(h200_poc)
+    edit(doc)
+    problems = _problems(rehash(doc))
+    assert any(p == field and words in m for p, m in problems), problems
+
+
+SITTING = REPO / "docs/benchmarks/2026-12-06-h100-poc-one-sitting-seventh-try/poc-evidence.tar.xz"
+
+
+def test_an_engine_shared_by_the_two_ab_carries_its_recipes_hash_in_both():
+    """The public A/B's balanced arm ran on the engine started for the paired A/B's compiled recipe, which only the
+    paired receipt holds: a zeroed hash there passes the public receipt alone, not the PoC."""
+    import tarfile
+
+    with tarfile.open(SITTING) as t:
+        poc = json.loads(t.extractfile("./poc.json").read())
+    assert _problems(poc) == []
+    public = copy.deepcopy(poc["evidence"]["public"]["h100"])
+    engine = public["engines"][0]
+    assert engine["recipe"] == "compiled" and "compiled" not in public["provenance"]["config"]["recipes"]
+    engine["recipe_sha256"] = "0" * 64
+    poc["evidence"]["public"]["h100"] = rehash(public)
+    assert _problems(poc["evidence"]["public"]["h100"]) == []
+    problems = _problems(rehash(poc))
+    assert any(p == "evidence.public.h100.engines[0].recipe_sha256" and "other A/B" in m for p, m in problems), \
+        problems

@@ -20,7 +20,8 @@ from infercrane.serving.workload import PlanResult, load_workload, plan_runs
 def _run(arm: str, run: int, c: int, tok_s: float, driver: str = "aiperf", ttft: float = 50.0) -> RunMetrics:
     return RunMetrics(arm=arm, recipe_sha256="0" * 64, run_index=run, concurrency=c, driver=driver,
                       driver_version="1", token_count_source="server", streaming=True, expected_output_tokens=64,
-                      raw_export_path="x", requests_sent=100, requests_completed=100, failures=0,
+                      raw_export_path=f"{arm}/run{run:02d}/c{c}/{driver}.json", requests_sent=100,
+                      requests_completed=100, failures=0,
                       output_length_mismatches=0, output_tokens_total=6400, duration_s=6400 / tok_s,
                       output_tok_s=tok_s, request_s=tok_s / 64, ttft_p50_ms=ttft * 0.8, ttft_p95_ms=ttft,
                       ttft_p99_ms=ttft * 1.1, tpot_p50_ms=1000 / tok_s * c, tpot_p95_ms=1100 / tok_s * c,
