@@ -73,6 +73,66 @@ def test_each_legacy_receipt_allowed_is_one_and_its_readme_says_it_is_superseded
     assert "superseded legacy receipts" in readme.lower() and "--allow-legacy" in readme and path.name in readme
 
 
+# Receipts kept inside committed archives that the current InferCrane does not validate, each with why; the folder's
+# README says so. Every other receipt in an archive (a JSON document whose schema_version InferCrane reads) validates.
+ARCHIVED_NOT_VALID = {
+    "2026-12-01-h200-serving/superseded-receipts.tar.xz/public-1000-compiled.json":
+        "measured by an older InferCrane (no bench block, driver agreement as point estimates); decided again beside it",
+    "2026-12-01-h200-serving/superseded-receipts.tar.xz/seed-paired-compiled-two-drivers.json":
+        "measured by an older InferCrane (no bench block, driver agreement as point estimates); decided again beside it",
+    "2026-12-03-h200-kernel-decides/evidence-e98ec16.tar.xz/run-e98ec16/fused_add_rmsnorm.json":
+        "the flags of two cells as the harness of e98ec16 recorded them, not as its raw blocks give them now",
+    "2026-12-03-h200-kernel-decides/evidence-e98ec16.tar.xz/run-e98ec16/rms_norm.json":
+        "the flags of a cell as the harness of e98ec16 recorded them, not as its raw blocks give them now",
+}
+ARCHIVES = sorted(BENCHMARKS.glob("**/*.tar.xz"))
+
+
+def _archived_receipts(archive: Path) -> list[tuple[str, bytes]]:
+    from infercrane.receipts.registry import MODELS
+
+    out = []
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if not (member.isfile() and member.name.endswith(".json")):
+                continue
+            raw = tar.extractfile(member).read()  # type: ignore[union-attr]
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and doc.get("schema_version") in MODELS:
+                out.append((member.name.removeprefix("./"), raw))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("archive", ARCHIVES, ids=_id)
+def test_every_receipt_in_an_archive_validates_or_is_named_with_why(archive: Path, tmp_path: Path) -> None:
+    from infercrane.errors import InfercraneError
+
+    for name, raw in _archived_receipts(archive):
+        where = f"{archive.relative_to(BENCHMARKS)}/{name}"
+        path = tmp_path / Path(name).name
+        path.write_bytes(raw)
+        try:
+            r = load_receipt(path)
+        except InfercraneError as e:
+            assert where in ARCHIVED_NOT_VALID, f"{where}: {e}"
+            continue
+        assert where not in ARCHIVED_NOT_VALID, f"{where} validates now: drop it from ARCHIVED_NOT_VALID"
+        assert r.legacy_note is None or where in LEGACY_RECEIPTS, f"{where}: {r.legacy_note}"
+
+
+@pytest.mark.parametrize("where", sorted(ARCHIVED_NOT_VALID))
+def test_each_archived_receipt_that_does_not_validate_is_said_so_in_its_readme(where: str) -> None:
+    folder = BENCHMARKS / where.split("/", 1)[0]
+    archive = where.split(".tar.xz/")[0].split("/", 1)[1] + ".tar.xz"
+    readme = (folder / "README.md").read_text()
+    assert archive in readme and "no longer" in readme and "validate" in readme, (
+        f"{folder.name}/README.md must say that {archive} holds receipts that no longer validate, and why")
+
+
 # --- the checker itself, on small READMEs made here ---------------------------------------------------------------
 
 RECEIPT = {
