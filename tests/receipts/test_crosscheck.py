@@ -10,10 +10,9 @@ from typing import Callable
 
 import pytest
 
-from infercrane.hashing import HASH_FIELD, content_hash
+from receipt_edits import problems as _problems
 from infercrane.models.catalog import config_fingerprint, get
 from infercrane.receipts.crosscheck import EARLIEST_RECORD, unchecked
-from infercrane.receipts.validate import check_document
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 AB = DOCS / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"  # serve ab, no provenance.model
@@ -25,17 +24,6 @@ LLAMA = "meta-llama/Llama-3.1-8B"
 
 def _load(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def _rehashed(doc: dict) -> dict:
-    doc = {k: v for k, v in doc.items() if k != HASH_FIELD}
-    return doc | {HASH_FIELD: content_hash(doc)}
-
-
-def _problems(doc: dict) -> list[tuple[str, str]]:
-    model, problems = check_document(_rehashed(doc))
-    assert model is not None, problems
-    return problems
 
 
 def _fingerprinted(doc: dict) -> dict:

@@ -9,8 +9,7 @@ from typing import Callable
 
 import pytest
 
-from infercrane.hashing import HASH_FIELD, content_hash
-from infercrane.receipts.validate import check_document
+from receipt_edits import problems as _problems
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-serving"
 AB = DOCS / "seed-paired-eager-vs-compiled.json"        # serve ab, compiled vs eager, accepted
@@ -19,17 +18,6 @@ BENCH = DOCS / "public-1000-compiled.json"               # serve bench, two driv
 
 def _load(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def _rehashed(doc: dict) -> dict:
-    doc = {k: v for k, v in doc.items() if k != HASH_FIELD}
-    return doc | {HASH_FIELD: content_hash(doc)}
-
-
-def _problems(doc: dict) -> list[tuple[str, str]]:
-    model, problems = check_document(_rehashed(doc))
-    assert model is not None, problems
-    return problems
 
 
 @pytest.mark.parametrize("path", [AB, BENCH], ids=["ab", "bench"])

@@ -13,8 +13,7 @@ from typing import Callable
 
 import pytest
 
-from infercrane.hashing import HASH_FIELD, content_hash
-from infercrane.receipts.validate import check_document
+from receipt_edits import problems as _problems, rehashed as _rehashed
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 AB = DOCS / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"  # two engines, one after the other
@@ -34,17 +33,6 @@ def _load(source: Path | tuple[Path, str]) -> dict:
 
 PUBLIC = (SITTING, "./poc/public.json")     # the compiled engine of the paired A/B serves its balanced arm
 STOPPED = (FIFTH, "./poc/paired.json")      # complete: false
-
-
-def _rehashed(doc: dict) -> dict:
-    doc = {k: v for k, v in doc.items() if k != HASH_FIELD}
-    return doc | {HASH_FIELD: content_hash(doc)}
-
-
-def _problems(doc: dict) -> list[tuple[str, str]]:
-    model, problems = check_document(_rehashed(doc))
-    assert model is not None, problems
-    return problems
 
 
 @pytest.mark.parametrize("source", [AB, CUDA_AB, PUBLIC, STOPPED], ids=["ab", "co-resident", "sitting", "stopped"])
