@@ -60,8 +60,9 @@ def test_every_json_file_is_a_valid_receipt_or_record(receipt: Path) -> None:
         records[doc["schema_version"]].model_validate(doc)
     else:
         r = load_receipt(receipt)  # raises ReceiptInvalid / InputError naming the file, field and reason
-        assert r.legacy_note is None or _id(receipt) in LEGACY_RECEIPTS, (
-            f"{_id(receipt)}: {r.legacy_note}; make it a v3 receipt (kernel decide) or name it in LEGACY_RECEIPTS "
+        name = str(receipt.relative_to(BENCHMARKS))
+        assert r.legacy_note is None or name in LEGACY_RECEIPTS, (
+            f"{name}: {r.legacy_note}; make it a v3 receipt (kernel decide) or name it in LEGACY_RECEIPTS "
             "with a note in its folder's README")
 
 

@@ -70,7 +70,7 @@ def test_answers_from_a_server_that_is_not_the_engine_are_refused(tmp_path, ts_r
     srv = raw_server("--ttft-ms", "0")
     monkeypatch.setattr(engine_mod, "port_in_use", lambda port, host="127.0.0.1": False)
     monkeypatch.setattr(type(ENGINE_KINDS["testserver"]), "command",
-                        lambda self, recipe, port: [sys.executable, "-c", "import time; time.sleep(120)"])
+                        lambda self, recipe, port, **_: [sys.executable, "-c", "import time; time.sleep(120)"])
     eng = Engine(ts_recipe("--ttft-ms", "0"), log_dir=tmp_path, port=srv.port, startup_timeout_s=30)
     with pytest.raises(RunFailed) as err:
         eng.start()
@@ -83,7 +83,7 @@ def test_answers_from_a_server_that_is_not_the_engine_are_refused(tmp_path, ts_r
 def test_the_served_model_must_be_listed(tmp_path, ts_recipe, monkeypatch):
     kind_cls = type(ENGINE_KINDS["testserver"])
     real = kind_cls.command
-    monkeypatch.setattr(kind_cls, "command", lambda self, recipe, port: [
+    monkeypatch.setattr(kind_cls, "command", lambda self, recipe, port, **_: [
         "other-model" if prev == "--model" else tok
         for prev, tok in zip(["", *real(self, recipe, port)], real(self, recipe, port))])
     eng = Engine(ts_recipe("--ttft-ms", "0"), log_dir=tmp_path, startup_timeout_s=30)
