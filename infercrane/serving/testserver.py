@@ -32,6 +32,24 @@ whose numerics changed what greedy decoding picks.
 The short-output fault (``--short-output-rate``) returns ``max(1, n // 2)`` tokens even when
 ``ignore_eos`` asks for all of them, as a server that ignores the flag would.
 
+Semantic-quality items (``serving/quality.py``): a completion whose prompt is an item's (``quality.solve`` gives its
+answer) and that does not ask ``ignore_eos`` (nor ``min_tokens`` beyond the answer's length) is answered with the
+answer: its text is ``" " + answer``, one token per whitespace-separated word (each with its leading space; one SSE
+chunk each when streaming), so the output has the answer's length (``eos_after`` and ``--diverge-after`` do not
+apply; ``max_tokens`` cuts it, and the short-output fault halves it as any output; ``finish_reason`` is ``stop``, or
+``length`` when the output has ``max_tokens`` tokens, as for any output). Each token is chosen by a toy model whose one non-trivial op is the norm kernel ``--norm-kernel``
+(``reference``: InferCrane's float32 oracle of fused residual-add + RMSNorm; ``path.py:function``: a candidate file),
+built so that a kernel that ignores eps, or errs as much, picks wrong tokens for some items and moves every
+log-probability (``serving/testserver_model.py`` says how). Token ids: a word of the fixed list has its index, any
+other token a stable hash of its string (``testserver_model.token_id``). Chat completions are never items.
+
+Log-probabilities: a completion that asks ``logprobs`` (an integer N) gets vLLM's block on its choice (streaming: on
+each chunk, for its token): ``tokens``, ``token_logprobs`` (the chosen tokens' log-probabilities), ``top_logprobs``
+(the chosen token and the N best of the toy model's candidates at each position) and ``text_offset`` (each token's
+offset in the completion text). An item's are those of the toy model's picks; the fixed words' are the toy model's
+log-probabilities of those words, which it does not change (``ToyModel.forced``). Without ``logprobs`` the block is
+``null``.
+
 Access: with ``--api-key KEY`` every ``/v1/...`` request must carry ``Authorization: Bearer KEY`` (as vLLM's
 ``--api-key`` checks it; ``/health``, ``/version`` and ``/reset_prefix_cache`` are open, as in vLLM); with
 ``--require-header NAME:VALUE`` (repeatable) every request but ``GET /health`` and ``GET /stats`` must carry that
@@ -56,11 +74,13 @@ import json
 import os
 import random
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from infercrane import __version__
+from infercrane.errors import InputError
 
 WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "on", "with", "be", "by", "at")
 CRASH_EXIT_CODE = 17
@@ -90,6 +110,7 @@ class ServerConfig:
     api_key: str | None = None
     require_header: list[str] = field(default_factory=list)  # NAME:VALUE each
     also_serve: list[str] = field(default_factory=list)  # more model ids /v1/models lists (a multi-model server)
+    norm_kernel: str = "reference"  # the toy model's norm kernel (testserver_model.load_norm_kernel)
 
 
 @dataclass
@@ -163,10 +184,58 @@ def output_length(body: dict, cfg: ServerConfig) -> int:
     return min(max_tokens, max(min_tokens, natural))
 
 
-def build_app(cfg: ServerConfig):
+class _Items:
+    """What answers item prompts: ``quality.solve`` and the toy model, loaded on first use (torch is imported only by
+    a server that is sent an item or asked for log-probabilities), or at once by ``load``."""
+
+    def __init__(self, norm_kernel: str) -> None:
+        self.norm_kernel = norm_kernel
+        self._model = None
+
+    def load(self):
+        if self._model is None:
+            from infercrane.serving.testserver_model import ToyModel, load_norm_kernel
+
+            self._model = ToyModel(load_norm_kernel(self.norm_kernel))
+        return self._model
+
+    @staticmethod
+    def answer_tokens(body: dict) -> list[str] | None:
+        """The item's answer tokens when ``body`` is a completion of an item prompt that may stop at its end."""
+        prompt = body.get("prompt")
+        if body.get("ignore_eos") or not isinstance(prompt, str) or "\nAnswer:" not in prompt:
+            return None
+        from infercrane.serving.quality import solve
+
+        answer = solve(prompt)
+        if answer is None:
+            return None
+        tokens = [" " + w for w in answer.split()]
+        return tokens if int(body.get("min_tokens") or 0) <= len(tokens) else None
+
+
+def logprobs_block(steps: list, start_offset: int, top_n: int) -> dict:
+    """vLLM's completions ``logprobs`` block for ``steps`` (``testserver_model.Step``), the first token at
+    ``start_offset`` of the completion text; ``top_logprobs`` holds the chosen token and the ``top_n`` best."""
+    offsets, at = [], start_offset
+    for step in steps:
+        offsets.append(at)
+        at += len(step.token)
+    tops = []
+    for step in steps:
+        top = {step.token: step.logprob}
+        for token, lp in step.top[:max(0, top_n)]:
+            top.setdefault(token, lp)
+        tops.append(top)
+    return {"tokens": [st.token for st in steps], "token_logprobs": [st.logprob for st in steps],
+            "top_logprobs": tops, "text_offset": offsets}
+
+
+def build_app(cfg: ServerConfig, items: _Items | None = None):
     from aiohttp import web
 
     state = _State(cfg)
+    items = items or _Items(cfg.norm_kernel)
     never = asyncio.Event()  # never set: what a hung request waits on
     required = [tuple(part.strip() for part in h.split(":", 1)) for h in cfg.require_header]
 
@@ -268,6 +337,10 @@ def build_app(cfg: ServerConfig):
                 {"error": {"message": "injected failure (--fail-rate)", "type": "InternalServerError", "code": 500}},
                 status=500))
         n = output_length(body, cfg)
+        answer = None if chat else items.answer_tokens(body)
+        if answer is not None:  # an item: the answer's length, cut by max_tokens
+            n = min(len(answer), max(1, int(body.get("max_completion_tokens") or body.get("max_tokens")
+                                             or cfg.default_max_tokens)))
         if cfg.short_output_rate > 0 and state.short_rng.random() < cfg.short_output_rate:
             n = max(1, n // 2)
             state.short_outputs_sent += 1
@@ -277,9 +350,21 @@ def build_app(cfg: ServerConfig):
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         common = {"id": rid, "created": created, "model": body.get("model") or cfg.model}
-        ids = [(i + (7 if cfg.diverge_after is not None and i >= cfg.diverge_after else 0)) % len(WORDS)
-               for i in range(n)]
-        words = [" " + WORDS[t] for t in ids]
+        wants_logprobs = not chat and body.get("logprobs") is not None and body.get("logprobs") is not False
+        steps = None
+        if answer is not None:
+            from infercrane.serving.testserver_model import token_id
+
+            steps = items.load().decode(str(body["prompt"]), answer[:n])
+            words = [step.token for step in steps]
+            ids = [token_id(w, WORDS) for w in words]
+        else:
+            ids = [(i + (7 if cfg.diverge_after is not None and i >= cfg.diverge_after else 0)) % len(WORDS)
+                   for i in range(n)]
+            words = [" " + WORDS[t] for t in ids]
+            if wants_logprobs:
+                steps = items.load().forced(prompt_digest(body), words)
+        top_n = int(body.get("logprobs") or 0) if wants_logprobs else 0
 
         async def sleep_until(t: float) -> None:
             delay = t - time.perf_counter()
@@ -304,7 +389,9 @@ def build_app(cfg: ServerConfig):
                 choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
                 payload = {**common, "object": "chat.completion", "choices": [choice], "usage": usage}
             else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+                choice = {"index": 0, "text": text,
+                          "logprobs": logprobs_block(steps, 0, top_n) if wants_logprobs else None,
+                          "finish_reason": finish_reason}
                 if body.get("return_token_ids"):
                     choice["token_ids"] = ids
                 payload = {**common, "object": "text_completion", "choices": [choice], "usage": usage}
@@ -338,7 +425,9 @@ def build_app(cfg: ServerConfig):
             if chat:
                 choice = {"index": 0, "delta": {"content": word}, "finish_reason": finish_reason if last else None}
             else:
-                choice = {"index": 0, "text": word, "logprobs": None, "finish_reason": finish_reason if last else None}
+                block = (logprobs_block(steps[i:i + 1], sum(len(w) for w in words[:i]), top_n) if wants_logprobs
+                         else None)
+                choice = {"index": 0, "text": word, "logprobs": block, "finish_reason": finish_reason if last else None}
             await send({**common, "object": obj, "choices": [choice]})
         if cut:  # a one-token stream: cut after its token, before its end
             cut_short(f"{n} of {n} tokens, before [DONE]")
@@ -367,8 +456,8 @@ def build_app(cfg: ServerConfig):
     return app
 
 
-async def serve(cfg: ServerConfig) -> None:
-    """Listen on ``cfg.host:cfg.port`` until SIGINT or SIGTERM."""
+async def serve(cfg: ServerConfig, items: _Items | None = None) -> None:
+    """Listen on ``cfg.host:cfg.port`` until SIGINT or SIGTERM (``items``: the norm kernel already loaded)."""
     from aiohttp import web
 
     if cfg.startup_delay_s > 0:
@@ -378,14 +467,15 @@ async def serve(cfg: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(build_app(cfg), access_log=None, shutdown_timeout=1.0)  # hung requests do not delay exit
+    runner = web.AppRunner(build_app(cfg, items), access_log=None, shutdown_timeout=1.0)  # hung requests do not delay exit
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)
     await site.start()
     print(f"testserver: serving model {cfg.model!r} on http://{cfg.host}:{cfg.port} "
           f"(ttft_ms={cfg.ttft_ms:g} itl_ms={cfg.itl_ms:g} fail_rate={cfg.fail_rate:g} "
           f"short_output_rate={cfg.short_output_rate:g} crash_after={cfg.crash_after} hang_after={cfg.hang_after}"
-          + (f" cut_after={cfg.cut_after}" if cfg.cut_after is not None else "") + ")",
+          + (f" cut_after={cfg.cut_after}" if cfg.cut_after is not None else "")
+          + (f" norm_kernel={cfg.norm_kernel}" if cfg.norm_kernel != ServerConfig.norm_kernel else "") + ")",
           flush=True)
     try:
         await stop.wait()
@@ -443,13 +533,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/... (as vLLM)")
     p.add_argument("--require-header", action="append", default=[], type=_header, metavar="NAME:VALUE",
                    help="require this header on every request but GET /health and /stats (repeatable)")
+    p.add_argument("--norm-kernel", default=ServerConfig.norm_kernel, metavar="SPEC",
+                   help="the toy model's fused residual-add + RMSNorm: 'reference' (InferCrane's float32 oracle) or "
+                        "PATH.py:FUNCTION (a candidate file); it decides the quality items' answers and logprobs")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     cfg = ServerConfig(**{k: v for k, v in vars(args).items()})
-    asyncio.run(serve(cfg))
+    items = _Items(cfg.norm_kernel)
+    if cfg.norm_kernel != ServerConfig.norm_kernel:  # a candidate file is loaded, or fails, before the server listens
+        try:
+            items.load()
+        except InputError as exc:
+            print(f"testserver: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+    asyncio.run(serve(cfg, items))
     print("testserver: stopped", flush=True)
 
 
