@@ -110,3 +110,19 @@ def raw_server():
     yield start
     for s in servers:
         s.close()
+
+
+@pytest.fixture(scope="module")
+def module_raw_server():
+    """``raw_server`` for servers that a module's tests share: each distinct argument list is started once, on first
+    use, and every one is stopped after the module's last test."""
+    servers: dict[tuple[str, ...], RawServer] = {}
+
+    def start(*args: str) -> RawServer:
+        if args not in servers:
+            servers[args] = RawServer(*args)
+        return servers[args]
+
+    yield start
+    for s in servers.values():
+        s.close()
