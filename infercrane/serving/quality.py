@@ -39,7 +39,7 @@ items with it, as an engine that knows every answer.
 
 **The request** (``ask``): one item at a time (greedy decoding at batch 1 is what makes an engine's outputs
 reproducible), ``temperature: 0``, ``seed: 0``, ``logprobs: 1`` (the chosen token's log-probability and the top-1),
-``return_token_ids: true``, ``stop: ["\\n"]``. See ``ask`` for what vLLM 0.22 returns and what is checked.
+``return_token_ids: true``, ``stop: ["\\n"]``. See ``ask`` for what vLLM returns and what is checked.
 """
 from __future__ import annotations
 
@@ -316,12 +316,14 @@ def ask(post: Callable[..., Any], model: str, items: list[QualityItem], *, max_t
     ``post(path, body, *, timeout_s, what)`` is an engine's POST (``Engine.post``: the answer's bytes, or RunFailed
     naming the engine); ``progress(done, total)`` is called after each item.
 
-    What vLLM 0.22 returns, read in its source (``vllm/entrypoints/openai/completion/protocol.py`` and
-    ``serving.py``, ``vllm/v1/engine/detokenizer.py`` and ``output_processor.py``): ``logprobs`` (an integer) and
-    ``return_token_ids`` are independent fields of ``CompletionRequest``, and a non-streaming response carries both
-    on ``choices[0]``: ``token_ids`` is ``output.token_ids`` and ``logprobs`` (``CompletionLogProbs``: ``tokens``,
-    ``token_logprobs``, ``top_logprobs``, ``text_offset``) is built token by token over the same
-    ``output.token_ids``, so their lengths agree. ``token_logprobs`` entries are floats clamped below at -9999.0
+    What vLLM returns, read in its source (vllm-project/vllm: ``vllm/entrypoints/openai/completion/protocol.py`` and
+    ``serving.py``, the 0.2x line's completions endpoint; ``vllm/v1/engine/detokenizer.py`` and
+    ``output_processor.py``, whose stop-string handling is the same in every V1 release read): ``logprobs`` (an
+    integer) and ``return_token_ids`` are independent fields of ``CompletionRequest``, and a non-streaming response
+    carries both on ``choices[0]`` (``request_output_to_completion_response``): ``token_ids`` is
+    ``output.token_ids`` and ``logprobs`` (``CompletionLogProbs``: ``tokens``, ``token_logprobs``, ``top_logprobs``,
+    ``text_offset``) is built token by token over the same ``output.token_ids`` (``_create_completion_logprobs``),
+    so their lengths agree. ``token_logprobs`` entries are floats clamped below at -9999.0
     (``-inf`` becomes -9999.0; an entry is None only where the engine computed no log-probability, which for
     generated tokens with ``logprobs`` set does not happen); ``top_logprobs[i]`` maps up to ``logprobs + 1``
     decoded tokens to their log-probabilities, the chosen one included. A ``stop`` string is matched in the
