@@ -153,7 +153,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
                    "order": None, "coresident": True}
         plan = ABPlan(section=f"apply {mode}", recipes=recs, workload=workload, drivers=["aiperf"], policy=policy,
                       startup_timeout_s=config.startup_timeout_s, out=out / f"{mode}.json", section_sha256="",
-                      options=options, decorate=decorate)
+                      options=options, decorate=decorate, quality_gate=config.quality_gate)
         receipt = run_ab(plan, run_id=run_id, con=con, say=lambda line: con.print(plain(line)))
         block = receipt.document["kernel_in_serving"]["prediction"]
         con.print(f"{mode}: {plain(receipt.document['paired_aiperf']['decision'])}")

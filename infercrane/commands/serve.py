@@ -221,7 +221,8 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     ab = ABPlan(section=f"serve {kind}", recipes=recs, workload=workload, drivers=list(config.drivers), policy=policy,
                 startup_timeout_s=config.startup_timeout_s, out=out, section_sha256="",
                 options=config.model_dump(mode="json"), kind=kind, order="sequential" if kind == "bench" else None,
-                sign_key=config.sign_key, model_provenance=model_prov, tokenizer=config.tokenizer, access=access)
+                sign_key=config.sign_key, model_provenance=model_prov, tokenizer=config.tokenizer, access=access,
+                quality_gate=config.quality_gate)
     # The bar appears once preflight has passed, so a recipe or driver error is printed on its own.
     bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), console=con)

@@ -35,6 +35,7 @@ SERVING_LATER_FIELDS: dict[str, object] = {
     "family_control": "holm",
     "prior_window_cv": 0.02,
     "per_statistic_seed": False,
+    "quality": None,  # no semantic-quality gate: what receipts decided before the gate did
 }
 
 
@@ -79,6 +80,26 @@ class KernelPolicy(BaseModel):
         return rows <= self.decision_max_rows or self.decide_on_bandwidth_rows
 
 
+class QualityPolicy(BaseModel):
+    """The semantic-quality gate (``decide/quality.py``): which generated items both arms answer, and the bounds the
+    candidate's answers must keep against the incumbent's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    items_per_task: int = Field(ge=1, le=500, description="generated items per task (serving/quality.py TASKS)")
+    seed: int = Field(ge=0, description="seed of the item generator, recorded in the receipt")
+    max_tokens: int = Field(ge=1, le=256, description="greedy tokens asked per item (the answer line: stops at a "
+                                                     "newline)")
+    accuracy_margin: float = Field(gt=0, lt=1, description="the candidate's task accuracy may be at most this much "
+                                                           "below the incumbent's (non-inferiority margin, absolute)")
+    confidence: float = Field(gt=0.5, lt=1, description="one-sided level of the non-inferiority test: the lower end "
+                                                        "of the two-sided 2*confidence-1 interval is read")
+    min_token_agreement: float = Field(ge=0, le=1, description="share of items whose greedy outputs must be "
+                                                               "identical token for token")
+    max_logprob_difference: float = Field(gt=0, description="largest allowed |log p(candidate) - log p(incumbent)| "
+                                                            "of a token both arms chose at the same place (nats)")
+
+
 class ServingPolicy(BaseModel):
     """How the serving lab turns repeated runs of recipes A and B into accept / reject / inconclusive."""
 
@@ -106,6 +127,9 @@ class ServingPolicy(BaseModel):
         description="paired window design: how the family's p-values (primary + guards) are adjusted")
     prior_window_cv: float = Field(default=SERVING_LATER_FIELDS["prior_window_cv"], gt=0, lt=1,
                                    description="per-window coefficient of variation a plan assumes before measuring")
+    quality: QualityPolicy | None = Field(default=SERVING_LATER_FIELDS["quality"],
+                                          description="the semantic-quality gate where both arms serve real weights "
+                                                      "(None: no gate)")
 
     @field_validator("primary_metric")
     @classmethod

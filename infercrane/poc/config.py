@@ -49,7 +49,8 @@ from ..kernels.config import (
     DEFAULT_CHECKS, DEFAULT_SAMPLES_PER_TRIAL, DEFAULT_TIMEOUT_S, DEFAULT_TRIALS, SCREEN_KNOBS, Checks, Dtype, Modes,
     OpChoice, Samples, Seed, Trials, WorkerTimeout,
 )
-from ..serving.config import DEFAULT_DRIVERS, Drivers, PlanOptions, ServerOptions, StandIn, StartupTimeout
+from ..serving.config import DEFAULT_DRIVERS, Drivers, PlanOptions, QualityGate, ServerOptions, StandIn, StartupTimeout
+from ..serving.quality import QUALITY_GATE_DEFAULT
 from ..serving.engine_kinds import STARTUP_TIMEOUT_S
 from .gpus import KNOWN_GPU_TYPES
 
@@ -134,6 +135,7 @@ class ServingSection(ServerOptions):
 
     stand_in: StandIn = False
     drivers: Drivers = DEFAULT_DRIVERS
+    quality_gate: QualityGate = QUALITY_GATE_DEFAULT
     policy: str | None = Field(None, description="a serving policy file (default: the packaged one; a relative path "
                                                  "is read from the config file's folder)")
     startup_timeout_s: StartupTimeout = STARTUP_TIMEOUT_S

@@ -262,7 +262,7 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
         plans[section] = ABPlan(section=section, recipes=recs, workload=workload, drivers=list(s.drivers),
                                 policy=policy, startup_timeout_s=s.startup_timeout_s,
                                 out=sections_dir / f"{section}.json", section_sha256=sha, options=options,
-                                tokenizer=s.tokenizer, access=s.access())
+                                tokenizer=s.tokenizer, access=s.access(), quality_gate=s.quality_gate)
     return plans, model_provenance(plans["paired"].recipes[0])
 
 

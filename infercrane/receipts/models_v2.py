@@ -610,6 +610,35 @@ class TokenGateRecord(Strict):
     compared: Literal["token ids", "words"]
 
 
+class QualityItemsRecord(Strict):
+    """Which generated items an engine answered (serving/quality.py regenerates them from seed and count)."""
+
+    generator: NonEmptyStr
+    seed: NonNegativeInt
+    per_task: PositiveInt
+    items: PositiveInt
+    max_tokens: PositiveInt
+    sha256: str = SHA256
+
+
+class QualityAnswerRecord(Strict):
+    """One item's greedy answer: its text, the tokens chosen (ids where the server gave them, else text pieces) and
+    each one's log-probability."""
+
+    item: NonEmptyStr
+    text: str
+    tokens: list[int | str]
+    logprobs: list[float]
+
+
+class QualityAnswersRecord(Strict):
+    """An engine's answers to the semantic-quality gate's items (raw evidence of the receipt's ``quality_gate``)."""
+
+    items: QualityItemsRecord
+    answers: list[QualityAnswerRecord] = Field(min_length=1)
+    wall_s: NonNegativeFloat
+
+
 class EngineWarmup(Strict):
     """The unmeasured load an engine was given before its first measured point (``serving.warmup``)."""
 
@@ -665,6 +694,8 @@ class EngineRecord(Strict):
                                        description="recipes whose engines were up on the same GPU at the same time")
     kernels: list[KernelInEngine] = Field(default_factory=list, description="candidate kernels inside the engine")
     token_gate: TokenGateRecord | None = None
+    quality_answers: QualityAnswersRecord | None = Field(default=None, description="its answers to the semantic-"
+                                                         "quality gate's items; absent where the gate did not run")
     warmup: EngineWarmup | None = Field(default=None, description="absent from receipts written before engines were "
                                                             "warmed up")
     jit_during_serving: list[JitDuringServing] = Field(default_factory=list)
@@ -779,6 +810,32 @@ class KernelInServingV2(Strict):
     prediction: dict[str, Any]
 
 
+class QualityGateSection(Strict):
+    """The semantic-quality gate of an A/B (``decide/quality.py``): the candidate arm's answers against the
+    incumbent's, derived from the engines' ``quality_answers``; or why it did not run."""
+
+    ran: bool
+    why_not: str | None = None
+    reference: str | None = None
+    candidate: str | None = None
+    items: QualityItemsRecord | None = None
+    accuracy: dict[str, Any] | None = None
+    token_agreement: dict[str, Any] | None = None
+    logprob: dict[str, Any] | None = None
+    verdict: Literal["pass", "fail", "undecided"] | None = None
+    reason: str | None = None
+    rule: str | None = None
+
+    @model_validator(mode="after")
+    def _evidence(self) -> "QualityGateSection":
+        held = [self.items, self.accuracy, self.token_agreement, self.logprob, self.verdict, self.reason, self.rule]
+        if self.ran and any(x is None for x in held):
+            raise ValueError("a gate that ran states its items, its three criteria, its verdict, reason and rule")
+        if not self.ran and (self.why_not is None or any(x is not None for x in held)):
+            raise ValueError("a gate that did not run says why, and holds no verdict")
+        return self
+
+
 class OptimizationPocReceiptV2(Strict):
     schema_version: Literal["infercrane.optimization-poc-receipt/v2"]
     recorded_at: AwareDatetime
@@ -797,6 +854,8 @@ class OptimizationPocReceiptV2(Strict):
     public_workload_reproduction: PublicWorkloadReproductionV2 | None = None
     kernel_in_serving: KernelInServingV2 | None = Field(default=None, description="infercrane kernel apply: the "
                                                         "candidate kernel inside arm B's engine, predicted and measured")
+    quality_gate: QualityGateSection | None = Field(default=None, description="the semantic-quality gate of the A/B "
+                                                    "(absent: written before the gate)")
     runtime_compatibility: list[RuntimeFindingV2] = Field(default_factory=list)
     qualification_boundary: NonEmptyStr
     complete: bool

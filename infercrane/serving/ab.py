@@ -46,6 +46,9 @@ class ABPlan:
     model_provenance: dict[str, Any] | None = None
     tokenizer: str | None = None
     access: Any = None
+    # the semantic-quality gate: on, off, or auto (on where the model's weights are real and a vLLM engine serves
+    # them; serving.quality.plan_gate)
+    quality_gate: str = "auto"
 
 
 def artifacts_dir(plan: ABPlan) -> Path:
@@ -77,9 +80,12 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     from ..serving.receipt import build_document, model_provenance, plan_config
     from ..serving.workload import PlanResult, plan_runs, run_plan
 
+    from ..serving.quality import QualityAsker, plan_gate
+
     recs, workload = plan.recipes, plan.workload
     model_prov = plan.model_provenance or model_provenance(recs[0])
-    config = plan_config(plan.kind, recs, workload, plan.options)
+    gate = plan_gate(plan.quality_gate, recs, model_prov, plan.policy) if plan.kind == "ab" else None
+    config = plan_config(plan.kind, recs, workload, {**plan.options, **({"quality_gate": gate} if gate else {})})
     order = plan.order or workload.arm_order
     runs = plan_runs([r.name for r in recs], workload, order)
     total = len(runs) * len(plan.drivers)
@@ -126,7 +132,8 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
                           startup_timeout_s=plan.startup_timeout_s, on_run=one_run, on_progress=progress,
                           into=partial, coresident=bool(plan.options.get("coresident")), on_start=on_start,
                           engines=external or None, ahead=ahead, then=then, tokenizer=plan.tokenizer,
-                          access=plan.access)
+                          access=plan.access,
+                          quality=QualityAsker(plan.policy.quality, progress) if gate and gate["run"] else None)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         if ahead is not None:
             ahead.kill()  # ended with the plan, if the plan had not taken it yet

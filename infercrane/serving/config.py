@@ -26,6 +26,7 @@ from pydantic import (
 
 from ..options import Many, flag
 from .engine_kinds import STARTUP_TIMEOUT_S
+from .quality import QUALITY_GATE_DEFAULT, QualityGateMode
 
 # The workload each command runs when --workload is not given.
 DEFAULT_WORKLOAD = {"ab": "seed-paired", "bench": "public-1000"}
@@ -229,6 +230,9 @@ Drivers = Annotated[Many[Literal["aiperf", "vllm-bench"]], AfterValidator(_disti
                     Field(description="Load generators, each run at every point on the same engine; the first is "
                                       "primary.")]
 StartupTimeout = Annotated[float, Field(gt=0, description="Engine start-up limit (health + first completion).")]
+QualityGate = Annotated[QualityGateMode, Field(description="The semantic-quality gate (an A/B's arms answer generated "
+                                                           "items; a failed gate rejects): auto runs it where the "
+                                                           "model's weights are real on vLLM, on and off force it.")]
 DEFAULT_DRIVERS: tuple[str, ...] = ("aiperf",)
 
 
@@ -271,6 +275,7 @@ class _ServeHead(BaseModel):
                                                      "see `infercrane model list`, or a local model folder).")
     stand_in: StandIn = False
     drivers: Drivers = DEFAULT_DRIVERS
+    quality_gate: QualityGate = QUALITY_GATE_DEFAULT
 
 
 class ServeConfig(ServerOptions, PlanOptions, _ServeHead):
@@ -350,6 +355,7 @@ class ApplyConfig(BaseModel):
     workload: str = Field("seed-paired", description="Workload preset or YAML file of the A/Bs.")
     runs: int | None = Field(None, ge=3, le=100, description="Runs per arm (workload default: 5).")
     stand_in: bool = Field(False, description="Serve the offline stand-in of the recipes' model (dummy weights).")
+    quality_gate: QualityGate = QUALITY_GATE_DEFAULT
     kernel_receipt: Path | None = Field(None, description="A kernel screen receipt (v3) to predict from, instead of "
                                                           "screening the kernel at the rows the workload runs.")
     trials: int = Field(5, ge=1, le=100, description="Timing trials of that screen.")

@@ -427,6 +427,8 @@ class EngineLifetime(BaseModel):
                                           "that it ran and the in-engine gate (serving.kernels.proof)")
     token_gate: dict[str, Any] | None = Field(default=None, description="greedy outputs against the reference "
                                               "arm's (serving.kernels.token_gate)")
+    quality_answers: dict[str, Any] | None = Field(default=None, description="its answers to the semantic-quality "
+                                                   "gate's items (serving.quality.answer_items)")
     warmup: dict[str, Any] | None = Field(default=None, description="the unmeasured load it was given before its "
                                           "first measured point (serving.warmup.warm_engine)")
     jit_during_serving: list[dict[str, Any]] = Field(

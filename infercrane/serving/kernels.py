@@ -344,9 +344,12 @@ class KernelGates:
     """The gates of a plan whose arms name kernels: the reference arm's (the first arm without kernels) greedy
     outputs are taken once, from its first engine; each kernel arm's engine gives its own before its first visit and
     is compared with them before it is timed, and its proof is read again after every visit. A failure raises
-    RunFailed: the plan stops, the runs measured so far stand."""
+    RunFailed: the plan stops, the runs measured so far stand. With ``blocking`` off (real weights: the
+    semantic-quality gate decides), a token-gate divergence is recorded and the arm is timed: a correct kernel rounds
+    differently and may part from the incumbent at a near-tie of real logits."""
 
-    def __init__(self, arms: dict[str, Any], first_arm: str, coresident: bool) -> None:
+    def __init__(self, arms: dict[str, Any], first_arm: str, coresident: bool, *, blocking: bool = True) -> None:
+        self.blocking = blocking
         self.kernel_arms = [a for a, r in arms.items() if r.kernels]
         plain = [a for a, r in arms.items() if not r.kernels]
         if not plain:
@@ -371,7 +374,7 @@ class KernelGates:
                                 hint="put the incumbent first (arm A)")
             gate = token_gate(self.reference, self.reference_tokens, greedy_tokens(engine))
             engine.record.token_gate = gate
-            if not gate["identical"]:
+            if not gate["identical"] and self.blocking:
                 raise RunFailed(f"engine {engine.label!r}: token gate failed against arm {self.reference!r}: greedy "
                                 f"outputs diverge at {gate['first_divergence']}; the arm is not timed",
                                 hint="the kernel changes what the model generates: check it against the op's oracle "

@@ -48,10 +48,11 @@ import json
 import math
 import random
 import re
+import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,6 +60,10 @@ from infercrane.errors import InputError, RunFailed
 from infercrane.hashing import canonical_json
 
 TASKS: tuple[str, ...] = ("arithmetic", "copying", "counting", "facts")
+# Whether an A/B runs the semantic-quality gate (``plan_gate``): the option ``--quality-gate`` and its default.
+QualityGateMode = Literal["auto", "on", "off"]
+QUALITY_GATE_MODES: tuple[str, ...] = get_args(QualityGateMode)
+QUALITY_GATE_DEFAULT: QualityGateMode = "auto"
 DATA_FILE = Path(__file__).resolve().parent / "quality_data.yaml"
 DATA_SCHEMA_VERSION = "infercrane.quality-data/v1"
 COMPLETIONS_PATH = "/v1/completions"
@@ -393,3 +398,67 @@ def parse_output(item: QualityItem, payload: bytes | str) -> ItemOutput:
             raise _bad(item, f"has {len(ids)} token_ids for {len(tokens)} logprobs.tokens")
     return ItemOutput(item_id=item.id, text=text, token_ids=None if ids is None else list(ids), tokens=list(tokens),
                       logprobs=[float(v) for v in lps], correct=score(item, text))
+
+
+# --------------------------------------------------------------------------------------------- the gate's run
+
+GENERATOR = "infercrane.serving.quality"  # what a receipt names as the items' generator
+
+
+def plan_gate(mode: str, recipes: list[Any], model_provenance: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """Whether an A/B runs the semantic-quality gate, and why (what its receipt records under
+    ``provenance.config.options.quality_gate``). ``mode``: ``on``, ``off`` or ``auto`` (on where the model's weights
+    are real and every arm is a vLLM engine: dummy weights answer noise, and the test server is no model)."""
+    if mode not in QUALITY_GATE_MODES:
+        raise InputError(f"quality gate must be one of {', '.join(QUALITY_GATE_MODES)}, got {mode!r}")
+    if mode == "off":
+        return {"mode": mode, "run": False, "why": "turned off (--quality-gate off)"}
+    if policy.quality is None:
+        if mode == "on":
+            raise InputError("--quality-gate on: the serving policy has no quality block",
+                             hint="add one (see infercrane/decide/policies/serving.yaml) or leave the gate off")
+        return {"mode": mode, "run": False, "why": "the serving policy has no quality block"}
+    if mode == "on":
+        return {"mode": mode, "run": True, "why": "asked (--quality-gate on)"}
+    weights = model_provenance.get("weights")
+    if weights != "real":
+        return {"mode": mode, "run": False, "why": f"the model's weights are {weights}: their answers are noise (a real model: "
+                                     "infercrane model prepare)"}
+    engines = sorted({r.engine for r in recipes})
+    if engines != ["vllm"]:
+        return {"mode": mode, "run": False, "why": f"engine {', '.join(engines)} is not a model (--quality-gate on asks it "
+                                     "anyway)"}
+    return {"mode": mode, "run": True, "why": "real weights on vLLM"}
+
+
+def answer_items(engine: Any, quality: Any, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """An engine's answers to the policy's items, as the receipt's engine record holds them
+    (``receipts.models_v2.QualityAnswersRecord``)."""
+    items = generate_items(quality.seed, quality.items_per_task)
+    t0 = time.monotonic()
+    outputs = ask(engine.post, engine.served_model, items, max_tokens=quality.max_tokens)
+    return {"items": {"generator": GENERATOR, "seed": quality.seed, "per_task": quality.items_per_task,
+                      "items": len(items), "max_tokens": quality.max_tokens, "sha256": items_sha256(items)},
+            "answers": [{"item": o.item_id, "text": o.text,
+                         "tokens": list(o.token_ids) if o.token_ids is not None else list(o.tokens),
+                         "logprobs": list(o.logprobs)} for o in outputs],
+            "wall_s": round(time.monotonic() - t0, 3)}
+
+
+class QualityAsker:
+    """The hook ``workload.run_plan`` calls before every visit: an engine answers the items once (its first visit),
+    kept on its record."""
+
+    def __init__(self, quality: Any, say: Callable[[str], None]) -> None:
+        self.quality, self.say = quality, say
+
+    def __call__(self, arm: str, engine: Any) -> None:
+        if engine.record.quality_answers is not None:
+            return
+        n = len(TASKS) * self.quality.items_per_task
+        self.say(f"quality gate: {arm} answers {n} items greedily, one at a time")
+        engine.record.quality_answers = answer_items(engine, self.quality)
+        right = sum(score(it, a["text"]) for it, a in zip(generate_items(self.quality.seed, self.quality.items_per_task),
+                                                          engine.record.quality_answers["answers"]))
+        self.say(f"quality gate: {arm} answered {right} of {n} right "
+                 f"({engine.record.quality_answers['wall_s']:.1f} s)")

@@ -34,6 +34,9 @@ ARM_PHRASES = {"compiled": "compiled vLLM", "eager": "eager vLLM", "throughput":
                "balanced": "balanced mode"}
 SYNTHETIC_BOUNDARY = ("synthetic performance evidence only (random prompts{weights}); production trace replay, "
                       "semantic quality, cost, and release gates remain required")
+# An A/B whose semantic-quality gate ran: quality is checked, on InferCrane's generated items only.
+QUALITY_BOUNDARY = ("synthetic performance evidence (random prompts); semantic quality gated on InferCrane's generated "
+                    "items ({verdict}); production trace replay, cost, and release gates remain required")
 
 
 def run_record(m: RunMetrics) -> dict[str, Any]:
@@ -89,6 +92,7 @@ def engine_record(e: Any) -> dict[str, Any]:
             "gpu_memory_utilization": getattr(e, "gpu_memory_utilization", None),
             "coresident_with": list(getattr(e, "coresident_with", [])),
             "kernels": list(getattr(e, "kernels", [])), "token_gate": getattr(e, "token_gate", None),
+            **({"quality_answers": e.quality_answers} if getattr(e, "quality_answers", None) else {}),
             "warmup": getattr(e, "warmup", None), "jit_during_serving": list(getattr(e, "jit_during_serving", []))}
 
 
@@ -363,6 +367,57 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
     return stats, family, design, (d.decision, d.decision_text, d.reason)
 
 
+def _answers_of(engines: list[dict[str, Any]], arm: str) -> dict[str, Any] | None:
+    """The first answers to the quality gate's items that an engine of ``arm`` gave (an engine started again gives
+    them again; the first set is the one the gate read)."""
+    return next((e["quality_answers"] for e in engines if e["recipe"] == arm and e.get("quality_answers")), None)
+
+
+def quality_section(engines: list[dict[str, Any]], a: str, b: str, policy: ServingPolicy,
+                    options: dict[str, Any]) -> dict[str, Any] | None:
+    """The receipt's ``quality_gate``: arm B's answers against arm A's (``decide.quality.quality_gate``), each answer
+    scored again from its text against the item regenerated from the recorded seed and count
+    (``serving.quality``); or why the gate did not run. None for a receipt whose plan did not say whether it would
+    (written before the gate)."""
+    from ..decide.quality import Answer, quality_gate
+    from ..errors import InputError
+    from .quality import GENERATOR, generate_items, items_sha256, score
+
+    planned = options.get("quality_gate")
+    if planned is None:
+        return None
+    if not planned["run"]:
+        return {"ran": False, "why_not": planned["why"]}
+    q = policy.quality
+    if q is None:
+        raise InputError("the plan ran the quality gate but the receipt's policy has no quality block")
+    got = {arm: _answers_of(engines, arm) for arm in (a, b)}
+    lacking = [arm for arm, ans in got.items() if ans is None]
+    if lacking:
+        return {"ran": False, "why_not": f"planned, but no answers from {' and '.join(lacking)}'s engine: the "
+                                         "plan stopped before that arm's first visit"}
+    items = generate_items(q.seed, q.items_per_task)
+    stated = {"generator": GENERATOR, "seed": q.seed, "per_task": q.items_per_task, "items": len(items),
+              "max_tokens": q.max_tokens, "sha256": items_sha256(items)}
+    for arm, ans in got.items():
+        if ans["items"] != stated:
+            diff = sorted(k for k in stated if ans["items"].get(k) != stated[k])
+            raise InputError(f"arm {arm}'s answers are to other items than the policy's ({', '.join(diff)} differ)")
+    by_id = {it.id: it for it in items}
+
+    def answers(arm: str) -> list[Answer]:
+        out = []
+        for rec in got[arm]["answers"]:
+            item = by_id.get(rec["item"])
+            if item is None:
+                raise InputError(f"arm {arm} answered an item that is not generated: {rec['item']!r}")
+            out.append(Answer(rec["item"], score(item, rec["text"]), tuple(rec["tokens"]), tuple(rec["logprobs"])))
+        return out
+
+    gate = quality_gate({it.id: it.task for it in items}, answers(a), answers(b), q)
+    return {"ran": True, "reference": a, "candidate": b, "items": stated, **gate}
+
+
 def model_provenance(recipe: Any) -> dict[str, Any]:
     """Provenance's model block for a recipe's model: the real id and revision, the config fields the serving numbers
     depend on, the fingerprint of its whole config (``config_sha256``: what ties the id to the config served), and
@@ -504,6 +559,18 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             stats, family, design, (code, text, reason) = paired
         else:
             code, text, reason = _combine(decisions, a, b, "this workload")
+        gate = quality_section(doc["engines"], a, b, policy, (provenance.get("config") or {}).get("options") or {})
+        if gate is not None:
+            from ..decide.quality import UNDECIDED, apply_to_decision
+
+            doc["quality_gate"] = gate
+            if gate["ran"]:
+                code, text, reason = apply_to_decision(code, text, reason, gate)
+                doc["qualification_boundary"] = QUALITY_BOUNDARY.format(verdict=f"gate {gate['verdict']}")
+            elif (provenance.get("config") or {}).get("options", {}).get("quality_gate", {}).get("run"):
+                # planned and not run: speed alone cannot accept
+                code, text, reason = apply_to_decision(code, text, reason,
+                                                       {"verdict": UNDECIDED, "reason": gate["why_not"]})
         doc["paired_aiperf"] = {
             "gpu": provenance["hardware"]["gpu"], "app_id": provenance["run_id"], "primary_driver": primary,
             "workload": workload_block, "failures": sum(m["failures"] for m in measurements),
@@ -751,7 +818,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
 
 # What re-deciding a receipt recomputes: everything but the raw evidence (runs, engines) and the provenance.
 DERIVED_FIELDS = ("model", "runtime_compatibility", "qualification_boundary", "paired_aiperf", "bench",
-                  "public_workload_reproduction", "kernel_in_serving")
+                  "public_workload_reproduction", "kernel_in_serving", "quality_gate")
 
 
 def receipt_policy(doc: dict[str, Any]) -> ServingPolicy:

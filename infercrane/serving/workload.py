@@ -569,9 +569,14 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
              on_start: Callable[[], None] | None = None, coresident: bool = False,
              engines: Mapping[str, Any] | None = None,
              on_progress: Callable[[str], None] | None = None, ahead: Any = None,
-             then: Callable[[], None] | None = None, access: Any = None) -> PlanResult:
+             then: Callable[[], None] | None = None, access: Any = None,
+             quality: Callable[[str, Any], None] | None = None) -> PlanResult:
     """Run every planned run: drive each arm's engine visit by visit, one driver invocation per visit where the
     driver allows it.
+
+    ``quality``: called with (arm, engine) before every visit, before the warm-up (the semantic-quality gate's
+    answers: ``serving.quality.QualityAsker``); where it is given, the kernel token gate records a divergence
+    without stopping the arm (the quality gate decides).
 
     ``access`` (``engine.ServerAccess``): the API key and headers every request to the engines it starts carries
     (their probes, the warm-up, the drivers); an engine given (``engines``) carries its own. ``tokenizer``: the
@@ -703,7 +708,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
     from infercrane.serving.jit import attribute, jit_events, notes as jit_notes
     from infercrane.serving.warmup import warm_engine
 
-    gates = KernelGates(arms, plan[0].arm, coresident) if any(r.kernels for r in arms.values()) else None
+    gates = KernelGates(arms, plan[0].arm, coresident, blocking=quality is None) \
+        if any(r.kernels for r in arms.values()) else None
     shared: dict[str, Any] = dict(external)
     # Blocks started ahead (maybe_prestart): visit -> its AIPerf process, held at its gate until its visit comes.
     seg_order = list(segments)
@@ -902,6 +908,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             raise engine.failure(f"died before run {runs[0].run_index} at concurrency {runs[0].concurrency}")
         if gates is not None:
             gates.before_visit(arm, engine, shared)
+        if quality is not None:
+            quality(arm, engine)
         if not warmed_for_workload(engine):
             # its first visit for this workload (an engine shared by A/Bs meets a new one): load it at every
             # concurrency first (serving.warmup)
