@@ -15,8 +15,8 @@ log-probability of every token chosen. The gate reads three criteria, each again
   the outputs first part), the largest ``|log p(candidate) - log p(incumbent)|``; PASS at or below
   ``max_logprob_difference``.
 
-The gate **passes** when all three pass, **fails** when any is broken (INFERIOR, or below/above its bound), and is
-**undecided** otherwise (the accuracy interval straddles the margin). The gate's pass is an intersection-union test:
+The gate **PASS**es when all three pass, **FAIL**s when any is broken (INFERIOR, or below/above its bound), and is
+**UNDECIDED** otherwise (the accuracy interval straddles the margin). The gate's pass is an intersection-union test:
 each criterion must pass on its own, so no multiplicity adjustment is needed for the conclusion "pass" (its level is
 that of the accuracy test). When even identical answers on every item could not show non-inferiority at the policy's
 margin (too few items), the gate says so and the number of items that could.
@@ -34,7 +34,7 @@ from infercrane.errors import InputError
 from infercrane.stats.proportions import (NEWCOMBE_METHOD, PairedCounts, items_to_show_margin,
                                           paired_difference_interval)
 
-PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
+PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
 # How many first divergences the section lists (the count covers every one).
 SHOWN_DIVERGENCES = 5
 
@@ -123,16 +123,16 @@ def quality_gate(tasks: dict[str, str], reference: Sequence[Answer], candidate: 
                 worst, worst_at = d, {"item": r.item_id, "token": k}
     n = counts.n
     share = identical / n
-    agreement_verdict = "PASS" if share >= policy.min_token_agreement else "FAIL"
-    logprob_verdict = "PASS" if worst <= policy.max_logprob_difference else "FAIL"
+    agreement_verdict = PASS if share >= policy.min_token_agreement else FAIL
+    logprob_verdict = PASS if worst <= policy.max_logprob_difference else FAIL
     broken = []
     if acc_verdict == "INFERIOR":
         broken.append(f"accuracy {counts.candidate_rate:.3f} against {counts.reference_rate:.3f}: the difference's "
                       f"interval [{lo:+.3f}, {hi:+.3f}] lies below -{margin:g}")
-    if agreement_verdict == "FAIL":
+    if agreement_verdict == FAIL:
         broken.append(f"identical greedy outputs on {identical} of {n} items ({share:.1%} < "
                       f"{policy.min_token_agreement:.0%})")
-    if logprob_verdict == "FAIL":
+    if logprob_verdict == FAIL:
         broken.append(f"a log-probability moved by {worst:.3f} nats (> {policy.max_logprob_difference:g}) at item "
                       f"{worst_at['item']} token {worst_at['token']}")
     if broken:

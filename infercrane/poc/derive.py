@@ -30,9 +30,7 @@ EVIDENCE_SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
 # The PoC receipt fields this module owns; validation compares each with a fresh derivation.
 DERIVED_FIELDS: tuple[str, ...] = ("evidence_class", "evidence_parts", "model", "custom_kernel", "paired_aiperf",
                                    "bench", "public_workload_reproduction", "runtime_compatibility",
-                                   "qualification_boundary", "drivers", "policy", "policy_sha256")
-SYNTHETIC = ("synthetic performance evidence only (random prompts{weights}); production trace replay, semantic "
-             "quality, cost, and release gates remain required")
+                                   "qualification_boundary", "drivers", "policy", "policy_sha256", "quality_gate")
 KERNEL_ONLY = "operator microbenchmark only; no end-to-end serving claim"
 # The kernel table's baselines in the seed's names (``vllm_ms``: vLLM's own kernel).
 SEED_BASELINES = (("vllm_vendor", "vllm"), ("eager", "eager"), ("torch_compile", "torch_compile"))
@@ -305,10 +303,22 @@ def _named(parts: list[dict[str, Any]]) -> str:
     return ", ".join(f"{p['section']} {p['gpu']} ({p['basis']})" for p in parts)
 
 
+def _quality_gate(evidence: dict[str, Any]) -> dict[str, Any] | None:
+    """The paired A/B's semantic-quality gate, as its receipt states it (None: written before the gate)."""
+    paired = _top(evidence, "paired")
+    return paired.get("quality_gate") if paired is not None else None
+
+
 def qualification_boundary(evidence: dict[str, Any]) -> str:
+    from ..serving.receipt import QUALITY_BOUNDARY, SYNTHETIC_BOUNDARY
+
     serving = _serving_docs(evidence)
     dummy = any(d["model"].get("weights") == "dummy" for d in serving)
-    text = SYNTHETIC.format(weights=", dummy weights" if dummy else "") if serving else KERNEL_ONLY
+    gate = _quality_gate(evidence)
+    if gate is not None and gate["ran"]:
+        text = QUALITY_BOUNDARY.format(verdict=f"paired A/B: gate {gate['verdict']}")
+    else:
+        text = SYNTHETIC_BOUNDARY.format(weights=", dummy weights" if dummy else "") if serving else KERNEL_ONLY
     if any(k["evidence_class"] == "real-gpu-microbenchmark" for k in evidence.get("kernel", {}).values()):
         text += ("; the kernel's end-to-end figures are Amdahl estimates from its share of the decode step the "
                  "paired A/B measured, not a serving measurement of the kernel")
@@ -346,6 +356,7 @@ def derive_sections(evidence: dict[str, Any]) -> dict[str, Any]:
         "drivers": drivers,
         "policy": policy,
         "policy_sha256": policy_sha,
+        "quality_gate": _quality_gate(evidence),
     }
 
 
@@ -373,6 +384,7 @@ def assemble(evidence: dict[str, Any], *, provenance: dict[str, Any], complete: 
         "paired_aiperf": derived["paired_aiperf"],
         "bench": None,
         "public_workload_reproduction": derived["public_workload_reproduction"],
+        **({"quality_gate": derived["quality_gate"]} if derived["quality_gate"] is not None else {}),
         "runtime_compatibility": derived["runtime_compatibility"],
         "qualification_boundary": derived["qualification_boundary"],
         "complete": complete,

@@ -810,6 +810,53 @@ class KernelInServingV2(Strict):
     prediction: dict[str, Any]
 
 
+class QualityTaskAccuracy(Strict):
+    items: PositiveInt
+    reference_correct: NonNegativeInt
+    candidate_correct: NonNegativeInt
+
+
+class QualityTable(Strict):
+    """The paired outcomes: both right, only the reference, only the candidate, neither."""
+
+    both: NonNegativeInt
+    reference_only: NonNegativeInt
+    candidate_only: NonNegativeInt
+    neither: NonNegativeInt
+
+
+class QualityAccuracy(Strict):
+    reference: float = Field(ge=0, le=1)
+    candidate: float = Field(ge=0, le=1)
+    table: QualityTable
+    difference: float = Field(ge=-1, le=1)
+    ci_low: float = Field(ge=-1, le=1)
+    ci_high: float = Field(ge=-1, le=1)
+    confidence: float = Field(gt=0, lt=1)
+    interval_method: NonEmptyStr
+    margin: float = Field(gt=0, lt=1)
+    verdict: Literal["NON-INFERIOR", "INFERIOR", "UNDECIDED"]
+    items_to_show_margin: PositiveInt | None
+    by_task: dict[str, QualityTaskAccuracy]
+
+
+class QualityTokenAgreement(Strict):
+    identical_items: NonNegativeInt
+    share: float = Field(ge=0, le=1)
+    min_share: float = Field(ge=0, le=1)
+    verdict: Literal["PASS", "FAIL"]
+    divergences: NonNegativeInt
+    first_divergences: list[dict[str, Any]]
+
+
+class QualityLogprob(Strict):
+    compared_tokens: NonNegativeInt
+    max_abs_difference: NonNegativeFloat
+    at: dict[str, Any] | None
+    bound: PositiveFloat
+    verdict: Literal["PASS", "FAIL"]
+
+
 class QualityGateSection(Strict):
     """The semantic-quality gate of an A/B (``decide/quality.py``): the candidate arm's answers against the
     incumbent's, derived from the engines' ``quality_answers``; or why it did not run."""
@@ -819,10 +866,10 @@ class QualityGateSection(Strict):
     reference: str | None = None
     candidate: str | None = None
     items: QualityItemsRecord | None = None
-    accuracy: dict[str, Any] | None = None
-    token_agreement: dict[str, Any] | None = None
-    logprob: dict[str, Any] | None = None
-    verdict: Literal["pass", "fail", "undecided"] | None = None
+    accuracy: QualityAccuracy | None = None
+    token_agreement: QualityTokenAgreement | None = None
+    logprob: QualityLogprob | None = None
+    verdict: Literal["PASS", "FAIL", "UNDECIDED"] | None = None
     reason: str | None = None
     rule: str | None = None
 

@@ -26,7 +26,7 @@ TASKS = {f"item-{i:03d}": ("arithmetic", "facts")[i % 2] for i in range(200)}
 
 def test_identical_answers_pass() -> None:
     g = quality_gate(TASKS, _answers(200, wrong={1, 2}), _answers(200, wrong={1, 2}), POLICY)
-    assert g["verdict"] == "pass"
+    assert g["verdict"] == "PASS"
     acc = g["accuracy"]
     assert (acc["verdict"], acc["difference"], acc["table"]["reference_only"]) == ("NON-INFERIOR", 0.0, 0)
     assert acc["ci_low"] >= -POLICY.accuracy_margin and "Newcombe" in acc["interval_method"]
@@ -37,14 +37,14 @@ def test_identical_answers_pass() -> None:
 
 def test_a_candidate_that_loses_accuracy_fails() -> None:
     g = quality_gate(TASKS, _answers(200), _answers(200, wrong=set(range(0, 200, 5))), POLICY)  # 40 of 200 wrong
-    assert g["accuracy"]["verdict"] == "INFERIOR" and g["verdict"] == "fail"
+    assert g["accuracy"]["verdict"] == "INFERIOR" and g["verdict"] == "FAIL"
     assert g["accuracy"]["ci_high"] < -POLICY.accuracy_margin
     assert "lies below -0.05" in g["reason"]
 
 
 def test_a_moved_log_probability_fails_even_with_the_same_tokens() -> None:
     g = quality_gate(TASKS, _answers(200), _answers(200, shift={17: 0.8}), POLICY)
-    assert g["logprob"]["verdict"] == "FAIL" and g["verdict"] == "fail"
+    assert g["logprob"]["verdict"] == "FAIL" and g["verdict"] == "FAIL"
     assert g["logprob"]["at"] == {"item": "item-017", "token": 1}
     assert g["logprob"]["max_abs_difference"] == pytest.approx(0.8)
     assert g["token_agreement"]["verdict"] == "PASS"
@@ -60,19 +60,19 @@ def test_log_probabilities_after_a_divergence_are_not_compared() -> None:
     assert g["token_agreement"]["identical_items"] == 195 and g["token_agreement"]["divergences"] == 5
     assert g["token_agreement"]["first_divergences"][0] == {"item": "item-000", "token": 1, "reference": 20,
                                                             "candidate": 99}
-    assert g["verdict"] == "pass"  # 97.5 % agreement >= 90 %
+    assert g["verdict"] == "PASS"  # 97.5 % agreement >= 90 %
 
 
 def test_too_many_divergent_outputs_fail() -> None:
     g = quality_gate(TASKS, _answers(200), _answers(200, diverge=set(range(0, 200, 4))), POLICY)  # 25 % differ
-    assert g["token_agreement"]["verdict"] == "FAIL" and g["verdict"] == "fail"
+    assert g["token_agreement"]["verdict"] == "FAIL" and g["verdict"] == "FAIL"
     assert "150 of 200" in g["reason"]
 
 
 def test_too_few_items_are_undecided_and_say_how_many_would_do() -> None:
     tasks = {k: v for k, v in list(TASKS.items())[:10]}
     g = quality_gate(tasks, _answers(10), _answers(10), POLICY)
-    assert g["accuracy"]["verdict"] == "UNDECIDED" and g["verdict"] == "undecided"
+    assert g["accuracy"]["verdict"] == "UNDECIDED" and g["verdict"] == "UNDECIDED"
     needed = g["accuracy"]["items_to_show_margin"]
     assert needed is not None and needed > 10
     assert f"10 items cannot show non-inferiority at this margin even with every answer unchanged ({needed} could)" \
@@ -89,9 +89,9 @@ def test_answers_must_cover_the_same_items() -> None:
 
 
 def test_the_gate_turns_the_decision() -> None:
-    failed = {"verdict": "fail", "reason": "accuracy fell"}
-    undecided = {"verdict": "undecided", "reason": "too few items"}
-    passed = {"verdict": "pass", "reason": "fine"}
+    failed = {"verdict": "FAIL", "reason": "accuracy fell"}
+    undecided = {"verdict": "UNDECIDED", "reason": "too few items"}
+    passed = {"verdict": "PASS", "reason": "fine"}
     code, text, reason = apply_to_decision("accept", "accept B over A for w", "faster", failed)
     assert code == "reject" and "fails the semantic-quality gate" in text and "accept B over A" in text
     assert reason.startswith("quality gate failed: accuracy fell")

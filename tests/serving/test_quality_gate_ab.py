@@ -48,7 +48,7 @@ def test_a_kernel_that_ignores_eps_fails_the_gate_and_is_rejected(tmp_path: Path
                                                                     offline_env) -> None:
     doc = _ab(tmp_path, stand_in_dir, "fused_add_rmsnorm_eps_ignored", "wrong")
     gate = doc["quality_gate"]
-    assert gate["ran"] is True and gate["verdict"] == "fail"
+    assert gate["ran"] is True and gate["verdict"] == "FAIL"
     assert (gate["reference"], gate["candidate"]) == ("incumbent", "candidate")
     assert gate["items"]["items"] == 100 and gate["items"]["seed"] == 3
     assert gate["accuracy"]["reference"] == 1.0 and gate["accuracy"]["candidate"] < 0.9
@@ -67,7 +67,7 @@ def test_a_correct_kernel_passes_and_validation_derives_the_gate_again(tmp_path:
                                                                         offline_env) -> None:
     doc = _ab(tmp_path, stand_in_dir, "fused_add_rmsnorm_correct", "right")
     gate = doc["quality_gate"]
-    assert gate["verdict"] == "pass" and gate["token_agreement"]["identical_items"] == 100
+    assert gate["verdict"] == "PASS" and gate["token_agreement"]["identical_items"] == 100
     assert gate["logprob"]["max_abs_difference"] == 0.0
     assert doc["paired_aiperf"]["decision_code"] != "reject" or "quality" not in doc["paired_aiperf"]["reason"]
     path = Path(doc["_path"])
