@@ -247,6 +247,18 @@ def _prediction(section: str, kis: dict[str, Any]) -> Verdict:
                    note=None if parts else "no concurrency was predicted")
 
 
+def _quality(section: str, gate: dict[str, Any]) -> Verdict:
+    """``quality_gate``: the semantic-quality gate's verdict and reason, or why it did not run."""
+    if not gate.get("ran"):
+        return Verdict(section, label="gate", note=f"did not run: {safe(gate.get('why_not'))}")
+    acc = gate.get("accuracy") or {}
+    head = (f"{_fmt(gate.get('reference'))} against {_fmt(gate.get('candidate'))} on "
+            f"{_fmt((gate.get('items') or {}).get('items'))} items: accuracy {_fmt(acc.get('verdict'))}, "
+            f"agreement {_fmt((gate.get('token_agreement') or {}).get('verdict'))}, log-probabilities "
+            f"{_fmt((gate.get('logprob') or {}).get('verdict'))}")
+    return Verdict(section, label="gate", code=gate.get("verdict"), decision=head, reason=gate.get("reason"))
+
+
 def verdicts(doc: dict[str, Any]) -> list[Verdict]:
     """Every decision the receipt records, by section: its own (a kernel screen), each section's (``paired_aiperf``,
     ``public_workload_reproduction``, ``custom_kernel`` and each of its GPUs where they differ), each other
@@ -261,6 +273,8 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
             continue
         if isinstance(v, dict) and k == "kernel_in_serving":
             out.append(_prediction(k, v))
+        elif isinstance(v, dict) and k == "quality_gate":
+            out.append(_quality(k, v))
         elif isinstance(v, dict) and k == "bench":
             out.append(Verdict(k, note=f"serve bench measures one recipe ({_fmt(v.get('recipe'))}) on every driver"))
         elif isinstance(v, dict) and _decides(v):
