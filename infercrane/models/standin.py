@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.models.catalog import STAND_IN_MARKER, CatalogEntry, get
+from infercrane.models.catalog import CHAT_TEMPLATES, STAND_IN_MARKER, CatalogEntry, get
 from infercrane.models.folders import replace_dir, temp_dir_beside
 
 MARKER_SCHEMA_VERSION = 1
@@ -68,51 +68,6 @@ AIPERF_OFFLINE_TOKENIZER_FINDING: dict[str, str] = {
     "affects": "aiperf==0.12.0",
     "verified_by": "tests/models/test_aiperf_tokenizer.py runs AIPerf's Tokenizer.from_pretrained both ways in a subprocess",
 }
-
-# Chat templates by family. Qwen ones are ChatML as the Qwen models render it (Qwen2.5 inserts its default
-# system prompt; Qwen3 closes an empty think block when called with enable_thinking=False); tool calls and
-# multimodal parts of the published templates are left out. Non-string content renders as empty. SmolLM2's is the
-# template its packaged GGUF carries, verbatim (infercrane.models.real checks that it still is).
-CHAT_TEMPLATES: dict[str, str] = {
-    "qwen3": (
-        "{%- for message in messages %}"
-        "{{- '<|im_start|>' + message['role'] + '\\n' }}"
-        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
-        "{{- '<|im_end|>\\n' }}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}"
-        "{{- '<|im_start|>assistant\\n' }}"
-        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-        "{%- endif %}"
-    ),
-    "qwen2_5": (
-        "{%- if not messages or messages[0]['role'] != 'system' %}"
-        "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
-        "{%- endif %}"
-        "{%- for message in messages %}"
-        "{{- '<|im_start|>' + message['role'] + '\\n' }}"
-        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
-        "{{- '<|im_end|>\\n' }}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-    ),
-    # SmolLM2's own template, verbatim from its GGUF (tokenizer.chat_template): ChatML with its default system prompt.
-    "smollm2": (
-        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-        "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-        "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-    ),
-    "generic": (
-        "{%- for message in messages %}"
-        "{{- message['role'] + ': ' }}"
-        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
-        "{{- '\\n' }}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- 'assistant: ' }}{%- endif %}"
-    ),
-}
-
 
 @dataclass(frozen=True)
 class StandInInfo:
