@@ -43,9 +43,12 @@ app.command(receipt)
 
 app.command("infercrane.commands.env:env", name="env", help="What this machine is, as receipts record it.")
 
-model = App(name="model", help="The model catalog and the offline model stand-in.")
+model = App(name="model", help="The model catalog, the offline model stand-in, and real models made from packages.")
 model.command("infercrane.commands.model:list_models", name="list", help="List the models in the catalog.")
 model.command("infercrane.commands.model:stand_in", name="stand-in", help="Write an offline stand-in of a catalog model (config, local tokenizer).")
+model.command("infercrane.commands.model:prepare", name="prepare",
+              help="Make a servable folder of a catalog model whose real weights ship in a package (converted once, "
+                   "checked, cached).")
 app.command(model)
 
 kernel = App(name="kernel", help="Kernel lab: screen candidate kernels of an op against baselines and a float32 oracle.")

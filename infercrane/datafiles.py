@@ -69,6 +69,15 @@ MODEL_CONFIG = FileKind("model config", 16 * MiB)  # a Hugging Face config.json 
 # A file an option names, shipped by content to an executor's job: at most the largest kind an option takes.
 OPTION_FILE = FileKind("file", max(RECEIPT.max_bytes, POLICY.max_bytes, KEY.max_bytes, CANDIDATE.max_bytes))
 
+# Where InferCrane keeps what it can make again (vLLM's compile caches per kernel set, converted models, fetched
+# packages), declared once.
+CACHE_ROOT = "~/.cache/infercrane"
+
+
+def cache_dir(*parts: str) -> Path:
+    """A folder under InferCrane's cache (``CACHE_ROOT``, the user's home expanded); not created here."""
+    return Path(CACHE_ROOT).expanduser().joinpath(*parts)
+
 
 def _size(n: int) -> str:
     for unit, scale in (("GiB", 1024 * MiB), ("MiB", MiB), ("KiB", KiB)):

@@ -31,9 +31,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Session fixtures that take minutes, or that cannot be made twice at once on one machine: under pytest-xdist
 # (bash scripts/test: -n auto --dist loadgroup) every test that uses one runs in the same worker, so each is made once,
-# as in a serial run. Two local Ray clusters at once end each other's raylets. The GPU tests share one worker too: one
-# GPU, one test at a time.
-SHARED_EXPENSIVE = ("functional_run", "ray_cluster")
+# as in a serial run. Two local Ray clusters at once end each other's raylets; converting SmolLM2 from its package
+# (tests/models/conftest.py) takes half a minute and a gigabyte of memory. The GPU tests share one worker too: one GPU,
+# one test at a time.
+SHARED_EXPENSIVE = ("functional_run", "ray_cluster", "smollm2_converted")
 
 
 def _group(item: pytest.Item) -> str | None:

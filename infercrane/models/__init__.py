@@ -3,6 +3,8 @@
 ``catalog``: exact public ``config.json`` / ``generation_config.json`` per model id and revision.
 ``standin``: a servable directory (real config, locally trained tokenizer, dummy weights) for machines
 without hub access.
+``real``: a servable directory with real weights, converted once from the package a packaged catalog entry names
+(``infercrane model prepare``).
 """
 from __future__ import annotations
 

@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from infercrane.errors import InputError, RunFailed
-from infercrane.models.catalog import STAND_IN_MARKER, CatalogEntry, get
+from infercrane.models.catalog import CHAT_TEMPLATES, STAND_IN_MARKER, CatalogEntry, get
+from infercrane.models.folders import replace_dir, temp_dir_beside
 
 MARKER_SCHEMA_VERSION = 1
 MARKER_KIND = "infercrane-model-stand-in"
@@ -70,43 +68,6 @@ AIPERF_OFFLINE_TOKENIZER_FINDING: dict[str, str] = {
     "affects": "aiperf==0.12.0",
     "verified_by": "tests/models/test_aiperf_tokenizer.py runs AIPerf's Tokenizer.from_pretrained both ways in a subprocess",
 }
-
-# Chat templates by family. Qwen ones are ChatML as the Qwen models render it (Qwen2.5 inserts its default
-# system prompt; Qwen3 closes an empty think block when called with enable_thinking=False); tool calls and
-# multimodal parts of the published templates are left out. Non-string content renders as empty.
-CHAT_TEMPLATES: dict[str, str] = {
-    "qwen3": (
-        "{%- for message in messages %}"
-        "{{- '<|im_start|>' + message['role'] + '\\n' }}"
-        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
-        "{{- '<|im_end|>\\n' }}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}"
-        "{{- '<|im_start|>assistant\\n' }}"
-        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-        "{%- endif %}"
-    ),
-    "qwen2_5": (
-        "{%- if not messages or messages[0]['role'] != 'system' %}"
-        "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
-        "{%- endif %}"
-        "{%- for message in messages %}"
-        "{{- '<|im_start|>' + message['role'] + '\\n' }}"
-        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
-        "{{- '<|im_end|>\\n' }}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-    ),
-    "generic": (
-        "{%- for message in messages %}"
-        "{{- message['role'] + ': ' }}"
-        "{%- if message['content'] is string %}{{- message['content'] }}{%- endif %}"
-        "{{- '\\n' }}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- 'assistant: ' }}{%- endif %}"
-    ),
-}
-
 
 @dataclass(frozen=True)
 class StandInInfo:
@@ -395,25 +356,6 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
         )
 
 
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Move the finished ``tmp`` to ``out_dir``; an existing ``out_dir`` is swapped out first and deleted last."""
-    if not out_dir.exists():
-        os.replace(tmp, out_dir)
-        return
-    if not any(out_dir.iterdir()):
-        out_dir.rmdir()
-        os.replace(tmp, out_dir)
-        return
-    old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex}.old")
-    os.replace(out_dir, old)
-    try:
-        os.replace(tmp, out_dir)
-    except BaseException:
-        os.replace(old, out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def _hub_cache_repo_dir(cache: Path, model_id: str) -> Path:
     return cache / ("models--" + model_id.replace("/", "--"))
 
@@ -433,6 +375,11 @@ def write_stand_in(
     ``overwrite=True`` and it is itself a stand-in directory.
     """
     entry = get(model_id)
+    if entry.package is not None:
+        raise InputError(
+            f"{model_id} has real weights in a package ({entry.weights_source}); it needs no stand-in",
+            hint=f"prepare it with `infercrane model prepare {model_id}` and serve the folder it prints",
+        )
     first_added = entry.tokenizer.added_tokens[0].id
     trained_target = DEFAULT_TRAINED_VOCAB_SIZE if vocab_size is None else vocab_size
     if isinstance(trained_target, bool) or not isinstance(trained_target, int) or not 257 <= trained_target <= first_added:
@@ -485,10 +432,8 @@ def write_stand_in(
     }
     contents[STAND_IN_MARKER] = _json_text(marker).encode("utf-8")
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    tmp = temp_dir_beside(out_dir)
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the stand-in is meant to be shared
         snapshot = _hub_cache_repo_dir(tmp / HUB_CACHE_DIRNAME, entry.id) / "snapshots" / entry.revision
         snapshot.mkdir(parents=True)
         for name, data in contents.items():
@@ -497,7 +442,7 @@ def write_stand_in(
         refs = snapshot.parent.parent / "refs"
         refs.mkdir()
         (refs / "main").write_text(entry.revision, encoding="ascii")  # as huggingface_hub writes it: no newline
-        _replace_dir(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -7,8 +7,10 @@
   receipt's own ``recorded_at``: a receipt is written after everything it records;
 * the model it names (``provenance.model``) is consistent with InferCrane's model catalog: a catalog model at the
   catalog's revision has the catalog's config fields and config fingerprint (``config_sha256``), a fingerprint of one
-  catalog model is not recorded under another id, and a stand-in (dummy weights, stand-in tokenizer) is of a catalog
-  model at the catalog's revision.
+  catalog model is not recorded under another id, a stand-in (dummy weights, stand-in tokenizer) is of a catalog
+  model at the catalog's revision, and weights converted from a package (``provenance.model.package``) are of a
+  packaged catalog model, at its revision (the package pin), from its package file, with its weights' sha256 and
+  licence.
 
 Two clocks, or one writer stamping a receipt's parts one after the other, may disagree by ``CLOCK_SKEW_S``; every
 comparison of time stamps here and in the labs' rules allows that much. Each lab's own window (a kernel screen's
@@ -144,7 +146,11 @@ def model_problems(doc: dict[str, Any]) -> list[Problem]:
             out.append((f"{p}.id", f"is {name!r}, which InferCrane's model catalog does not hold, but the model is a "
                                    "stand-in (dummy weights / stand-in tokenizer), and stand-ins are made of catalog "
                                    "models only"))
+        if isinstance(m.get("package"), dict):
+            out.append((f"{p}.package", f"names a package, but {name!r} is not in InferCrane's model catalog, and "
+                                        "only its packaged models are converted from packages"))
         return out
+    out += _package_problems(m, entry)
     if rev != entry.revision:
         if _stand_in(m):
             out.append((f"{p}.revision", f"is {rev!r} but a stand-in of {name} is made of the catalog's revision "
@@ -158,6 +164,25 @@ def model_problems(doc: dict[str, Any]) -> list[Problem]:
         if k in entry.config and entry.config[k] != v:
             out.append((f"{p}.config_fields.{k}", f"is {v!r} but the config of {name} at revision {rev} says "
                                                   f"{entry.config[k]!r}"))
+    return out
+
+
+def _package_problems(m: dict[str, Any], entry: Any) -> list[Problem]:
+    """Weights recorded as converted from a package are the catalog entry's package, file and converted weights."""
+    pkg, p = m.get("package"), "provenance.model.package"
+    if not isinstance(pkg, dict):
+        return []
+    want = entry.package
+    if want is None:
+        return [(p, f"names a package, but {entry.id} has no packaged weights in InferCrane's model catalog (config "
+                    "only)")]
+    out = [(f"{p}.{k}", f"is {pkg.get(k)!r} but {entry.id}'s package in InferCrane's model catalog has {v!r}")
+           for k, v in (("registry", want.registry), ("name", want.name), ("version", want.version),
+                        ("file", want.file), ("file_sha256", want.file_sha256),
+                        ("weights_sha256", want.weights_sha256)) if pkg.get(k) != v]
+    if m.get("license") is not None and m.get("license") != want.license:
+        out.append(("provenance.model.license", f"is {m.get('license')!r} but {entry.id}'s package is licensed "
+                                                f"{want.license!r} (InferCrane's model catalog)"))
     return out
 
 

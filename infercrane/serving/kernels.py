@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from infercrane.datafiles import cache_dir
 from infercrane.errors import InputError, RunFailed
 from infercrane.vllm_plugin.stats import RAISED
 from infercrane.vllm_plugin.selection import (ENV_KERNELS, ENV_STATS, INFERCRANE_ROOT, KernelChoice, decode, encode,
@@ -98,7 +99,7 @@ def engine_additions(recipe: Any, stats_dir: Path) -> tuple[list[str], dict[str,
     choices = choices_of(recipe)
     key = hashlib.sha256("".join(c.source_sha256 for c in choices).encode()).hexdigest()[:16]
     env = {ENV_KERNELS: encode(choices), ENV_STATS: str(stats_dir),
-           "VLLM_CACHE_ROOT": str(Path("~/.cache/infercrane").expanduser() / f"vllm-{key}")}
+           "VLLM_CACHE_ROOT": str(cache_dir(f"vllm-{key}"))}
     if not _plugin_installed():
         entry = plugin_path(stats_dir.with_name(stats_dir.name + "-plugin"))
         inherited = os.environ.get("PYTHONPATH", "")

@@ -421,8 +421,11 @@ def quality_section(engines: list[dict[str, Any]], a: str, b: str, policy: Servi
 def model_provenance(recipe: Any) -> dict[str, Any]:
     """Provenance's model block for a recipe's model: the real id and revision, the config fields the serving numbers
     depend on, the fingerprint of its whole config (``config_sha256``: what ties the id to the config served), and
-    whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer)."""
+    whether weights and tokenizer are the real ones (a stand-in: dummy weights, stand-in tokenizer). A folder made by
+    ``infercrane model prepare`` is verified (every file against its marker) and adds its licence and the package its
+    weights were converted from (``models.real.provenance_fields``)."""
     from ..models.catalog import config_fingerprint, load_model_config
+    from ..models.real import provenance_fields, read_marker
     from ..models.standin import read_stand_in_marker
 
     local = recipe.model_is_local()
@@ -430,10 +433,13 @@ def model_provenance(recipe: Any) -> dict[str, Any]:
     marker = read_stand_in_marker(recipe.resolved_model()) if local else None
     used = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
             "intermediate_size", "rms_norm_eps", "vocab_size", "max_position_embeddings", "torch_dtype")
-    return {"id": mc.model_id, "revision": mc.revision, "source": mc.source,
-            "config_fields": {k: mc.config[k] for k in used if k in mc.config},
-            "config_sha256": config_fingerprint(mc.config),
-            "weights": "dummy" if marker else "real", "tokenizer": "stand-in" if marker else "real"}
+    block = {"id": mc.model_id, "revision": mc.revision, "source": mc.source,
+             "config_fields": {k: mc.config[k] for k in used if k in mc.config},
+             "config_sha256": config_fingerprint(mc.config),
+             "weights": "dummy" if marker else "real", "tokenizer": "stand-in" if marker else "real"}
+    if local and read_marker(recipe.resolved_model()) is not None:
+        block |= provenance_fields(recipe.resolved_model())
+    return block
 
 
 def model_block(model: dict[str, Any]) -> dict[str, Any]:

@@ -155,7 +155,7 @@ def test_a_failure_part_way_leaves_nothing_behind(tmp_path: Path, monkeypatch):
         assert (tmp / "tokenizer.json").is_file()
         raise OSError("rename failed")
 
-    monkeypatch.setattr(standin, "_replace_dir", boom)
+    monkeypatch.setattr(standin, "replace_dir", boom)
     with pytest.raises(OSError, match="rename failed"):
         write_stand_in(QWEN3, tmp_path / "si", vocab_size=512)
     assert list(tmp_path.iterdir()) == []
@@ -167,6 +167,8 @@ def test_trained_vocab_size_bounds(tmp_path: Path):
             write_stand_in(QWEN3, tmp_path / "si", vocab_size=bad)
     with pytest.raises(InputError, match="unknown model"):
         write_stand_in("Qwen/Qwen3-0.6", tmp_path / "si")
+    with pytest.raises(InputError, match="(?s)has real weights in a package .*infercrane model prepare"):
+        write_stand_in("HuggingFaceTB/SmolLM2-135M-Instruct", tmp_path / "si")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -235,3 +237,16 @@ def test_chat_templates_render_with_jinja(family, expected):
     template = jinja2.Environment().from_string(standin.CHAT_TEMPLATES[family])
     assert template.render(messages=[{"role": "user", "content": "Hi"}], add_generation_prompt=True) == expected
     assert template.render(messages=[{"role": "user", "content": None}], add_generation_prompt=False) != ""
+
+
+def test_smollm2_template_is_chatml_with_its_default_system_prompt():
+    """SmolLM2's family template is its GGUF's, verbatim (tests/models/test_real.py holds it to the package's)."""
+    jinja2 = pytest.importorskip("jinja2")
+    template = jinja2.Environment().from_string(standin.CHAT_TEMPLATES["smollm2"])
+    system = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    user = [{"role": "user", "content": "Hi"}]
+    assert template.render(messages=user, add_generation_prompt=True) == (
+        f"{system}<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    own_system = [{"role": "system", "content": "Be brief."}, *user]
+    assert template.render(messages=own_system, add_generation_prompt=False) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n")

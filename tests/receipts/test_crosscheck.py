@@ -137,3 +137,54 @@ def test_a_receipt_records_the_fingerprint_of_its_models_config() -> None:
 
     m = model_provenance(load_recipe("compiled"))
     assert m["id"] == QWEN and m["config_sha256"] == config_fingerprint(get(QWEN).config)
+
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def _converted_model_block(**changes) -> dict:
+    """provenance.model as a serving receipt records SmolLM2 converted from its package (models.real)."""
+    entry = get(SMOLLM2)
+    p = entry.package
+    block = {"id": SMOLLM2, "revision": entry.revision, "source": "file:/x/config.json",
+             "config_fields": {"hidden_size": 576, "rms_norm_eps": 1e-05},
+             "config_sha256": config_fingerprint(entry.config), "weights": "real", "tokenizer": "real",
+             "license": p.license,
+             "package": {"registry": p.registry, "name": p.name, "version": p.version, "file": p.file,
+                         "file_sha256": p.file_sha256, "weights_sha256": p.weights_sha256,
+                         "quantization": "Q4_1 GGUF dequantized to bfloat16"}}
+    for key, value in changes.items():
+        target = block["package"] if key in block["package"] else block
+        target[key] = value
+    return block
+
+
+PACKAGE_EDITS = {
+    "the catalog's package": ({}, []),
+    "other weights": ({"weights_sha256": "1" * 64}, ["provenance.model.package.weights_sha256"]),
+    "another release": ({"version": "0.1.1"}, ["provenance.model.package.version"]),
+    "another licence": ({"license": "MIT"}, ["provenance.model.license"]),
+    "another config": ({"config_sha256": "2" * 64}, ["provenance.model.config_sha256"]),
+    "a config-only model": ({"id": QWEN, "revision": get(QWEN).revision, "config_fields": {},
+                             "config_sha256": config_fingerprint(get(QWEN).config)}, ["provenance.model.package"]),
+    "a model outside the catalog": ({"id": LLAMA, "config_sha256": None}, ["provenance.model.package"]),
+}
+
+
+@pytest.mark.parametrize(("changes", "fields"), PACKAGE_EDITS.values(), ids=list(PACKAGE_EDITS))
+def test_weights_converted_from_a_package_are_held_to_the_catalogs_package(changes: dict, fields: list) -> None:
+    from infercrane.receipts.crosscheck import model_problems
+    from infercrane.receipts.models_v2 import ModelProvenance
+
+    block = _converted_model_block(**changes)
+    ModelProvenance.model_validate(block)
+    assert [p for p, _ in model_problems({"provenance": {"model": block}})] == fields
+
+
+def test_a_package_with_dummy_weights_is_not_a_provenance() -> None:
+    from pydantic import ValidationError
+
+    from infercrane.receipts.models_v2 import ModelProvenance
+
+    with pytest.raises(ValidationError, match="has real weights, not 'dummy'"):
+        ModelProvenance.model_validate(_converted_model_block(weights="dummy"))

@@ -1,0 +1,36 @@
+"""Model folders written atomically: built in a temporary folder beside the target, then renamed into place, so a
+reader never sees a half-written folder and a failure leaves nothing under the target's name."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+
+def temp_dir_beside(out_dir: Path) -> Path:
+    """A new, empty, world-readable folder beside ``out_dir`` (``.NAME.XXXX.tmp``), for building it."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is meant to be shared
+    return tmp
+
+
+def replace_dir(tmp: Path, out_dir: Path) -> None:
+    """Move the finished ``tmp`` to ``out_dir``; an existing ``out_dir`` is swapped out first and deleted last."""
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    if not any(out_dir.iterdir()):
+        out_dir.rmdir()
+        os.replace(tmp, out_dir)
+        return
+    old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex}.old")
+    os.replace(out_dir, old)
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
