@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from cyclopts import Group, Parameter
 from pydantic import (
-    AfterValidator, BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator,
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator,
 )
 
 from ..options import Many, flag
@@ -230,7 +230,10 @@ Drivers = Annotated[Many[Literal["aiperf", "vllm-bench"]], AfterValidator(_disti
                     Field(description="Load generators, each run at every point on the same engine; the first is "
                                       "primary.")]
 StartupTimeout = Annotated[float, Field(gt=0, description="Engine start-up limit (health + first completion).")]
-QualityGate = Annotated[QualityGateMode, Field(description="The semantic-quality gate (an A/B's arms answer generated "
+QualityGate = Annotated[QualityGateMode,
+                        # YAML 1.1 reads a bare on / off as a boolean: take it as the word it was
+                        BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v),
+                        Field(description="The semantic-quality gate (an A/B's arms answer generated "
                                                            "items; a failed gate rejects): auto runs it where the "
                                                            "model's weights are real on vLLM, on and off force it.")]
 DEFAULT_DRIVERS: tuple[str, ...] = ("aiperf",)

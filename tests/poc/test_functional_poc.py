@@ -31,6 +31,12 @@ def test_the_functional_poc_joins_its_sections_in_one_valid_receipt(functional_r
     assert set(m) == {"testserver", "testserver-fast"} and pa["failures"] == 0
     # testserver-fast is programmed with half the latencies: the A/B sees it faster
     assert all(c["throughput_speedup"] > 1.3 for c in pa["comparisons"])
+    # the semantic-quality gate ran end to end against the test servers' toy model (both arms its reference norm)
+    gate = doc["quality_gate"]
+    assert gate["ran"] is True and gate["verdict"] == "PASS" and gate["accuracy"]["reference"] == 1.0
+    assert gate["token_agreement"]["identical_items"] == gate["items"]["items"] == 200
+    assert "semantic quality gated on InferCrane's generated items (paired A/B: gate PASS)" in \
+        doc["qualification_boundary"]
     pw = doc["public_workload_reproduction"]
     assert [a["recipe"] for a in pw["arms"]] == ["testserver", "testserver-fast"] and pw["decision"]
     # the sitting: both test servers started at once for both A/Bs; its time accounting is in the receipt
