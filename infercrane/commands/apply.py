@@ -111,14 +111,19 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     for mode in config.modes:
         base = load_recipe(MODES[mode].recipe)
         pairs[mode] = [base, kernel_recipe(base, config.op, config.impl, config.candidate)]
-    model_id = pairs[config.modes[0]][0].model
-    spec = registry.make_spec(lab_op, load_model_config(model_id).config)
+    model_id = config.model or pairs[config.modes[0]][0].model
+    with about("--model"):
+        spec = registry.make_spec(lab_op, load_model_config(model_id).config)
     for recs in pairs.values():
         for r in recs:
             with about(f"recipe {r.name!r}"):
                 check_recipe(r)  # engine installed, flags accepted, the IR op present: before anything is written
     kernel_path = config.kernel_receipt
-    model = _stand_in_for(model_id) if config.stand_in else None
+    from ..models.real import is_packaged, served_folder
+
+    model = _stand_in_for(model_id) if config.stand_in else config.model
+    if not config.stand_in and is_packaged(model_id):  # real weights shipped in a package: its converted folder
+        model = served_folder(model_id, progress=lambda line: con.print(f"model: {plain(line)}"))
     if model is not None:
         pairs = {m: [r.with_overrides(model=model) for r in recs] for m, recs in pairs.items()}
     for recs in pairs.values():

