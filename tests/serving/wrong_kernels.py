@@ -31,3 +31,20 @@ def fused_add_rmsnorm_bf16_rounded(x: torch.Tensor, residual: torch.Tensor, weig
     to 2^-9), as a kernel that stores its output in bfloat16."""
     fused_add_rmsnorm_correct(x, residual, weight, eps)
     x.copy_(x.to(torch.bfloat16).float())
+
+
+_SEEN: set[tuple[int, ...]] = set()
+
+
+def fused_add_rmsnorm_wrong_after_first(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                                        eps: float) -> None:
+    """Wrong where only the answers can tell: exact on the first call of each shape (the call vLLM's in-engine gate
+    checks against its native implementation), then it leaves the weight out (``x <- rmsnorm(residual)``)."""
+    shape = tuple(x.shape)
+    if shape not in _SEEN:
+        _SEEN.add(shape)
+        fused_add_rmsnorm_correct(x, residual, weight, eps)
+        return
+    residual.add_(x)
+    summed = residual.float()
+    x.copy_(summed * torch.rsqrt(summed.pow(2).mean(dim=-1, keepdim=True) + eps))
