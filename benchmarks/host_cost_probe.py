@@ -13,6 +13,10 @@ cost), for each layer the vLLM provider stacks on a launch:
   custom_op_noop     a bare ``torch.library.custom_op`` whose body does nothing
   custom_op_triton   the Triton function as a bare ``torch.library.custom_op``
   eager              the op in plain torch operations
+  compiled_runner    Triton's compiled kernel for this shape launched through ``CompiledKernel[grid](*args)``
+                     (every argument of the kernel, constants included, in order), skipping the JIT's binding and
+                     cache lookup
+  compiled_run       ``CompiledKernel.run`` with the stream and the launch's fixed parts looked up once
 
 Needs a CUDA GPU. Usage: ``PYTHONPATH=. python3 benchmarks/host_cost_probe.py [--hidden 576 1024] [--rows 8]
 [--calls 3000] [--out FILE]`` (JSON lines).
@@ -88,6 +92,18 @@ def main(argv: list[str] | None = None) -> int:
             jit_kwargs = {"HIDDEN": hidden, "BLOCK_N": cfg["block_n"], "INT64": cfg["int64_offsets"],
                           "ROUND_BY_BITS": False, "num_warps": cfg["num_warps"], "ROWS": cfg["rows_per_program"],
                           "MASKED": cfg["masked"], "PDL": False, "EVICT": False}
+            ck = rows_kernel[grid](x, r, w, rows, EPS, **jit_kwargs)  # the compiled kernel of this shape
+            values = {"x_ptr": x, "res_ptr": r, "w_ptr": w, "n_rows": rows, "eps": EPS,
+                      **{k: v for k, v in jit_kwargs.items() if k != "num_warps"}}
+            ordered = tuple(values[name] if name in values else None for name in rows_kernel.arg_names)
+            stream = torch.cuda.current_stream().cuda_stream
+            runner = ck[grid] if hasattr(ck, "__getitem__") else None
+            names = list(rows_kernel.arg_names)
+            row_meta = {"arg_names": names, "missing": [n for n in names if n not in values]}
+
+            def compiled_run() -> None:
+                ck.run(grid[0], 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *ordered)
+
             variants = {
                 "torch_add_": lambda: x.add_(0),
                 "check_inputs": lambda: triton_kernel.check_inputs(x, r, w),
@@ -98,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
                 "custom_op_noop": lambda: noop(x, r, w, EPS),
                 "custom_op_triton": lambda: opaque(x, r, w, EPS),
                 "eager": lambda: baselines.BASELINES.eager(x, r, w, EPS),
+                "compiled_runner": lambda: runner(*ordered),
+                "compiled_run": compiled_run,
             }
-            row: dict = {"hidden": hidden, "rows": rows}
+            row: dict = {"hidden": hidden, "rows": rows, **row_meta}
             for name, fn in variants.items():
                 try:
                     runs = sorted(per_call_us(fn, args.calls) for _ in range(args.repeats))
@@ -107,6 +125,16 @@ def main(argv: list[str] | None = None) -> int:
                                  "max": round(runs[-1], 3)}
                 except Exception as e:  # a layer that cannot run here is reported, not fatal
                     row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            # the compiled launches wrote the same result as the function (one call each on fresh copies)
+            try:
+                x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()
+                fn_triton(x1, r1, w, EPS)
+                ck.run(grid[0], 1, 1, stream, ck.function, ck.packed_metadata, None, None, None,
+                       *(dict(values, x_ptr=x2, res_ptr=r2).get(n) for n in names))
+                torch.cuda.synchronize()
+                row["compiled_run_equal"] = bool(torch.equal(x1, x2) and torch.equal(r1, r2))
+            except Exception as e:
+                row["compiled_run_equal"] = f"{type(e).__name__}: {e}"[:300]
             print(json.dumps(row), flush=True)
             out.append(row)
     if args.out is not None:
