@@ -4,7 +4,9 @@ For each chosen op (``selection.KernelChoice``) this module builds three things 
 
 1. **The launch, an opaque custom op** ``infercrane::<op>_<impl>`` (``torch.library.custom_op``, with a fake
    implementation that does nothing): Inductor sees one node and never traces into the Triton or CuPy launch (tracing
-   into it kills the engine: "Cannot access data pointer of Tensor (e.g. FakeTensor…)"). Its Python body runs at
+   into it kills the engine: "Cannot access data pointer of Tensor (e.g. FakeTensor…)"). Outside tracing (eager
+   vLLM, and every call of a compiled graph's Python fallback) the implementation calls the op's body directly and
+   skips the custom op's dispatch (``_launcher``). Its Python body runs at
    run time: it counts the call (``stats.ProviderStats``) and, on the first call of each shape outside CUDA-graph
    capture, runs **the in-engine gate**: vLLM's own native implementation on copies of the inputs, the kernel on
    the real ones, every output compared with the kernel lab's rule for the op and dtype
@@ -307,6 +309,21 @@ def _opaque(name: str, provider: _Provider) -> Any:
     return _OPS[name]
 
 
+def _launcher(name: str) -> Callable[..., None]:
+    """What the implementation calls to launch: the opaque op while torch.compile traces (Inductor must see one
+    node), the launch body itself otherwise. Outside tracing the custom op only adds its dispatch (13.5 us a call of
+    a bare ``torch.library.custom_op`` on an H200, benchmarks/host_cost_probe.py), which eager vLLM pays on every
+    call; the body (call counter, in-engine gate, kernel) is the same either way."""
+    is_compiling = torch.compiler.is_compiling
+
+    def launch(*args: Any) -> None:
+        if is_compiling():
+            return _OPS[name](*args)
+        return _LIVE[name].launch_body(*args)
+
+    return launch
+
+
 def register_choice(choice: KernelChoice, ir_ops: Any, stats_dir: Optional[str]) -> ProviderStats:
     """Register one provider with vLLM's IR op ``getattr(ir_ops, choice.vllm_op)``; returns its record keeper.
     A kernel that cannot load is recorded (``errors``) and re-raised: vLLM then logs the plugin's failure, and the
@@ -319,8 +336,9 @@ def register_choice(choice: KernelChoice, ir_ops: Any, stats_dir: Optional[str])
         stats.doc["detail"].update({"kernel": kernel.label, "in_place": kernel.in_place, "sources_sha256":
                                     kernel_sources_sha256(choice.vllm_op, choice.impl, choice.candidate)})
         provider = _Provider(choice, kernel, ir_op.impls["native"].impl_fn, stats)
-        launch = _opaque(f"infercrane::{choice.vllm_op}_{choice.impl}", provider)
-        impl_fn, supports_args = provider.adapter.functions(launch, provider.takes)
+        name = f"infercrane::{choice.vllm_op}_{choice.impl}"
+        _opaque(name, provider)
+        impl_fn, supports_args = provider.adapter.functions(_launcher(name), provider.takes)
         ir_op.register_impl(choice.provider, supported=True, supports_args=supports_args,
                             inplace=provider.adapter.INPLACE)(impl_fn)
     except Exception as exc:

@@ -369,3 +369,24 @@ def test_calls_after_an_inputs_first_are_counted_under_its_shape_and_written_at_
     assert doc["calls"] == 7 and doc["calls_captured"] == 0
     assert doc["calls_by_shape"] == {"8x1024 bfloat16": 6, "3x1024 bfloat16": 1}
     assert [c["shape"] for c in doc["checks"]] == ["8x1024 bfloat16", "3x1024 bfloat16"]
+
+
+def test_outside_tracing_the_launch_skips_the_custom_ops_dispatch(tmp_path, interpret, monkeypatch):
+    """Eager calls run the launch body directly (the same body: counted, gated); only a traced call goes through
+    the opaque op (the test above)."""
+    from infercrane.vllm_plugin import providers
+
+    op, _ = _register(KernelChoice("fused_add_rms_norm", "triton"), tmp_path)
+    impl = op.impls["infercrane_triton"].impl_fn
+    name = "infercrane::fused_add_rms_norm_triton"
+    through_op = []
+    real_op = providers._OPS[name]
+    monkeypatch.setitem(providers._OPS, name, lambda *a: through_op.append(a) or real_op(*a))
+    bodies = []
+    live = providers._LIVE[name]
+    monkeypatch.setattr(live, "launch_body", lambda *a: bodies.append(a) or type(live).launch_body(live, *a))
+    x, res, w = _inputs(2)
+    ref_out, ref_res = native_fused_add_rms_norm(x.clone(), res.clone(), w, 1e-6)
+    out, new_res = impl(x, res, w, 1e-6, None)
+    assert len(bodies) == 1 and through_op == []
+    assert torch.equal(new_res, ref_res) and torch.allclose(out.float(), ref_out.float(), rtol=1.6e-2, atol=1e-2)
