@@ -82,6 +82,64 @@ def test_an_edit_that_keeps_the_hash_right_is_still_caught(timed_doc, edit, wher
     assert any(p.startswith(where) for p, _ in problems), problems
 
 
+# --------------------------------------------------------------------------------------------- host cost per call
+
+
+@pytest.fixture
+def launch_doc(monkeypatch):
+    """A timed receipt of a launch-mode screen: its blocks carry the host's time per call of every burst."""
+    _synthetic_device(monkeypatch, [])
+    spec = FusedAddRMSNormSpec(hidden_size=128, eps=1e-6, rows=(8, 64), num_layers=28)
+    res = screen(spec, ["eager"], modes=["launch", "graph"], trials=3, samples_per_trial=4, candidate=GOOD,
+                 isolate=False)
+    doc = build_document(res, load_policy("kernel"), provenance=_prov(), model_source="test")
+    doc[HASH_FIELD] = content_hash(doc)
+    return doc
+
+
+def _launch_cell(doc, key="eager", rows=8):
+    impl = next(i for i in doc["result"]["implementations"] if i["key"] == key)
+    return next(c for c in impl["timings"] if c["mode"] == "launch" and c["rows"] == rows)
+
+
+def test_a_receipt_with_host_times_validates_and_states_their_method(launch_doc):
+    from infercrane.kernels.harness.timing import HOST_METHOD
+
+    model, problems = check_document(launch_doc)
+    assert problems == [] and model is not None
+    assert launch_doc["result"]["host_method"] == HOST_METHOD
+    cell = _launch_cell(launch_doc)
+    assert cell["host_summary"]["median"] > 0 and cell["host_bound"] is True  # 12 us of host, about 11 us of launch
+    assert _launch_cell(launch_doc, "user")["host_bound"] is False
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: _launch_cell(d)["host_summary"].update(median=_launch_cell(d)["host_summary"]["median"] * 0.5),
+    lambda d: _launch_cell(d).update(host_bound=False),
+    lambda d: _launch_cell(d, "user").update(host_bound=True),
+    lambda d: _launch_cell(d).update(host_summary=None, host_bound=None),
+    # the raw evidence changed under an unchanged summary
+    lambda d: _launch_cell(d)["blocks"][0].update(host_samples_us=[1.0] * len(_launch_cell(d)["blocks"][0]["samples_us"])),
+], ids=["median", "bound", "not-bound", "dropped", "raw"])
+def test_an_edited_host_cost_is_caught_by_deriving_it_again(launch_doc, edit):
+    doc = copy.deepcopy(launch_doc)
+    edit(doc)
+    _, problems = check_document(_rehash(doc))
+    assert any(p.startswith("result.implementations[") and ".host_" in p and "raw blocks" in m
+               for p, m in problems), problems
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda d: d["result"].update(host_method=None), "names no host_method"),
+    (lambda d: _launch_cell(d)["blocks"][0]["host_samples_us"].pop(), "one per sample"),
+], ids=["no-method", "one-short"])
+def test_host_times_without_their_method_or_out_of_step_with_the_samples_do_not_validate(launch_doc, edit, words):
+    doc = copy.deepcopy(launch_doc)
+    edit(doc)
+    model, problems = check_document(_rehash(doc))
+    assert model is None and any(words in m for _, m in problems), problems
+
+
 def test_identical_trials_give_an_interval_that_holds_its_point(monkeypatch):
     """The boundary case: a zero-width interval (every trial the same) still holds its point and validates."""
     _synthetic_device(monkeypatch, [])
