@@ -117,6 +117,11 @@ def test_timed_screen_on_gpu():
             assert cell.second_timer_us and cell.second_timer_method, cell.flags
             assert all(b.sizing for b in cell.blocks)
             assert cell.achieved_gbps and cell.achieved_gbps > 0 and cell.bandwidth_note
+            if cell.mode == "launch":  # the host's time per call of every burst, summarized beside the time
+                assert all(len(b.host_samples_us) == len(b.samples_us) for b in cell.blocks)
+                assert cell.host_summary.median > 0 and cell.host_bound is not None
+            else:
+                assert cell.host_summary is None and all(b.host_samples_us is None for b in cell.blocks)
     ok = [i for i in res.implementations if i.status == "ok"]
     expected = {(c.key, o.key, r, m) for c in ok if c.kind == "candidate" for o in ok if o.key != c.key
                 for r in (1, 512) for m in res.modes}

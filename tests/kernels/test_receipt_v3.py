@@ -140,6 +140,45 @@ def test_host_times_without_their_method_or_out_of_step_with_the_samples_do_not_
     assert model is None and any(words in m for _, m in problems), problems
 
 
+@pytest.mark.gpu
+def test_a_launch_mode_screen_on_a_gpu_reads_every_implementations_host_cost_and_validates(tmp_path):
+    """A tiny screen of every built-in implementation in launch mode, decided in launch mode: each implementation
+    that ran has a host time per call for every sample (positive and finite), a summary and a host_bound in every
+    cell, and the receipt validates: its host figures derived again from the raw host times."""
+    import math
+    from importlib import resources
+
+    from infercrane.cli import main
+    from infercrane.kernels.harness.timing import HOST_METHOD
+    from infercrane.receipts.validate import load_receipt
+
+    policy = tmp_path / "launch.yaml"  # the shipped kernel policy, deciding on launch timings
+    shipped = resources.files("infercrane.decide.policies").joinpath("kernel.yaml").read_text()
+    policy.write_text(shipped.replace("timing_mode: graph", "timing_mode: launch"))
+    out = tmp_path / "k.json"
+    rc = main(["kernel", "screen", "--rows", "1", "8", "--modes", "launch", "--policy", str(policy), "--trials", "2",
+               "--samples", "5", "--checks", "1", "--out", str(out)])
+    assert rc == 0
+    doc = load_receipt(out).document  # validates, or raises naming the field
+    assert main(["receipt", "validate", str(out)]) == 0
+    res = doc["result"]
+    assert res["host_method"] == HOST_METHOD
+    ran = [i for i in res["implementations"] if i["status"] == "ok"]
+    assert {"eager", "triton"} <= {i["key"] for i in ran}, [(i["key"], i["status"], i.get("error")) for i in
+                                                            res["implementations"]]
+    for impl in ran:
+        cells = [c for c in impl["timings"] if c["mode"] == "launch"]
+        assert {c["rows"] for c in cells} == {1, 8}, impl["key"]
+        for c in cells:
+            host = [t for b in c["blocks"] for t in b["host_samples_us"]]
+            assert len(host) == sum(len(b["samples_us"]) for b in c["blocks"]) == 10
+            assert all(0 < t and math.isfinite(t) for t in host), (impl["key"], host)
+            assert 0 < c["host_summary"]["median"] and math.isfinite(c["host_summary"]["median"])
+            assert isinstance(c["host_bound"], bool)
+    floors = res["calibration"]["floors"]
+    assert all(b["host_samples_us"] for b in floors if b["mode"] == "launch")
+
+
 def test_identical_trials_give_an_interval_that_holds_its_point(monkeypatch):
     """The boundary case: a zero-width interval (every trial the same) still holds its point and validates."""
     _synthetic_device(monkeypatch, [])
