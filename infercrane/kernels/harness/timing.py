@@ -713,8 +713,7 @@ class CellTimer:
         return TimingBlock(
             mode=self.mode, trial=self.trial, calls_per_sample=self.n_calls, warmup_calls=self.warm,
             samples_us=self.times, sample_clock_mhz=self.clocks, host_samples_us=self.host, rejected=rejected,
-            clock_before_mhz=self.before,
-            clock_after_mhz=after, clock_source=self.clock.source,
+            clock_before_mhz=self.before, clock_after_mhz=after, clock_source=self.clock.source,
             throttled=is_throttled(rejected, self.before, after), outputs_finite=finite, l2_flush_bytes=flush_bytes,
             sizing=self.sizing, graph_fixed_cost_us=self.fixed_us, graph_fixed_cost_fraction=fraction,
             second_timer_us=second, second_timer_method=SECOND_TIMER_METHODS[self.mode] if second is not None else None,
