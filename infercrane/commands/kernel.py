@@ -316,36 +316,24 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     columns (six more for a screen of three baselines and two candidates), which do not fit 100 columns whole; and
     those columns were ratios of medians with the comparison's own verdict at every row, while the decision reads
     the trial-level comparisons at the decision rows after the family adjustment — which is what the table shows.
-    The µs table is built from the result's timing cells, so every timed implementation has its column even when the
-    receipt's candidate was not timed; a flagged cell (a cell that cannot carry a verdict) is marked. The other
-    candidates' decisions are in their rows; their whole reasons stay in the receipt (``infercrane receipt show``).
-    Before the decision, one line per candidate says what its decision comparisons rest on (``report.kernel.timing_basis``): clean
-    timing, an interval widened by the timers' disagreement, or no verdict (flagged)."""
+    The µs table (``report.console.kernel_time_tables``, also in ``receipt show``) is built from the result's timing
+    cells, so every timed implementation has its column even when the receipt's candidate was not timed; a flagged
+    cell (a cell that cannot carry a verdict) is marked. Where launch mode was timed, the host's time per call stands
+    in a column beside each implementation's launch time, so a user sees before going into eager vLLM what a call
+    costs the host. The other candidates' decisions are in their rows; their whole reasons stay in the receipt
+    (``infercrane receipt show``). Before the decision, one line per candidate says what its decision comparisons
+    rest on (``report.kernel.timing_basis``): clean timing, an interval widened by the timers' disagreement, or no
+    verdict (flagged)."""
     from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
-    from ..report.console import DECISION_STYLES
+    from ..report.console import DECISION_STYLES, kernel_time_tables
 
     result = doc["result"]
     mode = doc.get("measurements_timing_mode")
-    cells = {(i["key"], c["rows"]): c for i in result["implementations"] for c in i.get("timings", [])
-             if c.get("mode") == mode}
-    if mode and cells:
-        keys = [i["key"] for i in result["implementations"] if any(k == i["key"] for k, _ in cells)]
-        con.print(Text(f"µs per call, {mode} mode, median (* flagged: no verdict)"))
-        times = Table()
-        times.add_column("rows", justify="right")
-        for k in keys:
-            times.add_column(Text(_first_line(k)), justify="right", overflow="fold")
-        for rows in sorted({r for _, r in cells}):
-            row = [Text(str(rows))]
-            for k in keys:
-                c = cells.get((k, rows))
-                row.append(Text("—") if c is None else
-                           Text(f"{c['summary']['median']:.3f}" + ("*" if c.get("flags") else "")))
-            times.add_row(*row)
-        con.print(times)
+    for part in kernel_time_tables(doc):
+        con.print(part)
 
     cand = doc.get("candidate", {}).get("key")
     title = "implementations" + (f" — the receipt's candidate: {_first_line(cand)}" if cand else "")

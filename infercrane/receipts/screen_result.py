@@ -125,6 +125,10 @@ class TimingBlock(Strict):
     warmup_calls: int = Field(ge=0)
     samples_us: list[float] = Field(description="time per call of each sample, microseconds")
     sample_clock_mhz: list[int | None]
+    host_samples_us: list[float] | None = Field(
+        None, description="launch mode: the host's time per call of each sample, microseconds, read around the same "
+                          "burst as samples_us (the result's host_method), one per sample; None in graph and cold mode "
+                          "and in results from before it was measured")
     rejected: list[int] = Field(default_factory=list, description="indices of samples rejected as throttled")
     clock_before_mhz: int | None
     clock_after_mhz: int | None
@@ -153,9 +157,29 @@ class TimingBlock(Strict):
                           "the candidate's reach")
     timed_check: TimedCheck | None = Field(None, description="the outputs of the timed calls against the oracle")
 
+    @model_validator(mode="after")
+    def _host_beside_samples(self) -> "TimingBlock":
+        host = self.host_samples_us
+        if host is None:
+            return self
+        if self.mode != "launch":
+            raise ValueError(f"host_samples_us in {self.mode} mode: the host's time is read around launch-mode bursts "
+                             "only")
+        if len(host) != len(self.samples_us):
+            raise ValueError(f"{len(host)} host_samples_us for {len(self.samples_us)} samples_us: one per sample")
+        bad = next((i for i, t in enumerate(host) if not (math.isfinite(t) and t >= 0)), None)
+        if bad is not None:
+            raise ValueError(f"host_samples_us[{bad}] is {host[bad]!r}: a host time is finite and not negative")
+        return self
+
     def kept(self) -> list[float]:
         rejected = set(self.rejected)
         return [t for i, t in enumerate(self.samples_us) if i not in rejected]
+
+    def kept_host(self) -> list[float]:
+        """The host times of the kept samples (launch mode; empty when the block has none)."""
+        rejected = set(self.rejected)
+        return [t for i, t in enumerate(self.host_samples_us or []) if i not in rejected]
 
     def figure_us(self) -> float | None:
         """What this trial contributes: the median of its kept samples; in graph mode with several graphs, the mean
@@ -422,6 +446,13 @@ class TimingCell(Strict):
                              "second timer disagrees, a time below the physical floor); empty when sound")
     levels: Levels | None = Field(None, description="graph mode with placements: the per-graph figures split into "
                                   "levels where they separate")
+    host_summary: Summary | None = Field(
+        None, description="launch mode: the host's time per call in microseconds (the blocks' host_samples_us), over "
+                          "the same samples as summary; None where no block carries host times")
+    host_bound: bool | None = Field(
+        None, description="launch mode: host_summary.median >= HOST_BOUND_FRACTION (0.9) x summary.median: the launch "
+                          "time is the host's pace of issuing calls, not the GPU's (launch-bound by the host); None "
+                          "without host times")
 
     def kept_by_trial(self) -> list[list[float]]:
         """Per trial (the independent replicate), in trial order, what the comparison reads: the kept samples, or
@@ -515,6 +546,9 @@ class ScreenResult(Strict):
     comparison_policy: dict[str, Any] = Field(default_factory=dict)
     placement: dict[str, Any] | None = Field(None, description="graph mode: how each timed graph's placement "
                                              "condition was drawn (seed, graphs per trial, method)")
+    host_method: str | None = Field(None, description="launch mode: what the timing blocks' host_samples_us are "
+                                    "(harness.timing.HOST_METHOD); None when nothing was timed in launch mode, and in "
+                                    "results from before the host's time was measured")
     interrupted: str | None = Field(None, description="the screen was stopped (Ctrl-C, SIGTERM) before it finished: "
                                     "what finished is kept, this says when and what did not run")
     started_at: AwareDatetime
@@ -529,6 +563,10 @@ class ScreenResult(Strict):
                 raise ValueError("a functional run carries no timing modes, timings, calibration or comparisons")
         elif self.calibration is None:
             raise ValueError("a timed run needs its calibration")
+        hosted = any(b.host_samples_us is not None for i in self.implementations for c in i.timings for b in c.blocks)
+        if hosted and not self.host_method:
+            raise ValueError("timing blocks carry host_samples_us but the result names no host_method: what they "
+                             "measured is not recorded")
         keys = [i.key for i in self.implementations]
         if len(set(keys)) != len(keys):
             raise ValueError(f"implementation keys repeat: {keys}")

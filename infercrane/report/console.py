@@ -1,7 +1,9 @@
 """Readable views of a receipt on the console: ``show`` and ``diff`` (and the console every command prints to).
 
 ``show`` leads with what was decided: every section's decision, reason and boundary (an incomplete receipt says so
-first), then the conditions its numbers hold under (GPU, software, model, workload, timing mode), then the evidence.
+first), then the conditions its numbers hold under (GPU, software, model, workload, timing mode), then, for a kernel
+screen, its per-call times (``kernel_time_tables``: with the host's time per call beside the launch time where it was
+read), then the evidence.
 The default view is a summary that fits the console: a table too wide drops its least important columns (named
 under it) rather than squeezing every cell, the serving runs are one compact table, long text and long lists are cut
 short, tables nested two records deep are counted, and the provenance and the receipts a PoC receipt embeds are one
@@ -470,6 +472,82 @@ def _conditions_block(doc: dict[str, Any]) -> list[RenderableType]:
     return [Text("conditions", style="bold underline"), grid]
 
 
+# ------------------------------------------------------------------------------------------------ kernel times
+
+HOST_NOTE = ("host µs/call: the host's time to issue one call (perf_counter around the same bursts of back-to-back "
+             "calls, before synchronizing; median); host-bound: host >= 0.9 x launch, so the launch time is the "
+             "host's pace, not the GPU's")
+
+
+def _mode_cells(doc: dict[str, Any], mode: str) -> dict[tuple[str, int], dict[str, Any]]:
+    result = doc.get("result") if isinstance(doc.get("result"), dict) else {}
+    return {(str(i["key"]), c["rows"]): c for i in result.get("implementations") or [] if isinstance(i, dict)
+            for c in i.get("timings") or [] if isinstance(c, dict) and c.get("mode") == mode
+            and isinstance(c.get("summary"), dict)}
+
+
+def _keys_of(doc: dict[str, Any], cells: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
+    """The implementations that have cells among ``cells``, in the result's order."""
+    return [str(i["key"]) for i in (doc.get("result") or {}).get("implementations") or []
+            if any(k == str(i["key"]) for k, _ in cells)]
+
+
+def _median_text(cell: dict[str, Any] | None) -> Text:
+    if cell is None:
+        return Text("—")
+    return Text(f"{cell['summary']['median']:.3f}" + ("*" if cell.get("flags") else ""))
+
+
+def _host_table(doc: dict[str, Any], cells: dict[tuple[str, int], dict[str, Any]]) -> Table:
+    """One line per implementation and row count: the launch-mode median (``*``: flagged), the host's time per call
+    beside it and whether it bounds the launch time; the implementation named on its first line."""
+    t = Table()
+    for name, justify in (("implementation", "left"), ("rows", "right"), ("launch µs", "right"),
+                          ("host µs/call", "right"), ("host-bound", "left")):
+        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    keys = _keys_of(doc, cells)
+    for k in keys:
+        mine = sorted((r, c) for (key, r), c in cells.items() if key == k)
+        for n, (rows, c) in enumerate(mine):
+            h = c.get("host_summary")
+            host = Text(f"{h['median']:.2f}") if isinstance(h, dict) else Text("—")
+            bound = {True: "yes", False: "no"}.get(c.get("host_bound"), "—")  # type: ignore[arg-type]
+            t.add_row(Text(safe(k) if n == 0 else ""), Text(str(rows)), _median_text(c), host, Text(bound),
+                      end_section=n == len(mine) - 1 and k != keys[-1])
+    return t
+
+
+def kernel_time_tables(doc: dict[str, Any]) -> list[RenderableType]:
+    """A kernel screen's per-call times, read from its result's timing cells: the medians in the mode the decision
+    reads (rows down, every timed implementation across, even where the receipt's candidate was not timed; ``*``:
+    flagged), and, where launch-mode cells carry the host's time per call (``host_summary``), the host cost table:
+    each implementation's launch-mode median at each row count with the host's µs per call beside it and whether the
+    host bounds it. Nothing for a receipt that timed nothing."""
+    mode = doc.get("measurements_timing_mode")
+    out: list[RenderableType] = []
+    cells = _mode_cells(doc, mode) if mode else {}
+    if cells:
+        keys = _keys_of(doc, cells)
+        out.append(Text(f"µs per call, {safe(mode)} mode, median (* flagged: no verdict)"))
+        t = Table()
+        t.add_column("rows", justify="right")
+        for k in keys:
+            t.add_column(Text(safe(k)), justify="right", overflow="fold")
+        for rows in sorted({r for _, r in cells}):
+            t.add_row(Text(str(rows)), *[_median_text(cells.get((k, rows))) for k in keys])
+        out.append(t)
+    launch = _mode_cells(doc, "launch")
+    if any(isinstance(c.get("host_summary"), dict) for c in launch.values()):
+        out.append(Text(f"host cost per call, launch mode (* flagged: no verdict); {HOST_NOTE}"))
+        out.append(_host_table(doc, launch))
+    return out
+
+
+def _kernel_times_block(doc: dict[str, Any]) -> list[RenderableType]:
+    tables = kernel_time_tables(doc)
+    return [Text("times", style="bold underline"), *tables] if tables else []
+
+
 # ----------------------------------------------------------------------------------------------------------- tables
 
 @dataclass
@@ -844,7 +922,8 @@ def render_show(doc: dict[str, Any], *, show_all: bool = False, wide: bool = Fal
     """The receipt: its decisions first, then its conditions, then its evidence (see the module docstring)."""
     policy = doc.get("policy") if isinstance(doc.get("policy"), dict) else {}
     view = View(all=show_all, wide=wide, timing_mode=doc.get("measurements_timing_mode") or policy.get("timing_mode"))
-    return Group(*_decision_block(doc, view), *_conditions_block(doc), *_evidence_block(doc, view))
+    return Group(*_decision_block(doc, view), *_conditions_block(doc), *_kernel_times_block(doc),
+                 *_evidence_block(doc, view))
 
 
 # ------------------------------------------------------------------------------------------------------------- diff

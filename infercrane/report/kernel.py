@@ -103,6 +103,29 @@ def _bandwidth_table(result: dict[str, Any]) -> Table | None:
                  rows=rows, caption=caption)
 
 
+def _host_table(result: dict[str, Any]) -> Table | None:
+    """Launch mode: each implementation's launch time and the host's time per call beside it (``host_summary``),
+    and whether the host bounds the launch time (``host_bound``); None when no cell carries host times."""
+    rows = []
+    for impl in result["implementations"]:
+        for c in sorted((c for c in impl["timings"] if c["mode"] == "launch"), key=lambda c: c["rows"]):
+            h = c.get("host_summary")
+            if not isinstance(h, dict):
+                continue
+            rows.append([impl["key"], c["rows"], f"{c['summary']['median']:.3f}" + ("*" if c.get("flags") else ""),
+                         f"{h['median']:.2f}", f"{h['q1']:.2f}–{h['q3']:.2f}",
+                         {True: "yes", False: "no"}.get(c.get("host_bound"), "")])
+    if not rows:
+        return None
+    method = result.get("host_method") or ""
+    return Table(title="Host cost per call, launch mode",
+                 columns=["implementation", "rows", "launch µs (median)", "host µs/call (median)", "host q1–q3",
+                          "host-bound"], rows=rows,
+                 caption="What a call costs the host, as eager vLLM pays it on every call; host-bound: the host's "
+                         "median is at least 0.9 x the launch median, so the launch time is the host's pace of issuing "
+                         f"calls, not the GPU's (* flagged: no verdict). Method: {method}")
+
+
 def _speedup_figure(result: dict[str, Any], mode: str) -> Figure | None:
     comps = [c for c in result.get("comparisons", []) if c["mode"] == mode and c.get("speedup")]
     if not comps:
@@ -348,6 +371,9 @@ def kernel_sections(doc: dict[str, Any]) -> list[Section]:
         vt = _verdict_table(result, mode)
         if vt is not None:
             s.tables.append(vt)
+        ht = _host_table(result) if mode == "launch" else None
+        if ht is not None:
+            s.tables.append(ht)
         if s.figures or s.tables:
             sections.append(s)
     bw = _bandwidth_table(result)

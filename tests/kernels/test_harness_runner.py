@@ -117,6 +117,11 @@ def test_timed_screen_on_gpu():
             assert cell.second_timer_us and cell.second_timer_method, cell.flags
             assert all(b.sizing for b in cell.blocks)
             assert cell.achieved_gbps and cell.achieved_gbps > 0 and cell.bandwidth_note
+            if cell.mode == "launch":  # the host's time per call of every burst, summarized beside the time
+                assert all(len(b.host_samples_us) == len(b.samples_us) for b in cell.blocks)
+                assert cell.host_summary.median > 0 and cell.host_bound is not None
+            else:
+                assert cell.host_summary is None and all(b.host_samples_us is None for b in cell.blocks)
     ok = [i for i in res.implementations if i.status == "ok"]
     expected = {(c.key, o.key, r, m) for c in ok if c.kind == "candidate" for o in ok if o.key != c.key
                 for r in (1, 512) for m in res.modes}
@@ -141,10 +146,16 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
     monkeypatch.setattr(isolation.WorkerSession, "_device", lambda self, name: torch.device("cpu"))
     base_us = {"eager": 10.0, "torch_compile": 10.0, "user": 5.0}
 
-    def block(mode, trial, samples, t_us, calls):
+    # launch mode carries the host's time per call of each burst: a fixed cost per implementation
+    host_us = {"eager": 12.0, "torch_compile": 4.0, "user": 3.0}
+
+    def block(mode, trial, samples, t_us, calls, key=None):
+        host = host_us.get(key, 0.1)
         return TimingBlock(mode=mode, trial=trial, calls_per_sample=calls, warmup_calls=10,
                            samples_us=[t_us * (1 + 0.01 * (i % 3)) for i in range(samples)],
                            sample_clock_mhz=[1980] * samples, clock_before_mhz=1980, clock_after_mhz=1980,
+                           host_samples_us=[host * (1 + 0.01 * (i % 2)) for i in range(samples)]
+                           if mode == "launch" else None,
                            clock_source="synthetic", throttled=False, outputs_finite=None,
                            second_timer_us=t_us * 1.01, second_timer_method="synthetic second timer")
 
@@ -159,11 +170,12 @@ def _synthetic_device(monkeypatch, order: list, fail_at: tuple | None = None):
         if fail_at and (key, job["trial"]) == fail_at:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         t_us = base_us[key] * (1 + job["rows"] / 64)
-        self._fake = block(job["mode"], job["trial"], job["samples"], t_us, job.get("calls_per_sample") or 7)
+        self._fake = block(job["mode"], job["trial"], job["samples"], t_us, job.get("calls_per_sample") or 7, key)
         return {"calls_per_sample": self._fake.calls_per_sample}
 
     def fake_sample(self, job):
-        return {"samples_us": self._fake.samples_us, "sample_clock_mhz": self._fake.sample_clock_mhz}
+        return {"samples_us": self._fake.samples_us, "sample_clock_mhz": self._fake.sample_clock_mhz,
+                "host_samples_us": self._fake.host_samples_us}
 
     def fake_finish(self, job):
         return self._fake.model_dump(mode="json")
@@ -234,6 +246,75 @@ def test_timed_orchestration_with_a_synthetic_device(monkeypatch):
         assert c.same_margin == res.comparison_policy["same_margin"]
     assert calls[-1][0] == calls[-1][1]
     ScreenResult.model_validate_json(res.model_dump_json())
+
+
+def test_launch_cells_carry_the_host_cost_per_call_and_whether_it_bounds_the_launch_time(monkeypatch):
+    from infercrane.kernels.harness.runner import HOST_BOUND_FRACTION
+    from infercrane.kernels.harness.timing import HOST_METHOD
+
+    _synthetic_device(monkeypatch, [])
+    spec = FusedAddRMSNormSpec(hidden_size=256, eps=1e-6, rows=(8, 4096))
+    res = screen(spec, ["eager"], modes=["launch", "graph"], trials=3, samples_per_trial=4, candidate=GOOD,
+                 isolate=False)
+    assert res.host_method == HOST_METHOD and res.host_method.startswith("host: perf_counter around the same burst")
+    bound = {}
+    for impl in res.implementations:
+        for cell in impl.timings:
+            if cell.mode != "launch":
+                assert cell.host_summary is None and cell.host_bound is None
+                assert all(b.host_samples_us is None for b in cell.blocks)
+                continue
+            raw = [t for b in cell.blocks for t in b.host_samples_us]
+            assert cell.host_summary.n == len(raw) == 12  # every sample kept, each with its host time
+            assert cell.host_summary.median == pytest.approx(sorted(raw)[5] / 2 + sorted(raw)[6] / 2)
+            assert cell.host_bound == (cell.host_summary.median >= HOST_BOUND_FRACTION * cell.summary.median)
+            bound[(impl.key, cell.rows)] = cell.host_bound
+    # eager: 12 us of host against 11.25-11.4 us of launch time at 8 rows (bound), against 650 us at 4096 (not);
+    # the candidate: 3 us of host against about 5.6 us at 8 rows (not bound)
+    assert bound == {("eager", 8): True, ("eager", 4096): False, ("user", 8): False, ("user", 4096): False}
+
+
+def test_host_times_left_out_with_their_throttled_samples(monkeypatch):
+    from infercrane.kernels.harness.runner import summarize_cell
+    from infercrane.receipts.screen_result import TimingBlock
+
+    block = TimingBlock(mode="launch", trial=0, calls_per_sample=10, warmup_calls=10, samples_us=[5.0, 5.0, 5.0, 9.0],
+                        sample_clock_mhz=[1980, 1980, 1980, 1200], rejected=[3], host_samples_us=[1.0, 2.0, 3.0, 50.0],
+                        clock_before_mhz=1980, clock_after_mhz=1980, clock_source="synthetic", throttled=True,
+                        outputs_finite=None)
+    cell = summarize_cell(8, "launch", [block], None, None)
+    assert cell.host_summary.n == 3 and cell.host_summary.median == 2.0 and cell.host_bound is False
+    every = block.model_copy(update={"rejected": [0, 1, 2, 3]})  # every sample rejected: both over all of them
+    cell = summarize_cell(8, "launch", [every], None, None)
+    assert cell.summary_over == "all" and cell.host_summary.n == 4 and cell.host_summary.median == 2.5
+    assert cell.host_bound is False  # 2.5 < 0.9 x 5.0
+    old = block.model_copy(update={"host_samples_us": None})  # a block from before host times were read
+    cell = summarize_cell(8, "launch", [old], None, None)
+    assert cell.host_summary is None and cell.host_bound is None
+
+
+@pytest.mark.parametrize("tamper,words", [
+    (lambda host: [t / 10 for t in host], "host times in the worker's block differ from those it sent"),
+    (lambda host: [float("nan")] + host[1:], "does not hold together: host_samples_us.0: Input should be a finite"),
+    (lambda host: host[1:], "host_samples_us for 3 samples_us: one per sample"),
+])
+def test_a_worker_whose_host_times_do_not_hold_together_is_a_timer_fault(monkeypatch, tamper, words):
+    from infercrane.kernels.harness import session
+
+    _synthetic_device(monkeypatch, [])
+    honest_finish = session.WorkerSession._do_finish
+
+    def finish(self, job):
+        out = honest_finish(self, job)
+        if self.impl.key == "user" and out["host_samples_us"]:
+            out["host_samples_us"] = tamper(out["host_samples_us"])
+        return out
+
+    monkeypatch.setattr(session.WorkerSession, "_do_finish", finish)
+    res = screen(SPEC, ["eager"], modes=["launch"], trials=2, samples_per_trial=3, candidate=GOOD, isolate=False)
+    user = res.implementation("user")
+    assert user.status == "failed" and user.failure == "timer_fault" and words in user.error, user.error
+    assert res.implementation("eager").status == "ok"
 
 
 def test_a_failure_while_timing_keeps_what_was_measured(monkeypatch):

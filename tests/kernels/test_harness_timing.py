@@ -47,6 +47,10 @@ def test_each_mode_gives_positive_samples_for_eager_and_in_place(mode):
     assert block.mode == mode and block.calls_per_sample >= 1 and block.warmup_calls >= T.WARMUP_MIN_CALLS
     assert (block.l2_flush_bytes is not None) == (mode == "cold")
     assert block.outputs_finite is None
+    if mode == "launch":  # the host's time per call of each burst, beside its event time
+        assert len(block.host_samples_us) == 5 and all(0 < t < float("inf") for t in block.host_samples_us)
+    else:
+        assert block.host_samples_us is None
 
     # in place, with inputs restored between samples
     x0, r0 = x.clone(), r.clone()
@@ -207,6 +211,43 @@ def test_time_cell_bookkeeping_with_a_fake_device(fake_cuda, mode):
     assert block.rejected == [2] and block.throttled and block.clock_after_mhz == 1700
     assert block.outputs_finite is True and block.clock_source == "fake"
     assert (block.l2_flush_bytes == 1024) == (mode == "cold")
+    # the host's time per call: launch mode only, one per sample, beside the samples
+    if mode == "launch":
+        assert len(block.host_samples_us) == 4 and all(t >= 0 for t in block.host_samples_us)
+    else:
+        assert block.host_samples_us is None
+
+
+def test_launch_mode_host_time_brackets_the_calls_of_a_burst_and_nothing_else(fake_cuda, monkeypatch):
+    """A fake host clock that only the calls (3 us each), the restores (1 ms each) and the events' record and
+    synchronize (0.5 ms each) move: the host time per call is the calls' alone, so the bracket opens after the start
+    event and the restore and closes before the end event is recorded and synchronized."""
+    import torch
+
+    ns = {"now": 0}
+    monkeypatch.setattr(T.time, "perf_counter_ns", lambda: ns["now"])
+    events = torch.cuda.Event
+
+    class SlowEvent(events):
+        def record(self, stream=None):
+            ns["now"] += 500_000
+            super().record(stream)
+
+        def synchronize(self):
+            ns["now"] += 500_000
+
+    monkeypatch.setattr(torch.cuda, "Event", SlowEvent)
+
+    def call():
+        ns["now"] += 3_000
+
+    def restore():
+        ns["now"] += 1_000_000
+
+    block = T.time_cell(call, mode="launch", samples=5, device="cpu", restore=restore, calls_per_sample=7,
+                        clock=_FakeClock([]), second_timer=False)
+    assert block.calls_per_sample == 7 and block.host_samples_us == [3.0] * 5
+    assert len(block.samples_us) == 5
 
 
 def test_graph_mode_places_every_graph_of_a_trial_under_its_condition(fake_cuda, monkeypatch):

@@ -82,6 +82,103 @@ def test_an_edit_that_keeps_the_hash_right_is_still_caught(timed_doc, edit, wher
     assert any(p.startswith(where) for p, _ in problems), problems
 
 
+# --------------------------------------------------------------------------------------------- host cost per call
+
+
+@pytest.fixture
+def launch_doc(monkeypatch):
+    """A timed receipt of a launch-mode screen: its blocks carry the host's time per call of every burst."""
+    _synthetic_device(monkeypatch, [])
+    spec = FusedAddRMSNormSpec(hidden_size=128, eps=1e-6, rows=(8, 64), num_layers=28)
+    res = screen(spec, ["eager"], modes=["launch", "graph"], trials=3, samples_per_trial=4, candidate=GOOD,
+                 isolate=False)
+    doc = build_document(res, load_policy("kernel"), provenance=_prov(), model_source="test")
+    doc[HASH_FIELD] = content_hash(doc)
+    return doc
+
+
+def _launch_cell(doc, key="eager", rows=8):
+    impl = next(i for i in doc["result"]["implementations"] if i["key"] == key)
+    return next(c for c in impl["timings"] if c["mode"] == "launch" and c["rows"] == rows)
+
+
+def test_a_receipt_with_host_times_validates_and_states_their_method(launch_doc):
+    from infercrane.kernels.harness.timing import HOST_METHOD
+
+    model, problems = check_document(launch_doc)
+    assert problems == [] and model is not None
+    assert launch_doc["result"]["host_method"] == HOST_METHOD
+    cell = _launch_cell(launch_doc)
+    assert cell["host_summary"]["median"] > 0 and cell["host_bound"] is True  # 12 us of host, about 11 us of launch
+    assert _launch_cell(launch_doc, "user")["host_bound"] is False
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: _launch_cell(d)["host_summary"].update(median=_launch_cell(d)["host_summary"]["median"] * 0.5),
+    lambda d: _launch_cell(d).update(host_bound=False),
+    lambda d: _launch_cell(d, "user").update(host_bound=True),
+    lambda d: _launch_cell(d).update(host_summary=None, host_bound=None),
+    # the raw evidence changed under an unchanged summary
+    lambda d: _launch_cell(d)["blocks"][0].update(host_samples_us=[1.0] * len(_launch_cell(d)["blocks"][0]["samples_us"])),
+], ids=["median", "bound", "not-bound", "dropped", "raw"])
+def test_an_edited_host_cost_is_caught_by_deriving_it_again(launch_doc, edit):
+    doc = copy.deepcopy(launch_doc)
+    edit(doc)
+    _, problems = check_document(_rehash(doc))
+    assert any(p.startswith("result.implementations[") and ".host_" in p and "raw blocks" in m
+               for p, m in problems), problems
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda d: d["result"].update(host_method=None), "names no host_method"),
+    (lambda d: _launch_cell(d)["blocks"][0]["host_samples_us"].pop(), "one per sample"),
+], ids=["no-method", "one-short"])
+def test_host_times_without_their_method_or_out_of_step_with_the_samples_do_not_validate(launch_doc, edit, words):
+    doc = copy.deepcopy(launch_doc)
+    edit(doc)
+    model, problems = check_document(_rehash(doc))
+    assert model is None and any(words in m for _, m in problems), problems
+
+
+@pytest.mark.gpu
+def test_a_launch_mode_screen_on_a_gpu_reads_every_implementations_host_cost_and_validates(tmp_path):
+    """A tiny screen of every built-in implementation in launch mode, decided in launch mode: each implementation
+    that ran has a host time per call for every sample (positive and finite), a summary and a host_bound in every
+    cell, and the receipt validates: its host figures derived again from the raw host times."""
+    import math
+    from importlib import resources
+
+    from infercrane.cli import main
+    from infercrane.kernels.harness.timing import HOST_METHOD
+    from infercrane.receipts.validate import load_receipt
+
+    policy = tmp_path / "launch.yaml"  # the shipped kernel policy, deciding on launch timings
+    shipped = resources.files("infercrane.decide.policies").joinpath("kernel.yaml").read_text()
+    policy.write_text(shipped.replace("timing_mode: graph", "timing_mode: launch"))
+    out = tmp_path / "k.json"
+    rc = main(["kernel", "screen", "--rows", "1", "8", "--modes", "launch", "--policy", str(policy), "--trials", "2",
+               "--samples", "5", "--checks", "1", "--out", str(out)])
+    assert rc == 0
+    doc = load_receipt(out).document  # validates, or raises naming the field
+    assert main(["receipt", "validate", str(out)]) == 0
+    res = doc["result"]
+    assert res["host_method"] == HOST_METHOD
+    ran = [i for i in res["implementations"] if i["status"] == "ok"]
+    assert {"eager", "triton"} <= {i["key"] for i in ran}, [(i["key"], i["status"], i.get("error")) for i in
+                                                            res["implementations"]]
+    for impl in ran:
+        cells = [c for c in impl["timings"] if c["mode"] == "launch"]
+        assert {c["rows"] for c in cells} == {1, 8}, impl["key"]
+        for c in cells:
+            host = [t for b in c["blocks"] for t in b["host_samples_us"]]
+            assert len(host) == sum(len(b["samples_us"]) for b in c["blocks"]) == 10
+            assert all(0 < t and math.isfinite(t) for t in host), (impl["key"], host)
+            assert 0 < c["host_summary"]["median"] and math.isfinite(c["host_summary"]["median"])
+            assert isinstance(c["host_bound"], bool)
+    floors = res["calibration"]["floors"]
+    assert all(b["host_samples_us"] for b in floors if b["mode"] == "launch")
+
+
 def test_identical_trials_give_an_interval_that_holds_its_point(monkeypatch):
     """The boundary case: a zero-width interval (every trial the same) still holds its point and validates."""
     _synthetic_device(monkeypatch, [])

@@ -243,6 +243,90 @@ def test_a_failed_candidate_is_worded_by_its_failure_kind() -> None:
     assert rows["triton"][3].endswith("then timed out: no reply in 120 s")
 
 
+# --------------------------------------------------------------------------------------------- host cost per call
+
+
+@pytest.fixture
+def launch_doc(monkeypatch) -> dict[str, Any]:
+    """A receipt of a launch-mode screen (a synthetic device: eager's host time bounds its launch time at 8 rows,
+    the candidate's does not), as `kernel screen` writes it."""
+    from datetime import datetime, timezone
+
+    from test_harness_runner import GOOD, _synthetic_device
+
+    from infercrane.decide.policy import load_policy
+    from infercrane.hashing import HASH_FIELD, config_hash, content_hash
+    from infercrane.kernels.harness.runner import screen
+    from infercrane.kernels.ops.fused_add_rmsnorm.spec import FusedAddRMSNormSpec
+    from infercrane.kernels.receipt import build_document
+
+    _synthetic_device(monkeypatch, [])
+    spec = FusedAddRMSNormSpec(hidden_size=128, eps=1e-6, rows=(8, 64), num_layers=28)
+    res = screen(spec, ["eager"], modes=["launch", "graph"], trials=3, samples_per_trial=4, candidate=GOOD,
+                 isolate=False)
+    prov = {"infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None, "config": {},
+            "command_line": ["infercrane", "kernel", "screen"], "config_sha256": config_hash({}), "run_id": "r1",
+            "hardware": {"gpu": "synthetic", "compute_capability": "9.0", "cpu": "x", "cpu_count": 2, "host": "h",
+                         "platform": "linux"},
+            "software": {"torch": "2"}, "recorded_at": datetime.now(timezone.utc).isoformat()}
+    doc = build_document(res, load_policy("kernel"), provenance=prov, model_source="test")
+    doc[HASH_FIELD] = content_hash(doc)
+    return doc
+
+
+def _host_rows(out: str) -> list[list[str]]:
+    """The host cost table's rows (implementation, rows, launch µs, host µs/call, host-bound), the implementation
+    carried down from its first line."""
+    lines = out.splitlines()
+    start = next(n for n, ln in enumerate(lines) if ln.startswith("host cost per call, launch mode"))
+    rows, key = [], ""
+    for ln in lines[start + 1:]:
+        if ln.startswith("└"):
+            break
+        if ln.startswith("│"):
+            cells = [c.strip() for c in ln.split("│")[1:-1]]
+            key = cells[0] or key
+            rows.append([key, *cells[1:]])
+    return rows
+
+
+def test_the_summary_shows_each_implementations_host_cost_beside_its_launch_time(launch_doc) -> None:
+    out = _render(launch_doc)
+    assert "host µs/call: the host's time to issue one call" in _words(out)
+    got = _host_rows(out)
+    want = [[i["key"], str(c["rows"]), f"{c['summary']['median']:.3f}" + ("*" if c["flags"] else ""),
+             f"{c['host_summary']['median']:.2f}", "yes" if c["host_bound"] else "no"]
+            for i in launch_doc["result"]["implementations"] for c in sorted(i["timings"], key=lambda c: c["rows"])
+            if c["mode"] == "launch"]
+    assert got == want and len(got) == 4
+    assert [r[4] for r in got] == ["yes", "no", "no", "no"]  # eager at 8 rows: the host bounds its launch time
+    assert out.index("µs per call, graph mode") < out.index("host cost per call") < out.index("implementations")
+    assert max(len(ln) for ln in out.splitlines()) <= WIDTH, out
+
+
+@pytest.mark.parametrize("path", RECEIPTS, ids=lambda p: p.stem)
+def test_a_receipt_from_before_host_times_shows_no_host_table(path: Path) -> None:
+    out = _render(_load(path))
+    assert "µs per call" in out and "host cost per call" not in out and "host µs/call" not in out
+
+
+def test_receipt_show_shows_the_same_times_with_the_host_cost(launch_doc, monkeypatch) -> None:
+    from infercrane.report.console import render_show
+
+    con = Console(file=io.StringIO(), width=WIDTH)
+    con.print(render_show(launch_doc))
+    out = con.file.getvalue()
+    lines = out.splitlines()
+    assert lines.index("times") > lines.index("conditions") and lines.index("times") < lines.index("evidence")
+    assert _host_rows(out) == _host_rows(_render(launch_doc))
+    assert max(len(ln) for ln in lines) <= WIDTH, out
+    # a committed receipt: the times in the decision's mode, no host table
+    con = Console(file=io.StringIO(), width=WIDTH)
+    con.print(render_show(_load(RECEIPTS[0])))
+    committed = con.file.getvalue()
+    assert "µs per call, graph mode, median" in committed and "host cost per call" not in committed
+
+
 # --------------------------------------------------------------------------------------------- an interrupted screen
 
 

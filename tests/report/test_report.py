@@ -175,3 +175,27 @@ def test_without_out_the_report_goes_beside_its_receipt_not_into_the_working_dir
     assert main(["report", str(receipt), str(other)]) == 0
     assert (cwd / "runs" / "two" / "report" / "index.html").is_file()
     assert [p.name for p in cwd.iterdir()] == ["runs"]  # runs/ is ignored by git
+
+
+def test_the_launch_section_tables_each_implementations_host_cost_where_the_receipt_has_it() -> None:
+    doc = _doc(KERNEL)
+    launch = next(s for s in kernel_sections(doc) if s.title.startswith("launch mode"))
+    assert not any(t.title.startswith("Host cost") for t in launch.tables)  # a receipt from before host times
+    doc = copy.deepcopy(doc)
+    doc["result"]["host_method"] = "host: perf_counter around the same burst (test)"
+    for n, impl in enumerate(doc["result"]["implementations"]):
+        for c in impl["timings"]:
+            if c["mode"] == "launch":
+                h = 10.0 * (n + 1)
+                c["host_summary"] = {"n": 3, "median": h, "q1": h - 1, "q3": h + 1, "min": h - 1, "max": h + 1,
+                                     "mean": h, "stdev": 1.0}
+                c["host_bound"] = h >= 0.9 * c["summary"]["median"]
+    launch = next(s for s in kernel_sections(doc) if s.title.startswith("launch mode"))
+    table = next(t for t in launch.tables if t.title == "Host cost per call, launch mode")
+    want = [(i["key"], c["rows"], f"{c['host_summary']['median']:.2f}", "yes" if c["host_bound"] else "no")
+            for i in doc["result"]["implementations"] for c in sorted(i["timings"], key=lambda c: c["rows"])
+            if c["mode"] == "launch"]
+    assert [(r[0], r[1], r[3], r[5]) for r in table.rows] == want and "yes" in {r[5] for r in table.rows}
+    assert table.caption.endswith("Method: host: perf_counter around the same burst (test)")
+    graph = next(s for s in kernel_sections(doc) if s.title.startswith("graph mode"))
+    assert not any(t.title.startswith("Host cost") for t in graph.tables)

@@ -39,6 +39,9 @@ TIMER_AGREEMENT_MAX = 0.05
 # A median below a physical floor measured in the same run (the mode's empty-kernel floor, the byte floor at copy
 # bandwidth) by more than this fraction is impossible: flagged, never a speedup.
 FLOOR_SLACK = 0.02
+# Launch mode: a cell whose host time per call (median) is at least this fraction of its launch time (median) is
+# bound by the host (``TimingCell.host_bound``): the events read the host's pace of issuing calls, not the GPU's.
+HOST_BOUND_FRACTION = 0.9
 # In launch and graph mode a call whose bytes are under this many times the L2 size is taken as served from L2.
 L2_RESIDENT_MULTIPLE = 2
 TIMING_SEED_OFFSET = 7_777_777
@@ -136,7 +139,10 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
                     copy_gbps: float | None, floor_us: float | None, l2_bytes: int | None = None,
                     overhead_us: float | None = None, second_offset_us: float | None = None) -> TimingCell:
     """One implementation's cell: pooled summary, bandwidth where meaningful, the second timer's agreement and the
-    physical floors; a disagreement beyond ``TIMER_AGREEMENT_MAX`` or a time under a floor flags the cell."""
+    physical floors; a disagreement beyond ``TIMER_AGREEMENT_MAX`` or a time under a floor flags the cell. Launch
+    mode: the host's time per call summarized over the same samples as the time (``host_summary``), and whether it
+    bounds the launch time (``host_bound``: its median at least ``HOST_BOUND_FRACTION`` of the time's); information
+    beside the time, never a flag."""
     from infercrane.stats import summarize
 
     kept: list[float] = []
@@ -149,6 +155,9 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         kept.extend(t for i, t in enumerate(b.samples_us) if i not in rejected)
     over: Literal["kept", "all"] = "kept" if kept else "all"
     summary = summarize(kept if kept else every)
+    host = [t for b in blocks for t in (b.kept_host() if over == "kept" else b.host_samples_us or [])]
+    host_summary = summarize(host) if host else None
+    host_bound = host_summary.median >= HOST_BOUND_FRACTION * summary.median if host_summary else None
     achieved = bytes_moved / summary.median / 1e3 if bytes_moved and summary.median > 0 else None
     pct = None
     # Launch and graph mode call the op on the same buffers again and again: a working set that L2 can hold is served
@@ -238,6 +247,7 @@ def _summarize_cell(rows: int, mode: str, blocks: list[TimingBlock], bytes_moved
         pct_of_copy_bandwidth=pct, bandwidth_note=note, second_timer_us=second, second_timer_method=method,
         timer_disagreement=disagreement, floor_us=floor, flags=flags, levels=levels,
         second_timer_offset_us=second_offset_us if second is not None else None,
+        host_summary=host_summary, host_bound=host_bound,
     )
 
 
@@ -262,18 +272,36 @@ PARENT_OVERHEAD_REPEATS = 3
 def _timed_job(worker: Any, job: dict[str, Any], timeout_s: float, what: str) -> TimingBlock:
     """One visit's timing jobs (``session``: time, sample, finish) on ``worker``; the sample job bracketed by this
     process's monotonic clock (the block's ``parent_elapsed_us``; worker state kept for a ``verify`` unless the job
-    is empty). A worker whose finished block does not hold the samples it sent is a timer fault."""
+    is empty). A worker whose finished block does not hold the samples (and host times) it sent is a timer fault."""
     from infercrane.kernels.harness.isolation import WorkerFailure
+
+    from pydantic import ValidationError
 
     worker.request(job, timeout_s, what)
     t0 = time.monotonic()
     sampled = worker.request({"op": "sample"}, timeout_s, what)
     elapsed_us = (time.monotonic() - t0) * 1e6
-    block = TimingBlock.model_validate(worker.request({"op": "finish", "keep": not job.get("empty")}, timeout_s, what))
+    try:
+        block = TimingBlock.model_validate(worker.request({"op": "finish", "keep": not job.get("empty")}, timeout_s,
+                                                          what))
+    except ValidationError as e:  # e.g. a host time that is NaN: the worker's clock was not what InferCrane reads
+        raise WorkerFailure("timer_fault", f"{what}: the worker's timing block does not hold together: "
+                                           f"{_first_error(e)}") from None
     if list(block.samples_us) != list(sampled.get("samples_us", [])):
         raise WorkerFailure("timer_fault", f"{what}: the samples in the worker's block differ from those it sent "
                                            "when they were taken")
+    if block.host_samples_us != sampled.get("host_samples_us"):
+        raise WorkerFailure("timer_fault", f"{what}: the host times in the worker's block differ from those it sent "
+                                           "when they were taken")
     return block.model_copy(update={"parent_elapsed_us": elapsed_us})
+
+
+def _first_error(e: Any) -> str:
+    """A pydantic ValidationError's first error as ``field.path: message``."""
+    errors = e.errors()
+    if not errors:
+        return str(e)
+    return f"{'.'.join(str(p) for p in errors[0]['loc'])}: {errors[0]['msg']}"
 
 
 def _visit(im: "_Impl", job: dict[str, Any], spec: Any, timeout_s: float, what: str, seed: int) -> TimingBlock:
@@ -375,7 +403,7 @@ def screen(
     from infercrane.kernels.harness.isolation import InProcessWorker, SubprocessWorker, WorkerFailure, spec_to_json
     from infercrane.kernels.harness.placement import DRAW_METHOD, GRAPHS_PER_TRIAL, draw
     from infercrane.kernels.harness.timed_check import verify_seed
-    from infercrane.kernels.harness.timing import method_sentence, parent_bound
+    from infercrane.kernels.harness.timing import HOST_METHOD, method_sentence, parent_bound
 
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
@@ -564,6 +592,7 @@ def screen(
         run_kind="timed" if timed else "functional", run_kind_reason=dev_reason, device=device_record,
         software=software, isolation="subprocess" if isolate else "in_process", rows=rows,
         modes_requested=modes, modes=timed_modes, methods={m: method_sentence(m) for m in timed_modes},
+        host_method=HOST_METHOD if "launch" in timed_modes else None,
         correctness_method=" ".join((corr_mod.__doc__ or "").split()), tolerance=spec.tolerance,
         checks_per_rows=checks, base_seed=seed, timing_input_seed=timing_seed, trials=trials,
         samples_per_trial=samples_per_trial, interleaving=INTERLEAVING, timeout_s=float(timeout_s),

@@ -15,6 +15,8 @@ Common to every mode:
   else ``torch.cuda.clock_rate``, else unavailable). A sample whose clock reading is below ``THROTTLE_FRACTION`` of
   the highest reading of the cell is **rejected** (kept in the raw data, flagged, left out of summaries); a cell
   with a rejected sample or a clock that fell from before to after is flagged ``throttled``.
+* **Host cost** (launch mode only): the host's clock is read around the same bursts the events time
+  (``HOST_METHOD``); each sample's host time per call is kept beside its event time (``host_samples_us``).
 * Statistics are not computed here: the raw samples go to ``infercrane.stats``.
 """
 from __future__ import annotations
@@ -81,6 +83,15 @@ PARENT_BOUND_MIN_US = 2000.0
 # ... nor this share of the handshake cost itself, whose jitter grows with it: a cold sample job spins the GPU for
 # about 1 ms a sample at whatever the SM clock is (on the H200 honest cold jobs ran up to 29 % over the empty kernel's).
 PARENT_BOUND_REL = 0.5
+
+
+# What a launch-mode block's ``host_samples_us`` are (recorded in the result as ``host_method``).
+HOST_METHOD = (
+    "host: perf_counter around the same burst of back-to-back calls, before synchronizing; per call = elapsed / "
+    "calls. The time the host spends issuing a call (argument checks, configuration lookup, launcher, dispatch, the "
+    "launch itself); where the GPU is slower than the host the launch queue fills and this reads the GPU's pace "
+    "instead (then it is at most the launch time)"
+)
 
 
 class ClockReader:
@@ -250,28 +261,37 @@ def graph_calls(per_call_us: float, fixed_us: float) -> int:
 def time_launch(
     call: Callable[[], Any], *, samples: int, calls_per_sample: int, restore: Callable[[], None] | None,
     clock: ClockReader,
-) -> tuple[list[float], list[int | None]]:
+) -> tuple[list[float], list[int | None], list[float]]:
     """launch: CUDA events around ``calls_per_sample`` back-to-back launches from Python; per-call time = elapsed / calls; one sample per burst.
 
     This is what ``triton.testing.do_bench`` reports: at small rows it is bound by the host's launch rate, not by the
     kernel. Inputs of in-place kernels are restored between bursts, outside the events.
+
+    The same bursts give the host cost of a call (``HOST_METHOD``): ``time.perf_counter_ns`` from just before the
+    first call of the burst (after the start event is recorded) to just after the last call returns (before the end
+    event is recorded and synchronized), divided by the calls. Returns ``(times, clocks, host)``, one of each per
+    sample, in microseconds per call.
     """
     import torch
 
     times: list[float] = []
     clocks: list[int | None] = []
+    host: list[float] = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(samples):
         if restore is not None:
             restore()
         start.record()
+        t0 = time.perf_counter_ns()
         for _ in range(calls_per_sample):
             call()
+        t1 = time.perf_counter_ns()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / calls_per_sample)
+        host.append((t1 - t0) * 1e-3 / calls_per_sample)
         clocks.append(clock.read_mhz())
-    return times, clocks
+    return times, clocks, host
 
 
 def capture_graph(call: Callable[[], Any], calls: int) -> Any:
@@ -556,6 +576,7 @@ class CellTimer:
         self.before: int | None = None
         self.times: list[float] = []
         self.clocks: list[int | None] = []
+        self.host: list[float] | None = None  # launch mode: host us per call of each sample (HOST_METHOD)
 
     @property
     def target(self) -> Placed:
@@ -633,12 +654,15 @@ class CellTimer:
     # ----------------------------------------------------------------------------------------- sample
 
     def sample(self) -> dict[str, Any]:
-        """The timed samples: what InferCrane's clock brackets from outside the worker."""
+        """The timed samples: what InferCrane's clock brackets from outside the worker (launch mode: with the host
+        time of each burst, ``HOST_METHOD``)."""
         self.before = self.clock.read_mhz()
+        self.host = None
         if self.mode == "launch":
             p = self.placed[0]
-            self.times, self.clocks = time_launch(p.call, samples=self.samples, calls_per_sample=self.n_calls,
-                                                  restore=p.restore, clock=self.clock)
+            self.times, self.clocks, self.host = time_launch(p.call, samples=self.samples,
+                                                             calls_per_sample=self.n_calls, restore=p.restore,
+                                                             clock=self.clock)
         elif self.mode == "graph":
             self.times, self.clocks = [], []
             for p in self.placed:
@@ -650,7 +674,7 @@ class CellTimer:
             self.times, self.clocks = time_cold(p.call, samples=self.samples, restore=p.restore, clock=self.clock,
                                                 flush=self.flush)
         _sync()
-        return {"samples_us": self.times, "sample_clock_mhz": self.clocks}
+        return {"samples_us": self.times, "sample_clock_mhz": self.clocks, "host_samples_us": self.host}
 
     # ----------------------------------------------------------------------------------------- finish
 
@@ -688,8 +712,8 @@ class CellTimer:
         flush_bytes = int(self.flush.numel() * self.flush.element_size()) if self.mode == "cold" else None
         return TimingBlock(
             mode=self.mode, trial=self.trial, calls_per_sample=self.n_calls, warmup_calls=self.warm,
-            samples_us=self.times, sample_clock_mhz=self.clocks, rejected=rejected, clock_before_mhz=self.before,
-            clock_after_mhz=after, clock_source=self.clock.source,
+            samples_us=self.times, sample_clock_mhz=self.clocks, host_samples_us=self.host, rejected=rejected,
+            clock_before_mhz=self.before, clock_after_mhz=after, clock_source=self.clock.source,
             throttled=is_throttled(rejected, self.before, after), outputs_finite=finite, l2_flush_bytes=flush_bytes,
             sizing=self.sizing, graph_fixed_cost_us=self.fixed_us, graph_fixed_cost_fraction=fraction,
             second_timer_us=second, second_timer_method=SECOND_TIMER_METHODS[self.mode] if second is not None else None,
