@@ -13,7 +13,10 @@ synchronized once at the end (so the time per call is the larger of the host's c
 
 Needs a CUDA GPU and vLLM 0.22.1 (its IR op registry). Usage (from the repository root; ``PYTHONPATH=.`` where
 InferCrane is not installed):
-    PYTHONPATH=. python3 benchmarks/provider_overhead.py [--impl triton|cuda] [--rows 8 1024 4096] [--calls 2000] [--out FILE]
+    PYTHONPATH=. python3 benchmarks/provider_overhead.py [--impl triton|cuda] [--hidden 1024] [--rows 8 1024 4096]
+        [--calls 2000] [--out FILE]
+
+``--hidden``: the row width (1024: Qwen3-0.6B; 576: SmolLM2-135M-Instruct, the catalog's real model).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-HIDDEN = 1024  # Qwen3-0.6B
+HIDDEN = 1024  # Qwen3-0.6B: the default row width
 EPS = 1e-6
 
 
@@ -55,6 +58,7 @@ def opaque_op(name: str, kernel):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--impl", choices=["triton", "cuda"], default="triton")
+    p.add_argument("--hidden", type=int, default=HIDDEN)
     p.add_argument("--rows", type=int, nargs="+", default=[8, 1024, 4096])
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--out", type=Path, default=None, help="also write the results as JSON lines here")
@@ -87,14 +91,14 @@ def main(argv: list[str] | None = None) -> int:
 
     rows_out = []
     head = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "vllm": vllm.__version__,
-            "python": platform.python_version(), "impl": args.impl, "hidden": HIDDEN, "dtype": "bfloat16",
+            "python": platform.python_version(), "impl": args.impl, "hidden": args.hidden, "dtype": "bfloat16",
             "calls": args.calls, "timing": "back-to-back calls, one synchronize at the end; us per call"}
     print(json.dumps(head))
     for rows in args.rows:
         g = torch.Generator(device="cuda").manual_seed(rows)
-        x = torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=g)
-        r = torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=g)
-        w = torch.ones(HIDDEN, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(rows, args.hidden, device="cuda", dtype=torch.bfloat16, generator=g)
+        r = torch.randn(rows, args.hidden, device="cuda", dtype=torch.bfloat16, generator=g)
+        w = torch.ones(args.hidden, device="cuda", dtype=torch.bfloat16)
         # in-place ops on the same buffers: values grow but stay finite over a few thousand calls of a norm
         variants = {
             "kernel": lambda: kernel(x, r, w, EPS),
