@@ -311,9 +311,10 @@ def _opaque(name: str, provider: _Provider) -> Any:
 
 def _launcher(name: str) -> Callable[..., None]:
     """What the implementation calls to launch: the opaque op while torch.compile traces (Inductor must see one
-    node), the launch body itself otherwise. Outside tracing the custom op only adds its dispatch (13.5 us a call of
-    a bare ``torch.library.custom_op`` on an H200, benchmarks/host_cost_probe.py), which eager vLLM pays on every
-    call; the body (call counter, in-engine gate, kernel) is the same either way."""
+    node), the launch body itself otherwise. Outside tracing the custom op only adds its dispatch, which eager vLLM
+    pays on every call (a bare custom op costs about half of what the Triton function does on an H200:
+    docs/benchmarks/2026-12-06-h200-layout-gpu-check, benchmarks/host_cost_probe.py); the body (call counter,
+    in-engine gate, kernel) is the same either way."""
     is_compiling = torch.compiler.is_compiling
 
     def launch(*args: Any) -> None:
