@@ -27,23 +27,10 @@ import argparse
 import json
 import platform
 import sys
-import time
 from pathlib import Path
 
-EPS = 1e-6
-
-
-def per_call_us(fn, calls: int) -> float:
-    import torch
-
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provider_overhead import EPS, per_call_us  # noqa: E402  (the same timing as the provider's benchmark)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,26 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
+
+
+def read_marker_json(folder: Path | str, name: str, what: str, hint: str) -> tuple[Path, Any] | None:
+    """``(path, parsed JSON)`` of the marker file ``name`` of a model folder (or the marker file itself given as
+    ``folder``); None when there is none. A marker that is there but is not JSON is an InputError naming ``what``
+    (``stand-in``, ``real-model``) with ``hint``: a receipt must not report a folder it cannot read."""
+    import json
+
+    from infercrane.datafiles import MODEL_CONFIG, read_text
+    from infercrane.errors import InputError
+
+    path = Path(folder)
+    marker_path = path if path.name == name else path / name
+    if not marker_path.is_file():
+        return None
+    try:
+        return marker_path, json.loads(read_text(marker_path, MODEL_CONFIG))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} marker {marker_path} is unreadable: {e}", hint=hint) from None
 
 
 def temp_dir_beside(out_dir: Path) -> Path:

@@ -408,17 +408,13 @@ def read_marker(folder: Path | str) -> RealModelMarker | None:
     """The marker of a converted folder (or the marker file itself); None when there is none. A marker that is
     present but unreadable or not InferCrane's is an InputError: a receipt must not report an unknown folder as a
     real model."""
-    from infercrane.datafiles import MODEL_CONFIG, read_text
+    from infercrane.models.folders import read_marker_json
 
-    path = Path(folder)
-    marker_path = path if path.name == REAL_MODEL_MARKER else path / REAL_MODEL_MARKER
-    if not marker_path.is_file():
+    found = read_marker_json(folder, REAL_MODEL_MARKER, "real-model",
+                             "prepare the model again (infercrane model prepare)")
+    if found is None:
         return None
-    try:
-        data = json.loads(read_text(marker_path, MODEL_CONFIG))
-    except json.JSONDecodeError as e:
-        raise InputError(f"real-model marker {marker_path} is unreadable: {e}",
-                         hint="prepare the model again (infercrane model prepare)") from None
+    marker_path, data = found
     try:
         return RealModelMarker.model_validate(data)
     except ValidationError as e:

@@ -475,16 +475,12 @@ def read_stand_in_marker(path: Path | str) -> dict[str, Any] | None:
     A marker that is present but unreadable or incomplete is an :class:`InputError`: a receipt must not
     silently report a stand-in as a real model.
     """
-    path = Path(path)
-    marker_path = path if path.name == STAND_IN_MARKER else path / STAND_IN_MARKER
-    if not marker_path.is_file():
-        return None
-    from ..datafiles import MODEL_CONFIG, read_text
+    from .folders import read_marker_json
 
-    try:
-        marker = json.loads(read_text(marker_path, MODEL_CONFIG))
-    except json.JSONDecodeError as e:
-        raise InputError(f"stand-in marker {marker_path} is unreadable: {e}", hint="re-create the stand-in") from e
+    found = read_marker_json(path, STAND_IN_MARKER, "stand-in", "re-create the stand-in")
+    if found is None:
+        return None
+    marker_path, marker = found
     if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
         raise InputError(f"{marker_path} is not an InferCrane stand-in marker", hint="re-create the stand-in")
     missing = [k for k in _MARKER_REQUIRED if k not in marker]
