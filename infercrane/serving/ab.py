@@ -111,6 +111,11 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
                          order=order, plan=runs)
     started = time.monotonic()
     progress = on_progress or (lambda line: say(f"{plan.section}: {line} [{time.monotonic() - started:.0f} s]"))
+    if gate is not None:
+        from ..serving.quality import gate_design
+
+        progress(f"quality gate {'on' if gate['run'] else 'off'}: {gate['why']}"
+                 + (f"; {gate_design(plan.policy.quality)}" if gate["run"] else ""))
 
     def one_run(m: Any) -> None:
         done = len(partial.runs)

@@ -431,6 +431,23 @@ def plan_gate(mode: str, recipes: list[Any], model_provenance: dict[str, Any], p
     return {"mode": mode, "run": True, "why": "real weights on vLLM"}
 
 
+def gate_design(quality: Any) -> str:
+    """What the gate's items can show, said before anything runs: the fewest items with which unchanged answers
+    show non-inferiority at the policy's margin, at the worst incumbent accuracy (``stats.proportions``)."""
+    from infercrane.stats.proportions import items_to_show_margin
+
+    n = len(TASKS) * quality.items_per_task
+    level = 2 * quality.confidence - 1
+    needed = [items_to_show_margin(p / 20, quality.accuracy_margin, level) for p in range(1, 21)]
+    worst = None if any(x is None for x in needed) else max(needed)
+    if worst is None or worst > n:
+        return (f"{n} items: with every answer unchanged, non-inferiority at -{quality.accuracy_margin:g} cannot be "
+                f"shown at every incumbent accuracy ({'no count up to 100000' if worst is None else worst} needed): "
+                "the gate may end UNDECIDED")
+    return (f"{n} items: with every answer unchanged, non-inferiority at -{quality.accuracy_margin:g} is shown at any "
+            f"incumbent accuracy (at most {worst} items needed)")
+
+
 def answer_items(engine: Any, quality: Any, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """An engine's answers to the policy's items, as the receipt's engine record holds them
     (``receipts.models_v2.QualityAnswersRecord``)."""

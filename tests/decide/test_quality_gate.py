@@ -100,3 +100,13 @@ def test_the_gate_turns_the_decision() -> None:
                                                                              "items")
     assert apply_to_decision("accept", "t", "r", passed) == ("accept", "t", "r")
     assert apply_to_decision("accept", "t", "r", None) == ("accept", "t", "r")
+
+
+def test_the_plan_says_what_its_items_can_show_before_anything_runs() -> None:
+    from infercrane.serving.quality import gate_design
+
+    assert gate_design(POLICY) == ("200 items: with every answer unchanged, non-inferiority at -0.05 is shown at any "
+                                   "incumbent accuracy (at most 57 items needed)")
+    few = POLICY.model_copy(update={"items_per_task": 5})
+    assert gate_design(few).startswith("20 items: with every answer unchanged, non-inferiority at -0.05 cannot be "
+                                       "shown at every incumbent accuracy (57 needed)")
