@@ -448,7 +448,7 @@ def gate_design(quality: Any) -> str:
             f"incumbent accuracy (at most {worst} items needed)")
 
 
-def answer_items(engine: Any, quality: Any, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def answer_items(engine: Any, quality: Any) -> dict[str, Any]:
     """An engine's answers to the policy's items, as the receipt's engine record holds them
     (``receipts.models_v2.QualityAnswersRecord``)."""
     items = generate_items(quality.seed, quality.items_per_task)
@@ -474,8 +474,9 @@ class QualityAsker:
             return
         n = len(TASKS) * self.quality.items_per_task
         self.say(f"quality gate: {arm} answers {n} items greedily, one at a time")
-        engine.record.quality_answers = answer_items(engine, self.quality)
-        right = sum(score(it, a["text"]) for it, a in zip(generate_items(self.quality.seed, self.quality.items_per_task),
-                                                          engine.record.quality_answers["answers"]))
+        answers = answer_items(engine, self.quality)
+        engine.record.quality_answers = answers
+        items = generate_items(self.quality.seed, self.quality.items_per_task)
+        right = sum(score(it, a["text"]) for it, a in zip(items, answers["answers"]))
         self.say(f"quality gate: {arm} answered {right} of {n} right "
                  f"({engine.record.quality_answers['wall_s']:.1f} s)")
