@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from evidence import archived
+
 from infercrane.commands.kernel import _print_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +177,7 @@ def test_a_functional_screen_has_no_times_and_says_why_there_are_no_verdicts() -
 
 # --------------------------------------------------------------------------------------------- what the timing rests on
 
-EXECUTOR = REPO / "docs/benchmarks/2026-12-02-h200-executors/local-fused_add_rmsnorm.h200.json"
+EXECUTOR = archived("2026-12-02-h200-executors/receipts.tar.xz/local-fused_add_rmsnorm.h200.json")
 RERUN = "— rerun, or decide on another timing mode (--policy with timing_mode)"
 
 
