@@ -2,9 +2,10 @@
 
 ``archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json")`` names a member the way a README cites it
 (relative to ``docs/benchmarks``) and returns the path of that member extracted under this process's temporary
-folder, under its own name (``…/2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json``); without a member
-(``"….tar.xz"``) the whole archive is extracted and its folder returned. Each archive is read once per process (a
-module-level path is then free); the folder is removed when the process ends. A test must not change the files it
+folder, under its own name: ``/tmp/evidence-…/2026-12-01-h200-kernel-two-ops/receipts/rms_norm.json`` (kept short: a
+command's output that names the file must fit the width a test sets, as the committed path did). Without a member
+(``"….tar.xz"``) the whole archive is extracted and its folder returned. Each member is extracted once per process
+(a module-level path is then free); the folder is removed when the process ends. A test must not change the files it
 gets: copy one to edit it.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ ARCHIVES = (".tar.xz", ".tar.gz", ".tgz")
 
 @functools.cache
 def _root() -> Path:
-    root = Path(tempfile.mkdtemp(prefix="infercrane-evidence-"))
+    root = Path(tempfile.mkdtemp(prefix="evidence-"))
     atexit.register(shutil.rmtree, root, True)
     return root
 
@@ -43,7 +44,8 @@ def archived(where: str) -> Path:
     archive, member = _split(where)
     if not archive.is_file():
         raise FileNotFoundError(f"no committed archive {archive}")
-    folder = _root() / archive.relative_to(BENCHMARKS)
+    folder = _root() / archive.parent.relative_to(BENCHMARKS) / archive.name.removesuffix(
+        next(ext for ext in ARCHIVES if archive.name.endswith(ext)))
     folder.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive) as tar:
         if not member:

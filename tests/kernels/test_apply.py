@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.commands.apply import MODES, kernel_recipe, screen_rows
 from infercrane.serving.recipes import load_recipe
@@ -34,7 +36,7 @@ def test_eager_vllm_is_predicted_from_launch_mode_which_sees_the_host_cost_graph
     served = read_json(bench / "2026-12-01-h200-kernel-in-vllm" / "eager-triton.json")
     used = served["kernel_in_serving"]["inputs"]
     assert (used["mode"], used["incumbent"]) == ("graph", "vllm_vendor")  # measured before eager read launch mode
-    screen = read_json(bench / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json")
+    screen = read_json(archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json"))
     kw = dict(candidate="triton", incumbent="vllm_vendor", calls_per_step=used["calls_per_step"],
               input_tokens=used["input_tokens"])
     graph = predict_against_measurement(screen, served, mode="graph", **kw)

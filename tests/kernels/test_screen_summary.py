@@ -19,8 +19,8 @@ from evidence import archived
 from infercrane.commands.kernel import _print_summary
 
 REPO = Path(__file__).resolve().parents[2]
-RECEIPTS = [REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json",
-            REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/rms_norm.json",
+RECEIPTS = [archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json"),
+            archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json"),
             REPO / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/kernel-cuda.json"]
 WIDTH = 100
 

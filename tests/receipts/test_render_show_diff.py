@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.report.console import fitted_console, render_diff, render_show, verdicts
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-KERNEL_V3 = BENCH / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json"
+KERNEL_V3 = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 SERVING = BENCH / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"
 POC = BENCH / "2026-12-01-h200-poc" / "poc.json"
 IN_VLLM_CUDA = BENCH / "2026-12-01-h200-kernel-in-vllm" / "compiled-cuda.json"

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.receipts import signing
 
 pytest.importorskip("cryptography")
-RECEIPT = Path(__file__).parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-kernel-two-ops" / "rms_norm.json"
+RECEIPT = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json")
 
 
 @pytest.fixture
