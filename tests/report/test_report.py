@@ -20,9 +20,8 @@ from infercrane.report.build import receipt_report  # noqa: E402
 from infercrane.report.kernel import custom_kernel_sections, kernel_sections, trial_medians  # noqa: E402
 from infercrane.report.page import render_page  # noqa: E402
 
-BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 KERNEL = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
-POC = BENCH / "2026-12-01-h200-poc/poc.json"
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 
 
 def _doc(path: Path) -> dict:

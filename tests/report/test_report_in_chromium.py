@@ -26,7 +26,7 @@ KINDS = {
     "serving-ab": BENCH / "2026-12-01-h200-serving/seed-paired-eager-vs-compiled.json",
     "serving-two-drivers": BENCH / "2026-12-01-h200-serving/seed-paired-compiled-two-drivers.json",
     "serving-public": BENCH / "2026-12-01-h200-serving/public-1000-compiled.json",
-    "poc": BENCH / "2026-12-01-h200-poc/poc.json",
+    "poc": archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json"),
     "kernel-in-vllm": BENCH / "2026-12-01-h200-kernel-in-vllm/compiled-cuda.json",
 }
 

@@ -30,7 +30,7 @@ from infercrane.report.serving import serving_sections  # noqa: E402
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 KERNEL = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
-POC = BENCH / "2026-12-01-h200-poc/poc.json"
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 THREE_RUNS = BENCH / "2026-12-01-h200-poc/drivers-c8.json"  # serve bench, 3 runs per driver; no published example
 PUBLIC_1000 = BENCH / "2026-12-01-h200-serving/public-1000-compiled.json"  # a workload with a published example
 ROWS = [1, 8, 32]
