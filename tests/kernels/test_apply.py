@@ -82,7 +82,7 @@ def test_an_earlier_applys_receipts_are_never_overwritten(tmp_path, capsys):
 def test_a_kernel_receipt_without_the_comparison_a_mode_predicts_from_is_refused(tmp_path, capsys):
     """The committed compiled A/B's screen holds triton against torch_compile in graph mode only: enough for compiled
     vLLM, not for eager (vllm_vendor, launch mode); refused before any engine starts."""
-    screen = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/kernel-triton.json"
+    screen = archived("2026-12-01-h200-kernel-in-vllm/evidence-compiled-triton.tar.xz/apply/kernel.json")
     argv = ["kernel", "apply", "--kernel-receipt", str(screen), "--out", str(tmp_path / "apply")]
     assert main([*argv, "--modes", "compiled", "eager"]) == 2
     err = capsys.readouterr().err

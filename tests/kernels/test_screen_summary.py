@@ -18,10 +18,9 @@ from evidence import archived
 
 from infercrane.commands.kernel import _print_summary
 
-REPO = Path(__file__).resolve().parents[2]
 RECEIPTS = [archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json"),
             archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json"),
-            REPO / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/kernel-cuda.json"]
+            archived("2026-12-01-h200-kernel-in-vllm/evidence-compiled-cuda.tar.xz/apply/kernel.json")]
 WIDTH = 100
 
 
