@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import app, main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -242,8 +244,8 @@ def test_a_directory_where_a_file_goes_says_so(argv: list[str], what: str, tmp_p
 def test_serve_decide_on_a_kernel_receipt_names_the_command_that_decides_it(tmp_path: Path, capsys) -> None:
     kernel = tmp_path / "my screens" / "kernel it's.json"  # a space and a quote: the suggested command quotes them
     kernel.parent.mkdir()
-    kernel.write_bytes((REPO / "docs" / "benchmarks" / "2026-12-01-h200-kernel-in-vllm" / "kernel-triton.json")
-                       .read_bytes())
+    committed = archived("2026-12-01-h200-kernel-in-vllm/evidence-compiled-triton.tar.xz/apply/kernel.json")
+    kernel.write_bytes(committed.read_bytes())
     assert main(["serve", "decide", str(kernel), "--out", str(tmp_path / "new.json")]) == 2
     line = _one_error(capsys)
     assert line.startswith(f"{kernel}: a kernel screening receipt (infercrane.cuda-kernel-screening-receipt/v3), "

@@ -5,9 +5,10 @@ decides nothing. Built from a committed H200 screen's result with the candidate'
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+
+from evidence import archived
 
 from infercrane.decide.kernel import KernelDecisionInputs, ShapeResult, decide_kernel
 from infercrane.decide.policy import KernelPolicy, load_policy
@@ -17,8 +18,7 @@ from infercrane.receipts.screen_result import CheckResult, ScreenResult
 from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.validate import check_document
 
-REPO = Path(__file__).resolve().parents[2]
-EXECUTOR = REPO / "docs/benchmarks/2026-12-02-h200-executors/local-fused_add_rmsnorm.h200.json"
+EXECUTOR = archived("2026-12-02-h200-executors/receipts.tar.xz/local-fused_add_rmsnorm.h200.json")
 TIMER_FAULT = ("timer_fault: trial 2: the worker's samples add up to 812 us but InferCrane's clock saw 9120 us around "
                "them, 8100 us more than that and the measured handshake cost (208 us): its timer cannot be trusted\n"
                "second line of the error")

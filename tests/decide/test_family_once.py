@@ -4,9 +4,10 @@ again only for inputs that carry none; marks of another family are refused, neve
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+
+from evidence import archived
 
 import infercrane.decide.kernel as dk
 from infercrane.decide.kernel import FamilyMark, KernelDecisionInputs, ShapeResult, decide_kernel
@@ -15,8 +16,7 @@ from infercrane.errors import InputError
 from infercrane.kernels.harness.compare import decision_inputs, with_comparisons
 from infercrane.receipts.screen_result import ScreenResult
 
-REPO = Path(__file__).resolve().parents[2]
-EXECUTOR = REPO / "docs/benchmarks/2026-12-02-h200-executors/local-fused_add_rmsnorm.h200.json"
+EXECUTOR = archived("2026-12-02-h200-executors/receipts.tar.xz/local-fused_add_rmsnorm.h200.json")
 
 
 def _result() -> ScreenResult:

@@ -17,6 +17,8 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
+from evidence import archived
+
 from infercrane.decide.kernel import (
     BaselineTiming,
     KernelDecisionInputs,
@@ -37,10 +39,9 @@ from infercrane.receipts.models_v3 import DecodeStep
 from infercrane.stats import Verdict
 from infercrane.stats.trials import trial_speedup
 
-REPO = Path(__file__).resolve().parents[2]
 # H200, five trials, timer disagreements on most graph-mode cells; the decision's reason quoted every flag (5 kB)
-EXECUTOR = REPO / "docs/benchmarks/2026-12-02-h200-executors/local-fused_add_rmsnorm.h200.json"
-KERNEL_CUDA = REPO / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/kernel-cuda.json"
+EXECUTOR = archived("2026-12-02-h200-executors/receipts.tar.xz/local-fused_add_rmsnorm.h200.json")
+KERNEL_CUDA = archived("2026-12-01-h200-kernel-in-vllm/evidence-compiled-cuda.tar.xz/apply/kernel.json")
 
 WOBBLE = (-1.0, -0.5, 0.0, 0.5, 1.0)
 TD = "timer_disagreement: trial 4 median 1.2 us vs second timer 1.0 us (+20.0%, limit ±5%; events)"

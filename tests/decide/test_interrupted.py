@@ -4,7 +4,8 @@ where the decision reads them give an inconclusive one that says the screen stop
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from evidence import archived
 
 from infercrane.decide.policy import KernelPolicy
 from infercrane.kernels.harness.compare import with_comparisons
@@ -12,8 +13,7 @@ from infercrane.kernels.receipt import derive
 from infercrane.receipts.screen_result import ScreenResult
 from infercrane.stats import Verdict
 
-REPO = Path(__file__).resolve().parents[2]
-SCREEN = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
+SCREEN = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 WHY = "SIGINT during trial 3 of 5 (graph mode, rows 128): trials 3-4 and the cold mode did not run"
 
 

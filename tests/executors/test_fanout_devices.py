@@ -11,11 +11,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "poc"))
 from builders import H200_KERNEL, on_device  # noqa: E402
+from evidence import archived  # noqa: E402
 
 from infercrane.executors.fanout import FanoutRecord, JobRecord, _conclude, summary_lines  # noqa: E402
 from infercrane.receipts.validate import load_receipt  # noqa: E402
 
-POC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-poc" / "poc.json"
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from evidence import archived
+
 from infercrane.errors import InputError, UnavailableError
 from infercrane.executors import check_gpus
 from infercrane.executors.fanout import fan_out, read_record
@@ -20,7 +22,7 @@ from infercrane.executors.jobs import Job
 from infercrane.receipts.validate import load_receipt
 
 REPO = Path(__file__).resolve().parents[2]
-H200_SCREEN = REPO / "docs" / "benchmarks" / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json"
+H200_SCREEN = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 HANGS = REPO / "tests" / "kernels" / "fixtures" / "lifecycle_candidates.py"
 SCREEN = ("kernel", "screen", "--device", "cpu", "--rows", "1", "--impls", "eager,triton", "--modes", "launch")
 

@@ -16,6 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.decide.vocabulary import VERDICTS, WORDS
 from infercrane.receipts.validate import Receipt, load_receipt
@@ -23,11 +25,11 @@ from infercrane.report.export import COLUMNS, HEADLINE_KEYS, export_rows, export
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "docs" / "benchmarks"
-KERNEL_V3 = BENCH / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json"
+KERNEL_V3 = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 KERNEL_V2 = BENCH / "2026-12-01-h200-kernel" / "kernel-screen.json"
 APPLY = BENCH / "2026-12-01-h200-kernel-in-vllm" / "compiled-cuda.json"
 BENCH_TWO_DRIVERS = BENCH / "2026-12-01-h200-poc" / "drivers-c8.json"
-POC = BENCH / "2026-12-01-h200-poc" / "poc.json"
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 SEEDS = REPO / "examples" / "receipts"
 DOC = REPO / "docs" / "exports.md"
 GOOD_CANDIDATE = REPO / "tests" / "kernels" / "fixtures" / "good_candidate.py"

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.kernels.agreement import compare_screens
 
-REPO = Path(__file__).resolve().parents[2]
-TWO_OPS = REPO / "docs" / "benchmarks" / "2026-12-01-h200-kernel-two-ops"
+TWO_OPS = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz")
 
 
 def _doc(name: str) -> dict:

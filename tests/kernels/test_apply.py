@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.commands.apply import MODES, kernel_recipe, screen_rows
 from infercrane.serving.recipes import load_recipe
@@ -34,7 +36,7 @@ def test_eager_vllm_is_predicted_from_launch_mode_which_sees_the_host_cost_graph
     served = read_json(bench / "2026-12-01-h200-kernel-in-vllm" / "eager-triton.json")
     used = served["kernel_in_serving"]["inputs"]
     assert (used["mode"], used["incumbent"]) == ("graph", "vllm_vendor")  # measured before eager read launch mode
-    screen = read_json(bench / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json")
+    screen = read_json(archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json"))
     kw = dict(candidate="triton", incumbent="vllm_vendor", calls_per_step=used["calls_per_step"],
               input_tokens=used["input_tokens"])
     graph = predict_against_measurement(screen, served, mode="graph", **kw)
@@ -80,7 +82,7 @@ def test_an_earlier_applys_receipts_are_never_overwritten(tmp_path, capsys):
 def test_a_kernel_receipt_without_the_comparison_a_mode_predicts_from_is_refused(tmp_path, capsys):
     """The committed compiled A/B's screen holds triton against torch_compile in graph mode only: enough for compiled
     vLLM, not for eager (vllm_vendor, launch mode); refused before any engine starts."""
-    screen = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/kernel-triton.json"
+    screen = archived("2026-12-01-h200-kernel-in-vllm/evidence-compiled-triton.tar.xz/apply/kernel.json")
     argv = ["kernel", "apply", "--kernel-receipt", str(screen), "--out", str(tmp_path / "apply")]
     assert main([*argv, "--modes", "compiled", "eager"]) == 2
     err = capsys.readouterr().err

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
 from test_harness_runner import GOOD, _synthetic_device
 
 from infercrane.cli import main
@@ -22,7 +23,7 @@ from infercrane.receipts.validate import check_document, load_receipt
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
-H200_KERNEL = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
+H200_KERNEL = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 H200_PAIRED = REPO / "docs/benchmarks/2026-12-01-h200-serving/seed-paired-eager-vs-compiled.json"
 PROV = {
     "infercrane_version": "0.1.0", "git_commit": None, "git_dirty": None,

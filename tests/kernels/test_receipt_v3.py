@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import json
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
+from evidence import archived
 from test_harness_runner import GOOD, _synthetic_device
 
 from infercrane.decide.policy import load_policy
@@ -198,14 +198,13 @@ def _widened_doc():
     """A committed H200 receipt (every decision comparison flagged by a timer disagreement under the old rule) as a
     new screen writes it: its result compared under the flag rule 'widen', everything derived again, hashed."""
     import json
-    from pathlib import Path
 
     from infercrane.decide.policy import KernelPolicy
     from infercrane.kernels.harness.compare import with_comparisons
     from infercrane.kernels.receipt import derive
     from infercrane.receipts.screen_result import ScreenResult
 
-    path = Path(__file__).resolve().parents[2] / "docs/benchmarks/2026-12-02-h200-executors/local-rms_norm.h200.json"
+    path = archived("2026-12-02-h200-executors/receipts.tar.xz/local-rms_norm.h200.json")
     doc = json.loads(path.read_text())
     pol = KernelPolicy.model_validate(doc["policy"])
     res = with_comparisons(ScreenResult.model_validate(doc["result"]), pol, flag_rule="widen")
@@ -248,8 +247,7 @@ def test_an_edit_of_the_flag_rule_or_its_interval_is_caught(edit, where):
 
 # --- the receipt's records against each other: the device measured, the screen's window, the model screened ------
 
-REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
+COMMITTED = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 
 
 def _both_hardware(d: dict, **fields) -> None:

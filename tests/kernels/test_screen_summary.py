@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from evidence import archived
+
 from infercrane.commands.kernel import _print_summary
 
-REPO = Path(__file__).resolve().parents[2]
-RECEIPTS = [REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json",
-            REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/rms_norm.json",
-            REPO / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/kernel-cuda.json"]
+RECEIPTS = [archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json"),
+            archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json"),
+            archived("2026-12-01-h200-kernel-in-vllm/evidence-compiled-cuda.tar.xz/apply/kernel.json")]
 WIDTH = 100
 
 
@@ -175,7 +176,7 @@ def test_a_functional_screen_has_no_times_and_says_why_there_are_no_verdicts() -
 
 # --------------------------------------------------------------------------------------------- what the timing rests on
 
-EXECUTOR = REPO / "docs/benchmarks/2026-12-02-h200-executors/local-fused_add_rmsnorm.h200.json"
+EXECUTOR = archived("2026-12-02-h200-executors/receipts.tar.xz/local-fused_add_rmsnorm.h200.json")
 RERUN = "— rerun, or decide on another timing mode (--policy with timing_mode)"
 
 

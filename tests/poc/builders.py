@@ -11,10 +11,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from evidence import archived
+
 from infercrane.hashing import HASH_FIELD, content_hash
 
 REPO = Path(__file__).resolve().parents[2]
-H200_KERNEL = REPO / "docs/benchmarks/2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
+H200_KERNEL = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 H200_PAIRED = REPO / "docs/benchmarks/2026-12-01-h200-serving/seed-paired-eager-vs-compiled.json"
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 from builders import H100, rehash, relabel
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.receipts.validate import check_document, load_receipt
 
@@ -117,7 +119,7 @@ def test_merged_kernels_alone_make_an_incomplete_receipt(h200_docs, tmp_path):
 # --- a thing merged with itself; parts of different evidence classes ------------------------------------------------
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-TWO_OPS_RMS = BENCH / "2026-12-01-h200-kernel-two-ops" / "rms_norm.json"
+TWO_OPS_RMS = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json")
 CPU_SCREENS = BENCH / "2026-12-06-layout-receipts-clean-ups" / "receipts.tar.xz"  # after/screen.json: rms_norm on a CPU
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.receipts.registry import MODELS
 from infercrane.receipts.schemas import json_schema, schema_filename
@@ -124,7 +126,7 @@ def test_schema_write_refuses_a_file_in_place_of_the_folder(tmp_path: Path, caps
 
 
 def test_validate_and_show_say_a_receipt_is_incomplete(capsys) -> None:
-    partial = REPO / "docs" / "benchmarks" / "2026-12-01-h200-poc" / "poc-partial.json"
+    partial = archived("2026-12-01-h200-poc/poc-evidence-first-sitting.tar.xz/poc.json")
     assert main(["receipt", "validate", str(partial)]) == 0
     assert "incomplete: in progress or interrupted (its writer was not recorded; public still to run)" in \
         capsys.readouterr().out

@@ -10,14 +10,16 @@ from typing import Callable
 
 import pytest
 
+from evidence import archived
 from receipt_edits import problems as _problems
+
 from infercrane.models.catalog import config_fingerprint, get
 from infercrane.receipts.crosscheck import EARLIEST_RECORD, unchecked
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 AB = DOCS / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"  # serve ab, no provenance.model
 STAND_IN_AB = DOCS / "2026-12-01-h200-kernel-in-vllm" / "compiled-cuda.json"   # serve ab on a stand-in of Qwen3-0.6B
-KERNEL = DOCS / "2026-12-01-h200-kernel-two-ops" / "rms_norm.json"               # kernel screen v3 on an H200
+KERNEL = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json")  # kernel screen v3 on an H200
 QWEN = "Qwen/Qwen3-0.6B"
 LLAMA = "meta-llama/Llama-3.1-8B"
 

@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.hashing import HASH_FIELD, content_hash
 from infercrane.receipts.registry import LEGACY, MODELS
@@ -171,7 +173,7 @@ def test_report_says_it_first_and_on_the_page(tmp_path, capsys):
 
 @pytest.mark.parametrize("legacy", [KERNEL_V2, SEEDS[1]], ids=["v2 kernel", "v1 PoC"])
 def test_merge_refuses_it_saying_so_first(legacy, tmp_path, capsys):
-    other = REPO / "docs" / "benchmarks" / "2026-12-01-h200-poc" / "poc.json"
+    other = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
     assert main(["receipt", "merge", str(legacy), str(other), "--out", str(tmp_path / "m.json")]) == 2
     [line] = _lines(capsys)
     assert line.startswith(f"infercrane: error: {legacy}: legacy format ") and "not derived again" in line

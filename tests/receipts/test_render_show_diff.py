@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.report.console import fitted_console, render_diff, render_show, verdicts
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-KERNEL_V3 = BENCH / "2026-12-01-h200-kernel-two-ops" / "fused_add_rmsnorm.json"
+KERNEL_V3 = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
 SERVING = BENCH / "2026-12-01-h200-serving" / "seed-paired-eager-vs-compiled.json"
-POC = BENCH / "2026-12-01-h200-poc" / "poc.json"
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 IN_VLLM_CUDA = BENCH / "2026-12-01-h200-kernel-in-vllm" / "compiled-cuda.json"
 IN_VLLM_TRITON = BENCH / "2026-12-01-h200-kernel-in-vllm" / "compiled-triton.json"
 RECEIPTS = [KERNEL_V3, SERVING, POC, IN_VLLM_CUDA]
@@ -140,7 +142,8 @@ def test_all_shows_the_receipts_a_poc_receipt_embeds(capsys, monkeypatch) -> Non
 
 
 def test_an_incomplete_receipt_says_so_first(capsys, monkeypatch) -> None:
-    lines = _run(capsys, monkeypatch, "show", str(BENCH / "2026-12-01-h200-poc" / "poc-partial.json"))
+    partial = archived("2026-12-01-h200-poc/poc-evidence-first-sitting.tar.xz/poc.json")
+    lines = _run(capsys, monkeypatch, "show", str(partial))
     text = _flat(lines)
     assert text.index("INCOMPLETE: in progress or interrupted") < text.index(" decision ")
     assert "public still to run" in text

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 from infercrane.receipts import signing
 
 pytest.importorskip("cryptography")
-RECEIPT = Path(__file__).parents[2] / "docs" / "benchmarks" / "2026-12-01-h200-kernel-two-ops" / "rms_norm.json"
+RECEIPT = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json")
 
 
 @pytest.fixture
@@ -107,7 +109,7 @@ def test_a_screen_signs_as_it_writes(tmp_path: Path) -> None:
 
 # -- hostile files in place of an envelope or a key: one line and exit 2, never a wait or a read without end --------
 REPO = Path(__file__).parents[2]
-SMALL = REPO / "docs" / "benchmarks" / "2026-12-01-h200-kernel-in-vllm" / "kernel-triton.json"  # a v3 receipt
+SMALL = archived("2026-12-01-h200-kernel-in-vllm/evidence-compiled-triton.tar.xz/apply/kernel.json")  # a v3 receipt
 
 
 def _cli(*args: str, timeout: float = 120) -> tuple[int, list[str], list[str]]:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 
 pytest.importorskip("matplotlib")
@@ -18,9 +20,8 @@ from infercrane.report.build import receipt_report  # noqa: E402
 from infercrane.report.kernel import custom_kernel_sections, kernel_sections, trial_medians  # noqa: E402
 from infercrane.report.page import render_page  # noqa: E402
 
-BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-KERNEL = BENCH / "2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
-POC = BENCH / "2026-12-01-h200-poc/poc.json"
+KERNEL = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 
 
 def _doc(path: Path) -> dict:
@@ -113,7 +114,7 @@ def test_receipt_text_is_escaped(tmp_path: Path) -> None:
 
 
 def test_several_receipts_share_one_page_with_a_contents_list(tmp_path: Path) -> None:
-    other = BENCH / "2026-12-01-h200-kernel-two-ops/rms_norm.json"
+    other = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json")
     assert main(["report", str(KERNEL), str(other), "--out", str(tmp_path)]) == 0
     text = (tmp_path / "index.html").read_text()
     assert "<nav>" in text and 'href="#fused_add_rmsnorm"' in text and 'href="#rms_norm"' in text
@@ -170,7 +171,7 @@ def test_without_out_the_report_goes_beside_its_receipt_not_into_the_working_dir
     page = run / "kernel.report" / "index.html"
     assert page.is_file() and f"report: {page}" in capsys.readouterr().out
     assert list(cwd.iterdir()) == []
-    other = BENCH / "2026-12-01-h200-kernel-two-ops/rms_norm.json"
+    other = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/rms_norm.json")
     monkeypatch.setenv("INFERCRANE_RUN_ID", "two")
     assert main(["report", str(receipt), str(other)]) == 0
     assert (cwd / "runs" / "two" / "report" / "index.html").is_file()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from evidence import archived
 from report_browser import loaded_dom, screenshot
 
 from infercrane.cli import main
@@ -20,12 +21,12 @@ pytest.importorskip("jinja2")
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 KINDS = {
-    "kernel-screen-v3": BENCH / "2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json",
+    "kernel-screen-v3": archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json"),
     "kernel-screen-v2": BENCH / "2026-12-01-h200-kernel/kernel-screen.json",
     "serving-ab": BENCH / "2026-12-01-h200-serving/seed-paired-eager-vs-compiled.json",
     "serving-two-drivers": BENCH / "2026-12-01-h200-serving/seed-paired-compiled-two-drivers.json",
     "serving-public": BENCH / "2026-12-01-h200-serving/public-1000-compiled.json",
-    "poc": BENCH / "2026-12-01-h200-poc/poc.json",
+    "poc": archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json"),
     "kernel-in-vllm": BENCH / "2026-12-01-h200-kernel-in-vllm/compiled-cuda.json",
 }
 

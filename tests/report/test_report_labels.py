@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from evidence import archived
+
 from infercrane.cli import main
 
 pytest.importorskip("matplotlib")
@@ -27,8 +29,8 @@ from infercrane.report.page import render_page  # noqa: E402
 from infercrane.report.serving import serving_sections  # noqa: E402
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-KERNEL = BENCH / "2026-12-01-h200-kernel-two-ops/fused_add_rmsnorm.json"
-POC = BENCH / "2026-12-01-h200-poc/poc.json"
+KERNEL = archived("2026-12-01-h200-kernel-two-ops/receipts.tar.xz/fused_add_rmsnorm.json")
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 THREE_RUNS = BENCH / "2026-12-01-h200-poc/drivers-c8.json"  # serve bench, 3 runs per driver; no published example
 PUBLIC_1000 = BENCH / "2026-12-01-h200-serving/public-1000-compiled.json"  # a workload with a published example
 ROWS = [1, 8, 32]

@@ -17,6 +17,8 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 
+from evidence import archived
+
 from infercrane.report.model import Figure, Section, Table  # noqa: E402
 from infercrane.report.serving import serving_sections  # noqa: E402
 
@@ -25,7 +27,7 @@ SERVING = REPO / "docs/benchmarks/2026-12-01-h200-serving"
 EAGER_VS_COMPILED = SERVING / "seed-paired-eager-vs-compiled.json"
 TWO_DRIVERS = SERVING / "seed-paired-compiled-two-drivers.json"
 PUBLIC_1000 = SERVING / "public-1000-compiled.json"
-POC = REPO / "docs/benchmarks/2026-12-01-h200-poc/poc.json"
+POC = archived("2026-12-01-h200-poc/poc-evidence.tar.xz/poc.json")
 KERNEL_IN_VLLM = REPO / "docs/benchmarks/2026-12-01-h200-kernel-in-vllm/compiled-cuda.json"
 RECEIPTS = [EAGER_VS_COMPILED, TWO_DRIVERS, PUBLIC_1000, POC, KERNEL_IN_VLLM]
 SECTION_KEYS = ("paired_aiperf", "bench", "public_workload_reproduction", "kernel_in_serving")
