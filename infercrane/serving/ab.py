@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .quality import QUALITY_GATE_DEFAULT
+
 
 @dataclass(frozen=True)
 class ABPlan:
@@ -48,7 +50,7 @@ class ABPlan:
     access: Any = None
     # the semantic-quality gate: on, off, or auto (on where the model's weights are real and a vLLM engine serves
     # them; serving.quality.plan_gate)
-    quality_gate: str = "auto"
+    quality_gate: str = QUALITY_GATE_DEFAULT
 
 
 def artifacts_dir(plan: ABPlan) -> Path:
@@ -77,10 +79,9 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     from ..receipts.validate import write_receipt
     from ..serving.progress import progress_reason
     from ..serving.config import redact_argv
+    from ..serving.quality import QualityAsker, gate_design, plan_gate
     from ..serving.receipt import build_document, model_provenance, plan_config
     from ..serving.workload import PlanResult, plan_runs, run_plan
-
-    from ..serving.quality import QualityAsker, plan_gate
 
     recs, workload = plan.recipes, plan.workload
     model_prov = plan.model_provenance or model_provenance(recs[0])
@@ -112,8 +113,6 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     started = time.monotonic()
     progress = on_progress or (lambda line: say(f"{plan.section}: {line} [{time.monotonic() - started:.0f} s]"))
     if gate is not None:
-        from ..serving.quality import gate_design
-
         progress(f"quality gate {'on' if gate['run'] else 'off'}: {gate['why']}"
                  + (f"; {gate_design(plan.policy.quality)}" if gate["run"] else ""))
 

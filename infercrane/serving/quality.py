@@ -411,24 +411,25 @@ def plan_gate(mode: str, recipes: list[Any], model_provenance: dict[str, Any], p
     are real and every arm is a vLLM engine: dummy weights answer noise, and the test server is no model)."""
     if mode not in QUALITY_GATE_MODES:
         raise InputError(f"quality gate must be one of {', '.join(QUALITY_GATE_MODES)}, got {mode!r}")
+    weights = model_provenance.get("weights")
+    engines = sorted({r.engine for r in recipes})
     if mode == "off":
-        return {"mode": mode, "run": False, "why": "turned off (--quality-gate off)"}
-    if policy.quality is None:
+        run, why = False, "turned off (--quality-gate off)"
+    elif policy.quality is None:
         if mode == "on":
             raise InputError("--quality-gate on: the serving policy has no quality block",
                              hint="add one (see infercrane/decide/policies/serving.yaml) or leave the gate off")
-        return {"mode": mode, "run": False, "why": "the serving policy has no quality block"}
-    if mode == "on":
-        return {"mode": mode, "run": True, "why": "asked (--quality-gate on)"}
-    weights = model_provenance.get("weights")
-    if weights != "real":
-        return {"mode": mode, "run": False, "why": f"the model's weights are {weights}: their answers are noise (a real model: "
-                                     "infercrane model prepare)"}
-    engines = sorted({r.engine for r in recipes})
-    if engines != ["vllm"]:
-        return {"mode": mode, "run": False, "why": f"engine {', '.join(engines)} is not a model (--quality-gate on asks it "
-                                     "anyway)"}
-    return {"mode": mode, "run": True, "why": "real weights on vLLM"}
+        run, why = False, "the serving policy has no quality block"
+    elif mode == "on":
+        run, why = True, "asked (--quality-gate on)"
+    elif weights != "real":
+        run, why = False, (f"the model's weights are {weights}: their answers are noise (a real model: infercrane "
+                           "model prepare)")
+    elif engines != ["vllm"]:
+        run, why = False, f"engine {', '.join(engines)} is not a model (--quality-gate on asks it anyway)"
+    else:
+        run, why = True, "real weights on vLLM"
+    return {"mode": mode, "run": run, "why": why}
 
 
 def gate_design(quality: Any) -> str:
@@ -448,14 +449,19 @@ def gate_design(quality: Any) -> str:
             f"incumbent accuracy (at most {worst} items needed)")
 
 
-def answer_items(engine: Any, quality: Any) -> dict[str, Any]:
-    """An engine's answers to the policy's items, as the receipt's engine record holds them
+def items_record(quality: Any, items: list[QualityItem]) -> dict[str, Any]:
+    """Which items the policy's ``quality`` block asks (``items``: ``generate_items`` of its seed and count), as a
+    receipt records them (``receipts.models_v2.QualityItemsRecord``)."""
+    return {"generator": GENERATOR, "seed": quality.seed, "per_task": quality.items_per_task, "items": len(items),
+            "max_tokens": quality.max_tokens, "sha256": items_sha256(items)}
+
+
+def answer_items(engine: Any, quality: Any, items: list[QualityItem]) -> dict[str, Any]:
+    """An engine's answers to ``items`` (the policy's), as the receipt's engine record holds them
     (``receipts.models_v2.QualityAnswersRecord``)."""
-    items = generate_items(quality.seed, quality.items_per_task)
     t0 = time.monotonic()
     outputs = ask(engine.post, engine.served_model, items, max_tokens=quality.max_tokens)
-    return {"items": {"generator": GENERATOR, "seed": quality.seed, "per_task": quality.items_per_task,
-                      "items": len(items), "max_tokens": quality.max_tokens, "sha256": items_sha256(items)},
+    return {"items": items_record(quality, items),
             "answers": [{"item": o.item_id, "text": o.text,
                          "tokens": list(o.token_ids) if o.token_ids is not None else list(o.tokens),
                          "logprobs": list(o.logprobs)} for o in outputs],
@@ -468,15 +474,14 @@ class QualityAsker:
 
     def __init__(self, quality: Any, say: Callable[[str], None]) -> None:
         self.quality, self.say = quality, say
+        self.items = generate_items(quality.seed, quality.items_per_task)
 
     def __call__(self, arm: str, engine: Any) -> None:
         if engine.record.quality_answers is not None:
             return
-        n = len(TASKS) * self.quality.items_per_task
+        n = len(self.items)
         self.say(f"quality gate: {arm} answers {n} items greedily, one at a time")
-        answers = answer_items(engine, self.quality)
+        answers = answer_items(engine, self.quality, self.items)
         engine.record.quality_answers = answers
-        items = generate_items(self.quality.seed, self.quality.items_per_task)
-        right = sum(score(it, a["text"]) for it, a in zip(items, answers["answers"]))
-        self.say(f"quality gate: {arm} answered {right} of {n} right "
-                 f"({engine.record.quality_answers['wall_s']:.1f} s)")
+        right = sum(score(it, a["text"]) for it, a in zip(self.items, answers["answers"]))
+        self.say(f"quality gate: {arm} answered {right} of {n} right ({answers['wall_s']:.1f} s)")

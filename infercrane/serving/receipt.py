@@ -381,7 +381,7 @@ def quality_section(engines: list[dict[str, Any]], a: str, b: str, policy: Servi
     (written before the gate)."""
     from ..decide.quality import Answer, quality_gate
     from ..errors import InputError
-    from .quality import GENERATOR, generate_items, items_sha256, score
+    from .quality import generate_items, items_record, score
 
     planned = options.get("quality_gate")
     if planned is None:
@@ -397,8 +397,7 @@ def quality_section(engines: list[dict[str, Any]], a: str, b: str, policy: Servi
         return {"ran": False, "why_not": f"planned, but no answers from {' and '.join(lacking)}'s engine: the "
                                          "plan stopped before that arm's first visit"}
     items = generate_items(q.seed, q.items_per_task)
-    stated = {"generator": GENERATOR, "seed": q.seed, "per_task": q.items_per_task, "items": len(items),
-              "max_tokens": q.max_tokens, "sha256": items_sha256(items)}
+    stated = items_record(q, items)
     for arm, ans in got.items():
         if ans["items"] != stated:
             diff = sorted(k for k in stated if ans["items"].get(k) != stated[k])
@@ -565,7 +564,8 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             stats, family, design, (code, text, reason) = paired
         else:
             code, text, reason = _combine(decisions, a, b, "this workload")
-        gate = quality_section(doc["engines"], a, b, policy, (provenance.get("config") or {}).get("options") or {})
+        options = (provenance.get("config") or {}).get("options") or {}
+        gate = quality_section(doc["engines"], a, b, policy, options)
         if gate is not None:
             from ..decide.quality import UNDECIDED, apply_to_decision
 
@@ -573,7 +573,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             if gate["ran"]:
                 code, text, reason = apply_to_decision(code, text, reason, gate)
                 doc["qualification_boundary"] = QUALITY_BOUNDARY.format(verdict=f"gate {gate['verdict']}")
-            elif (provenance.get("config") or {}).get("options", {}).get("quality_gate", {}).get("run"):
+            elif options["quality_gate"]["run"]:
                 # planned and not run: speed alone cannot accept
                 code, text, reason = apply_to_decision(code, text, reason,
                                                        {"verdict": UNDECIDED, "reason": gate["why_not"]})
