@@ -269,11 +269,7 @@ def _installed(p: PackageSource, notes: list[str]) -> PackageFile | None:
 
 
 def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
+    return _sha256_of([path])
 
 
 def check_wheel_file(path: Path, what: str = "--wheel") -> None:
@@ -424,14 +420,19 @@ def read_marker(folder: Path | str) -> RealModelMarker | None:
                          hint="prepare the model again (infercrane model prepare)") from None
 
 
-def weights_sha256(folder: Path, files: list[str]) -> str:
-    """sha256 of the weights files' bytes, one after the other (for one file, its sha256sum)."""
+def _sha256_of(paths: list[Path]) -> str:
+    """sha256 of the files' bytes, one after the other, read in chunks (for one file, its sha256sum)."""
     h = hashlib.sha256()
-    for name in files:
-        with open(folder / name, "rb") as f:
+    for path in paths:
+        with open(path, "rb") as f:
             while chunk := f.read(HASH_CHUNK_BYTES):
                 h.update(chunk)
     return h.hexdigest()
+
+
+def weights_sha256(folder: Path, files: list[str]) -> str:
+    """sha256 of the weights files' bytes, one after the other (for one file, its sha256sum)."""
+    return _sha256_of([folder / name for name in files])
 
 
 def folder_problems(folder: Path, entry: CatalogEntry) -> list[str]:
