@@ -8,7 +8,10 @@ cost), for each layer the vLLM provider stacks on a launch:
   check_inputs       InferCrane's contract checks alone (no launch)
   config             the per-shape configuration lookup alone
   triton_jit         Triton's JIT launch with every argument given (its own cache lookup and binding)
-  triton_kernel      InferCrane's Triton function (checks + configuration + JIT launch)
+  triton_uncached    InferCrane's Triton function with its launch cache turned off (checks + configuration + JIT
+                     launch: every call as a first call)
+  triton_kernel      InferCrane's Triton function as called (a repeat call: its cached compiled launch,
+                     ``triton_rowwise.TritonKernels.launch_cached``)
   cuda_kernel        InferCrane's CUDA function (checks + configuration + cached CuPy launch)
   custom_op_noop     a bare ``torch.library.custom_op`` whose body does nothing
   custom_op_triton   the Triton function as a bare ``torch.library.custom_op``
@@ -96,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 "check_inputs": lambda: triton_kernel.check_inputs(x, r, w),
                 "config": lambda: kernels.config(rows, hidden),
                 "triton_jit": lambda: rows_kernel[grid](x, r, w, rows, EPS, **jit_kwargs),
+                "triton_uncached": lambda: fn_triton(x, r, w, EPS),  # timed with the cache turned off (below)
                 "triton_kernel": lambda: fn_triton(x, r, w, EPS),
                 "cuda_kernel": lambda: cuda_kernel.fused_add_rmsnorm_cuda(x, r, w, EPS),
                 "custom_op_noop": lambda: noop(x, r, w, EPS),
@@ -106,12 +110,16 @@ def main(argv: list[str] | None = None) -> int:
             }
             row: dict = {"hidden": hidden, "rows": rows, **row_meta}
             for name, fn in variants.items():
+                if name == "triton_uncached":  # an instance attribute shadows the method: every call misses
+                    kernels.launch_cached = lambda tensors, eps: False
                 try:
                     runs = sorted(per_call_us(fn, args.calls) for _ in range(args.repeats))
                     row[name] = {"median": round(runs[len(runs) // 2], 3), "min": round(runs[0], 3),
                                  "max": round(runs[-1], 3)}
                 except Exception as e:  # a layer that cannot run here is reported, not fatal
                     row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                finally:
+                    kernels.__dict__.pop("launch_cached", None)
             # the compiled launches wrote the same result as the function (one call each on fresh copies)
             try:
                 x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()

@@ -1,6 +1,7 @@
 """What the Triton kernels of the row-wise norm ops share on the host: availability, the tile heuristic's common
 part and a configuration's validation, the calling contract's checks, the compile for a CUDA target without a
-GPU, and the launch.
+GPU, and the launch (through Triton's JIT at a call key's first launch, then through the compiled kernel it
+returned: ``TritonKernels.launch_cached``).
 
 Each op keeps its kernel bodies in ``<op>/_triton_source.py`` (undecorated; the device helpers they share are
 ``_triton_rowwise_source.py``) and names them in a ``TritonKernels``. Its ``triton_kernel.py`` keeps its defaults
@@ -33,6 +34,8 @@ MANY_ROWS = 2048
 # Keys a configuration may carry besides its own: what ``finish`` derives.
 DERIVED_KEYS = ("grid", "masked", "int64_offsets", "hidden")
 HELPERS = "infercrane.kernels.ops._triton_rowwise_source"
+# Compiled launches an op keeps (``TritonKernels.launch_cached``), one per call key; past it new keys go through the JIT.
+MAX_CACHED_LAUNCHES = 4096
 _POINTER_TYPES = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 
 
@@ -143,6 +146,26 @@ def check_inputs(tensors: dict[str, Any], weight: Any, supported: tuple[str, ...
     return int(x.numel()) // hidden, hidden
 
 
+def launch_key(tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What the contract's checks and Triton's choice of compiled kernel read of a launch's tensors: each one's
+    shape, dtype, device index, contiguity and 16-byte alignment (Triton specializes a pointer on it). Two calls
+    with one key pass the same checks and run the same compiled kernel at the same grid."""
+    return tuple([(t.shape, t.dtype, t.get_device(), t.is_contiguous(), t.data_ptr() & 15) for t in tensors])
+
+
+def _hooked(hook: Any) -> bool:
+    """Whether one of Triton's launch hooks would call anything: not None, and (Triton 3.5 and later: a chain of
+    hooks, never None) not an empty chain."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def ordered_arguments(jit_fn: Any, positional: tuple[Any, ...], keywords: dict[str, Any]) -> tuple[Any, ...]:
+    """Every argument of ``jit_fn`` after ``positional``, in its signature's order: what Triton's JIT binds and
+    passes on to the compiled kernel's launcher (constants included; launch options such as ``num_warps`` are not
+    arguments). A parameter not given takes its default."""
+    return tuple(keywords[p.name] if p.name in keywords else p.default for p in jit_fn.params[len(positional):])
+
+
 @functools.lru_cache(maxsize=8)
 def _jitted(source: str, bodies: tuple[str, ...], interpreted: bool) -> tuple[Any, ...]:
     """The bodies of module ``source`` wrapped with ``triton.jit``, once per mode: ``triton.jit`` reads
@@ -182,6 +205,10 @@ class TritonKernels:
         self._finish = finish
         self._rows_constants = rows_constants or (lambda cfg: {})
         self._rows_arguments = rows_arguments or (lambda cfg, interpreted: {})
+        # launch_cached: (current device, launch_key) -> (run, function, packed metadata, grid, rows, constants), and
+        # Triton's hooks and device/stream functions, bound at the first entry
+        self._launches: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._runtime: tuple[Any, Callable[[], int], Callable[[int], int]] | None = None
 
     def config(self, rows: int, hidden: int, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """The configuration of a call: the heuristic's for the shape, or ``config`` validated and completed."""
@@ -196,7 +223,8 @@ class TritonKernels:
             "source_sha256": hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest(),
             "interpret": interpret(),
             "max_fused_block_n": MAX_FUSED_BLOCK_N,
-            "launch": "Triton's default: torch.cuda.current_stream()",
+            "launch": "torch.cuda.current_stream(); a call key's first launch through Triton's JIT, later ones "
+                      "through the compiled kernel it returned (launch_cached)",
         }
         try:
             info["triton"] = importlib.import_module("triton").__version__
@@ -242,10 +270,52 @@ class TritonKernels:
             raise UnavailableError(f"Triton {getattr(triton, '__version__', '?')} cannot compile for sm_{arch} here: "
                                    f"{type(e).__name__}: {e}") from e
 
+    def launch_cached(self, tensors: tuple[Any, ...], eps: float) -> bool:
+        """Launch on ``tensors`` through the compiled kernel a checked launch with the same ``launch_key`` (on the
+        same current device, at the heuristic's configuration) went to, and say True; False, launching nothing, for a
+        key not launched yet, a non-positive ``eps``, or while one of Triton's launch hooks would run (a
+        profiler's: the JIT path calls them). Skips the contract's checks (the key decides them), the configuration
+        lookup, and Triton's argument binding and cache lookup: the host's cost of a repeat call
+        (benchmarks/host_cost_probe.py)."""
+        launches = self._launches
+        if not launches:
+            return False
+        hooks, device_of, stream_of = self._runtime
+        if _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
+            return False
+        device = device_of()
+        try:
+            entry = launches.get((device, launch_key(tensors)))
+        except AttributeError:  # not tensors: the checks say what is wrong
+            return False
+        if entry is None or not eps > 0:
+            return False
+        run, function, packed, grid, rows, constants = entry
+        run(grid, 1, 1, stream_of(device), function, packed, None, None, None, *tensors, rows, float(eps), *constants)
+        return True
+
+    def _keep(self, compiled: Any, jit_fn: Any, tensors: tuple[Any, ...], rows: int, grid: int,
+              keywords: dict[str, Any]) -> None:
+        """Remember the compiled kernel a heuristic-configured launch on CUDA tensors went to (``launch_cached``)."""
+        if compiled is None or len(self._launches) >= MAX_CACHED_LAUNCHES or not hasattr(compiled, "packed_metadata"):
+            return
+        if self._runtime is None:
+            try:
+                from triton import knobs
+                from triton.runtime.driver import driver
+            except ImportError:  # a Triton before 3.4 (no knobs): every launch through the JIT
+                return
+            self._runtime = (knobs.runtime, driver.active.get_current_device, driver.active.get_current_stream)
+        device = self._runtime[1]()
+        constants = ordered_arguments(jit_fn, (*tensors, rows, 0.0), keywords)
+        self._launches[(device, launch_key(tensors))] = (compiled.run, compiled.function, compiled.packed_metadata,
+                                                         grid, rows, constants)
+
     def launch(self, tensors: tuple[Any, ...], rows: int, hidden: int, eps: float,
                config: dict[str, Any] | None) -> None:
         """Launch on ``tensors`` (the bodies' pointer arguments, in order, already checked: one dtype, one device),
-        then ``rows`` and ``eps``, at ``self.config(rows, hidden, config)``. Does nothing for zero rows."""
+        then ``rows`` and ``eps``, at ``self.config(rows, hidden, config)``. Does nothing for zero rows. A compiled
+        launch at the heuristic's configuration is remembered for ``launch_cached``."""
         import torch
 
         if not eps > 0:
@@ -264,7 +334,11 @@ class TritonKernels:
         common = {"HIDDEN": hidden, "BLOCK_N": cfg["block_n"], "INT64": cfg["int64_offsets"],
                   "ROUND_BY_BITS": round_by_bits, "num_warps": cfg["num_warps"]}
         if cfg["variant"] == "fused":
-            rows_kernel[grid](*tensors, rows, float(eps), ROWS=cfg["rows_per_program"], MASKED=cfg["masked"],
-                              **common, **self._rows_arguments(cfg, interpreted))
+            jit_fn = rows_kernel
+            keywords = {"ROWS": cfg["rows_per_program"], "MASKED": cfg["masked"], **common,
+                        **self._rows_arguments(cfg, interpreted)}
         else:
-            chunked_kernel[grid](*tensors, rows, float(eps), **common)
+            jit_fn, keywords = chunked_kernel, common
+        compiled = jit_fn[grid](*tensors, rows, float(eps), **keywords)
+        if config is None and not interpreted:
+            self._keep(compiled, jit_fn, tensors, rows, grid[0], keywords)
