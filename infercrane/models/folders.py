@@ -54,3 +54,28 @@ def replace_dir(tmp: Path, out_dir: Path) -> None:
         os.replace(old, out_dir)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def hub_cache_repo_dir(cache: Path, model_id: str) -> Path:
+    """A model's entry in a Hugging Face hub cache: ``CACHE/models--ORG--NAME``."""
+    return cache / ("models--" + model_id.replace("/", "--"))
+
+
+def write_hub_cache_entry(cache: Path, model_id: str, revision: str, files: dict[str, bytes]) -> Path:
+    """Lay ``files`` out in ``cache`` as huggingface_hub does (``models--ORG--NAME/{refs/main, snapshots/REV/}``), so
+    that a tool resolving ``model_id`` offline (``snapshot_download(local_files_only=True)``) finds them; returns the
+    snapshot folder. ``cache`` is written whole, atomically (``temp_dir_beside``, ``replace_dir``)."""
+    tmp = temp_dir_beside(cache)
+    try:
+        snapshot = hub_cache_repo_dir(tmp, model_id) / "snapshots" / revision
+        snapshot.mkdir(parents=True)
+        for name, data in files.items():
+            (snapshot / name).write_bytes(data)
+        refs = snapshot.parent.parent / "refs"
+        refs.mkdir()
+        (refs / "main").write_text(revision, encoding="ascii")  # as huggingface_hub writes it: no newline
+        replace_dir(tmp, cache)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return hub_cache_repo_dir(cache, model_id) / "snapshots" / revision

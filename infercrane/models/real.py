@@ -59,7 +59,7 @@ from infercrane.datafiles import cache_dir
 from infercrane.errors import InputError, RunFailed, UnavailableError
 from infercrane.models.catalog import (CHAT_TEMPLATES, REAL_MODEL_MARKER, REAL_MODEL_MARKER_KIND, SHA256_PATTERN,
                                        CatalogEntry, PackageSource, find, get)
-from infercrane.models.folders import replace_dir, temp_dir_beside
+from infercrane.models.folders import hub_cache_repo_dir, replace_dir, temp_dir_beside, write_hub_cache_entry
 
 MARKER_SCHEMA_VERSION = 1
 MARKER_KIND = REAL_MODEL_MARKER_KIND
@@ -395,6 +395,49 @@ def _license(entry: CatalogEntry, pkg: PackageFile) -> bytes:
         raise InputError(f"{p.license_file} ({pkg.describe()}) has sha256 {sha}, not the catalog's {p.license_sha256}",
                          hint=f"reinstall it: `{p.install_command} --force-reinstall`")
     return text
+
+
+# --------------------------------------------------------------------------------------------------- the drivers
+
+# What AIPerf's tokenizer loads of a converted folder, laid out as a hub-cache entry (``aiperf_tokenizer_env``).
+TOKENIZER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def aiperf_tokenizer_env(folder: Path | str) -> tuple[str, dict[str, str]]:
+    """``(tokenizer argument, environment)`` that make AIPerf 0.12 load a converted folder's tokenizer offline.
+
+    AIPerf refuses a local tokenizer folder offline, and its dataset workers go offline themselves
+    (``models.standin.AIPERF_OFFLINE_TOKENIZER_FINDING``); the stand-in carries a hub-cache copy of its files, and a
+    converted folder gets one under InferCrane's cache (``~/.cache/infercrane/hub/<name>-<sha16>``), made once from
+    the folder's tokenizer files after each is checked against its marker. The revision is the first 40 hex digits
+    of the sha256 over those files' sha256s (a hub revision is a 40-digit commit hash); AIPerf is given the model id,
+    so its records and the receipt name the model, not a path."""
+    folder = Path(folder).expanduser().absolute()
+    marker = read_marker(folder)
+    if marker is None:
+        raise InputError(f"{folder} is not a converted model folder (no {REAL_MODEL_MARKER})",
+                         hint="prepare it with infercrane model prepare")
+    missing = [n for n in TOKENIZER_FILES if n not in marker.files_sha256]
+    if missing:
+        raise InputError(f"{folder}: its marker lists no {', '.join(missing)}",
+                         hint="prepare the model again (infercrane model prepare)")
+    digest = hashlib.sha256("".join(marker.files_sha256[n] for n in TOKENIZER_FILES).encode("ascii")).hexdigest()
+    revision = digest[:40]
+    cache = cache_dir("hub", f"{marker.model_id.split('/')[-1].lower()}-{digest[:16]}")
+    snapshot = hub_cache_repo_dir(cache, marker.model_id) / "snapshots" / revision
+    ref = snapshot.parent.parent / "refs" / "main"
+    intact = ref.is_file() and ref.read_text(encoding="ascii") == revision and all(
+        (snapshot / n).is_file() and _sha256_file(snapshot / n) == marker.files_sha256[n] for n in TOKENIZER_FILES)
+    if not intact:
+        files = {}
+        for name in TOKENIZER_FILES:
+            data = (folder / name).read_bytes()
+            if hashlib.sha256(data).hexdigest() != marker.files_sha256[name]:
+                raise InputError(f"{folder / name} is not the file its marker lists (sha256 differs)",
+                                 hint="prepare the model again (infercrane model prepare)")
+            files[name] = data
+        write_hub_cache_entry(cache, marker.model_id, revision, files)
+    return marker.model_id, {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 # --------------------------------------------------------------------------------------------------- the marker

@@ -36,7 +36,7 @@ from typing import Any
 
 from infercrane.errors import InputError, RunFailed
 from infercrane.models.catalog import CHAT_TEMPLATES, STAND_IN_MARKER, CatalogEntry, get
-from infercrane.models.folders import replace_dir, temp_dir_beside
+from infercrane.models.folders import hub_cache_repo_dir, replace_dir, temp_dir_beside
 
 MARKER_SCHEMA_VERSION = 1
 MARKER_KIND = "infercrane-model-stand-in"
@@ -356,10 +356,6 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
         )
 
 
-def _hub_cache_repo_dir(cache: Path, model_id: str) -> Path:
-    return cache / ("models--" + model_id.replace("/", "--"))
-
-
 def write_stand_in(
     model_id: str,
     out_dir: Path | str,
@@ -434,7 +430,7 @@ def write_stand_in(
 
     tmp = temp_dir_beside(out_dir)
     try:
-        snapshot = _hub_cache_repo_dir(tmp / HUB_CACHE_DIRNAME, entry.id) / "snapshots" / entry.revision
+        snapshot = hub_cache_repo_dir(tmp / HUB_CACHE_DIRNAME, entry.id) / "snapshots" / entry.revision
         snapshot.mkdir(parents=True)
         for name, data in contents.items():
             (tmp / name).write_bytes(data)
@@ -500,7 +496,7 @@ def aiperf_tokenizer_env(stand_in_dir: Path | str) -> tuple[str, dict[str, str]]
     if marker is None:
         raise InputError(f"{stand_in_dir} is not a stand-in directory (no {STAND_IN_MARKER})", hint="create it with write_stand_in")
     cache = stand_in_dir / marker.get("hub_cache", HUB_CACHE_DIRNAME)
-    repo_dir = _hub_cache_repo_dir(cache, marker["model_id"])
+    repo_dir = hub_cache_repo_dir(cache, marker["model_id"])
     ref = repo_dir / "refs" / "main"
     snapshot = repo_dir / "snapshots" / str(marker["revision"])
     if not ref.is_file() or ref.read_text(encoding="ascii").strip() != marker["revision"] or not (snapshot / "tokenizer.json").is_file():

@@ -433,15 +433,20 @@ def _in_hub_cache(repo_id: str) -> bool:
 
 
 def _tokenizer_dir(model_dir: str) -> tuple[str, dict[str, str]]:
-    """A local tokenizer folder for the drivers: a stand-in's through its ``aiperf_tokenizer_env``, another as is."""
+    """A local tokenizer folder for the drivers: a stand-in's or a converted real model's through its
+    ``aiperf_tokenizer_env`` (a hub-cache entry AIPerf loads offline, by the model's id), another as is."""
     try:
+        from infercrane.models import real
         from infercrane.models.standin import aiperf_tokenizer_env, read_stand_in_marker
     except ImportError:
         return model_dir, {}
-    if read_stand_in_marker(model_dir) is None:
-        return model_dir, {}
-    tok, env = aiperf_tokenizer_env(model_dir)
-    return str(tok), dict(env)
+    if read_stand_in_marker(model_dir) is not None:
+        tok, env = aiperf_tokenizer_env(model_dir)
+        return str(tok), dict(env)
+    if real.read_marker(model_dir) is not None:
+        tok, env = real.aiperf_tokenizer_env(model_dir)
+        return tok, env
+    return model_dir, {}
 
 
 # Synthetic prompts per AIPerf block (drivers.aiperf.RunGrid.prompt_entries): enough that none repeats in the block.

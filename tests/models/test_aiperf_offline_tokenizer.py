@@ -82,3 +82,39 @@ def test_finding_is_written_down():
     assert AIPERF_OFFLINE_TOKENIZER_FINDING["affects"] == "aiperf==0.12.0"
     assert "snapshot_download" in AIPERF_OFFLINE_TOKENIZER_FINDING["finding"]
     assert "HF_HUB_CACHE" in AIPERF_OFFLINE_TOKENIZER_FINDING["workaround"]
+
+
+def test_a_converted_real_model_loads_by_model_id_offline(smollm2_converted, tmp_path: Path, monkeypatch):
+    """The real model's converted folder gets the stand-in's treatment: a hub-cache entry of its tokenizer files
+    (under InferCrane's cache, here a temporary one), which AIPerf's own loader reads offline by the model's id."""
+    from infercrane import datafiles
+    from infercrane.models import real
+    from infercrane.serving.workload import _tokenizer_dir
+
+    monkeypatch.setattr(datafiles, "CACHE_ROOT", str(tmp_path / "cache"))
+    folder = smollm2_converted.path
+    tokenizer_arg, env = _tokenizer_dir(str(folder))
+    assert tokenizer_arg == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert Path(env["HF_HUB_CACHE"]).is_relative_to(tmp_path / "cache" / "hub")
+    result = _run_aiperf_loader(tokenizer_arg, env, tmp_path / "home")
+    assert result["ok"] is True, result
+    assert result["roundtrip"] is True and result["len"] == 49152
+    # made once: a second call finds the entry intact and returns the same
+    assert real.aiperf_tokenizer_env(folder) == (tokenizer_arg, env)
+
+
+def test_a_real_model_tokenizer_that_is_not_its_markers_is_refused(smollm2_converted, tmp_path: Path, monkeypatch):
+    import shutil
+
+    from infercrane import datafiles
+    from infercrane.models import real
+
+    monkeypatch.setattr(datafiles, "CACHE_ROOT", str(tmp_path / "cache"))
+    copy = tmp_path / "copy"
+    shutil.copytree(smollm2_converted.path, copy)
+    (copy / "tokenizer_config.json").write_text("{}\n")
+    with pytest.raises(InputError, match="sha256 differs"):
+        real.aiperf_tokenizer_env(copy)
+    with pytest.raises(InputError, match="not a converted model folder"):
+        real.aiperf_tokenizer_env(tmp_path)
