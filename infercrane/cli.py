@@ -76,6 +76,10 @@ app.command("infercrane.commands.export:export", name="export",
             help="Export a receipt as CSV (one row per measured unit, or per comparison with its verdicts, each with "
                  "its conditions) or a JSON summary.")
 
+app.command("infercrane.commands.gate:gate", name="gate",
+            help="The release gate: check receipts against rules (decisions, quality gate, evidence, signature, age, "
+                 "model); exit 0 pass, 1 fail, 2 bad input.")
+
 app.command("infercrane.commands.poc:poc", name="poc",
             help="Run a PoC config: kernel screen, paired A/B and public-workload A/B, joined in one receipt.")
 

@@ -64,6 +64,8 @@ WORKLOAD = FileKind("workload", 1 * MiB,
 POC_CONFIG = FileKind("PoC config", 1 * MiB, missing_hint="check the path, or name a shipped config",
                       directory_hint=f"{_YAML_HINT}, or a shipped config's name")
 POLICY = FileKind("policy", 1 * MiB, missing_hint="check the path", directory_hint=_YAML_HINT)
+GATE_RULES = FileKind("gate rules", 1 * MiB, missing_hint="check the path, or name shipped rules (docs/gate.md)",
+                      directory_hint=f"{_YAML_HINT}, or shipped rules' name")
 CANDIDATE = FileKind("candidate kernel file", 4 * MiB, missing_hint="check the PATH part of PATH.py:FUNCTION")
 MODEL_CONFIG = FileKind("model config", 16 * MiB)  # a Hugging Face config.json (a few KiB) or a stand-in's marker
 # A file an option names, shipped by content to an executor's job: at most the largest kind an option takes.

@@ -31,6 +31,9 @@ from typing import Literal, get_args
 Normalized = Literal["improved", "worse", "equivalent", "different", "inconclusive", "not-decided"]
 NORMALIZED: tuple[str, ...] = get_args(Normalized)
 NO_VERDICT: Normalized = "not-decided"  # what a comparison without a verdict (None) reads as
+# The evidence classes of a receipt (a PoC's, a kernel screen's, one GPU's section) that support no speed claim: a
+# CPU or test-server run that checks the machinery, not a measurement.
+FUNCTIONAL_CLASSES: tuple[str, ...] = ("functional-check", "cpu-functional-check")
 
 # (lab, where the word comes from, the word, its normalized reading, what it means there)
 WORDS: tuple[tuple[str, str, str, Normalized, str], ...] = (

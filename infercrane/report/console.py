@@ -34,6 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..decide.prediction import qualifier
+from ..decide.vocabulary import FUNCTIONAL_CLASSES
 
 # Lists of raw numbers: summarized by length and median in every view (they stay in the file).
 RAW_KEYS = frozenset({"samples_us", "kept_samples_us", "a_values", "b_values", "samples_gbps", "sample_clock_mhz",
@@ -41,8 +42,6 @@ RAW_KEYS = frozenset({"samples_us", "kept_samples_us", "a_values", "b_values", "
 # The fields a section decides with; ``show`` prints them first, ``diff`` side by side.
 VERDICT_KEYS = ("decision", "decision_code", "reason", "qualification_boundary", "comparison_boundary")
 BOUNDARY_KEYS = ("qualification_boundary", "comparison_boundary")
-# The evidence classes of a receipt (a PoC's, a kernel screen's, one GPU's section) that support no speed claim.
-FUNCTIONAL_CLASSES = ("functional-check", "cpu-functional-check")
 # Keys that identify an element of a list of records, for aligned diffs and the first columns of a table.
 IDENTITY_KEYS = ("implementation", "candidate", "baseline", "reference", "recipe", "recipe_a", "recipe_b", "metric",
                  "driver", "mode", "rows", "concurrency", "run_index", "key", "vllm_op", "impl", "shape")

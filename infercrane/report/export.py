@@ -296,7 +296,8 @@ def _headline(row: dict[str, Any] | None) -> dict[str, Any] | None:
 def _section_summary(sec: Section, *, subject: str | None, reference: str | None, decision_code: str | None,
                      decision: str | None, reason: str | None, headline: dict[str, Any] | None,
                      headline_rule: str | None, timing_mode: str | None = None,
-                     prediction: dict[str, Any] | None = None) -> dict[str, Any]:
+                     prediction: dict[str, Any] | None = None,
+                     quality_gate: dict[str, Any] | None = None) -> dict[str, Any]:
     m = sec.model
     hw = _hardware(m)
     complete, incomplete = _completeness(m)
@@ -309,6 +310,7 @@ def _section_summary(sec: Section, *, subject: str | None, reference: str | None
         "qualification_boundary": m.qualification_boundary,
         "headline": _headline(headline), "headline_rule": headline_rule if headline is not None else None,
         "verdicts": _verdict_counts(sec.rows), "row_counts": _row_counts(sec.rows), "prediction": prediction,
+        "quality_gate": quality_gate,
     }
 
 
@@ -587,8 +589,16 @@ def _serving(name: str, r: OptimizationPocReceiptV2) -> list[Section]:
         head, rule = None, None
     sec.summary = _section_summary(sec, subject=r.bench.recipe if r.bench is not None else b, reference=a,
                                    decision_code=code, decision=decision, reason=reason, headline=head,
-                                   headline_rule=rule, prediction=prediction)
+                                   headline_rule=rule, prediction=prediction, quality_gate=_quality_gate(r))
     return [sec]
+
+
+def _quality_gate(r: OptimizationPocReceiptV2) -> dict[str, Any] | None:
+    """A serving section's semantic-quality gate, as ``infercrane gate`` and a dashboard read it."""
+    q = r.quality_gate
+    if q is None:
+        return None
+    return {"ran": q.ran, "verdict": q.verdict, "reason": q.reason if q.ran else q.why_not}
 
 
 def _prediction_summary(p: dict[str, Any]) -> dict[str, Any]:
