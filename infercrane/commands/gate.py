@@ -4,9 +4,13 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Annotated
+
+from cyclopts import Parameter
 
 
-def gate(receipts: list[Path], /, *, rules: str, json_out: bool = False, now: str | None = None) -> int:
+def gate(receipts: list[Path], /, *, rules: str, json_out: Annotated[bool, Parameter(name="--json")] = False,
+         now: str | None = None) -> int:
     """Check receipts against release rules: one line per rule (PASS/FAIL, the value read, the bound). Exit 0 when
     every rule passes, 1 when one fails, 2 on bad input (a rules file or a receipt that cannot be read).
 
