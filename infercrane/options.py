@@ -124,6 +124,16 @@ def _check_creatable(folder: Path, option: str, what: str) -> None:
         raise InputError(f"{what}: {probe} is not writable; give a path you can write to")
 
 
+class FailOnOption(BaseModel):
+    """``--fail-on``: the exit code carries the decision (``decide.vocabulary.FAIL_ON``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fail_on: Literal["reject", "inconclusive"] | None = Field(
+        None, description="Exit 1 when the decision is reject (reject), or reject or inconclusive (inconclusive), "
+                          "after writing the receipt; without it the exit code says only whether the command ran.")
+
+
 EXECUTOR_FIELDS = ("executor", "gpus", "ray_address", "job_timeout_s")
 
 

@@ -66,7 +66,9 @@ def screen(*, config: Annotated[ScreenConfig, Parameter(name="*")] = ScreenConfi
     if interrupted:  # stopped by Ctrl-C / SIGTERM: what finished is in the (partial) receipt
         return _interrupted_exit(str(interrupted), receipt.path)
     con.print(f"receipt: {plain(receipt.path)}  ({plain(command_line('receipt', 'show', receipt.path))})")
-    return 0
+    from ..report.gate import fail_on_exit
+
+    return fail_on_exit(receipt.path, config.fail_on, con)
 
 
 def _interrupted_exit(interrupted: str, path: Any) -> int:
@@ -94,9 +96,14 @@ def _screen_fanned_out(config: ScreenConfig, *, out: Path, con: Any) -> int:
     if Path(config.model).exists():
         raise InputError(f"--model {config.model}: a local model file or folder does not travel with the jobs of "
                          "--gpus / --executor", hint="give a catalog model id (infercrane model list)")
-    argv, files = job_argv(("kernel", "screen"), config, exclude=("sign_key",))
-    return run_fanned_out(config, config.gpus, argv=argv, files=files, needs_gpu=config.device != "cpu", out=out,
-                          what=f"kernel screen {config.op}", sign_key=config.sign_key, con=con)
+    argv, files = job_argv(("kernel", "screen"), config, exclude=("sign_key", "fail_on"))
+    rc = run_fanned_out(config, config.gpus, argv=argv, files=files, needs_gpu=config.device != "cpu", out=out,
+                        what=f"kernel screen {config.op}", sign_key=config.sign_key, con=con)
+    if rc != 0 or not out.exists():
+        return rc
+    from ..report.gate import fail_on_exit
+
+    return fail_on_exit(out, config.fail_on, con)  # the merged receipt: each GPU's section
 
 
 def decide(receipt: Path, /, *,

@@ -261,7 +261,9 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
         engine_log.setLevel(level)
     _print_summary(con, receipt.document)
     con.print(f"receipt: {plain(receipt.path)}  ({plain(command_line('receipt', 'show', receipt.path))})")
-    return 0
+    from ..report.gate import fail_on_exit
+
+    return fail_on_exit(receipt.path, config.fail_on, con)
 
 
 class _EngineLines(logging.Handler):

@@ -99,6 +99,19 @@ DECISIONS: dict[str, str] = {
 }
 
 
+# ``--fail-on`` (kernel screen, serve ab): the decisions that make the command exit 1, so that a CI step stops on
+# InferCrane's word. reject: a reject; inconclusive: a reject or an inconclusive (whatever is not accept / retain).
+FAIL_ON: dict[str, tuple[str, ...]] = {"reject": ("reject",), "inconclusive": ("reject", "inconclusive")}
+
+
+def fails_on(decisions: list[str | None], fail_on: str | None) -> list[str]:
+    """The decisions among ``decisions`` that ``--fail-on fail_on`` fails (a missing decision reads as
+    inconclusive); none without ``fail_on``."""
+    if fail_on is None:
+        return []
+    return [d or "inconclusive" for d in decisions if (d or "inconclusive") in FAIL_ON[fail_on]]
+
+
 class UnknownVerdict(ValueError):
     """A verdict word this vocabulary does not map (a lab added a word without mapping it here)."""
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, 
 
 from ..decide.policy import TIMING_MODES, TimingMode
 from ..options import Many
-from ..options import ExecutorOptions
+from ..options import ExecutorOptions, FailOnOption
 
 DEFAULT_OP = "fused_add_rmsnorm"
 # How a screen measures by default (the fields below; the harness's own defaults too)
@@ -64,7 +64,7 @@ WorkerTimeout = Annotated[float, Field(gt=0, description="Per-implementation wor
 SCREEN_KNOBS = ("modes", "trials", "samples", "checks", "dtype", "seed", "timeout_s")  # those fields' names
 
 
-class ScreenConfig(ExecutorOptions, OpOptions):
+class ScreenConfig(ExecutorOptions, OpOptions, FailOnOption):
     model: str = Field("Qwen/Qwen3-0.6B", description="Catalog model id, or a config.json / model folder, whose "
                                                       "hidden size, eps and layer count set the shapes.")
     rows: Many[PositiveInt] | None = Field(None, description="Row counts (tokens in flight) to screen "

@@ -71,3 +71,25 @@ def gather(paths: list[Path], keys: dict[str, Path]) -> list[ReceiptFacts]:
                 facts.signatures[name] = (True, f"verified: key {v.keyid}")
         out.append(facts)
     return out
+
+
+def fail_on_exit(path: Path, fail_on: str | None, con: object | None = None) -> int:
+    """``--fail-on``'s exit code for a written receipt: 1 (saying which sections' decisions) when ``fail_on`` fails a
+    decision of it (``decide.vocabulary.fails_on``), 0 otherwise."""
+    if fail_on is None:
+        return 0
+    from ..decide.vocabulary import fails_on
+    from ..receipts.validate import load_receipt
+    from .export import export_summary
+
+    sections = export_summary(load_receipt(path))["sections"]
+    failed = [s for s in sections if fails_on([s.get("decision_code")], fail_on)]
+    if not failed:
+        return 0
+    line = (f"--fail-on {fail_on}: " + ", ".join(f"{s['section']} {s.get('decision_code') or 'no decision'}"
+                                                 for s in failed) + "; exit 1")
+    if con is not None:
+        con.print(line, markup=False, highlight=False)  # type: ignore[attr-defined]
+    else:
+        print(line)
+    return 1

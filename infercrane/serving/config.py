@@ -24,7 +24,7 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator,
 )
 
-from ..options import Many, flag
+from ..options import FailOnOption, Many, flag
 from .engine_kinds import STARTUP_TIMEOUT_S
 from .quality import QUALITY_GATE_DEFAULT, QualityGateMode
 
@@ -283,7 +283,7 @@ class _ServeHead(BaseModel):
     quality_gate: QualityGate = QUALITY_GATE_DEFAULT
 
 
-class ServeConfig(ServerOptions, PlanOptions, _ServeHead):
+class ServeConfig(ServerOptions, PlanOptions, _ServeHead, FailOnOption):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")

@@ -56,8 +56,8 @@ def test_serve_ab_with_aiperf(tmp_path: Path, stand_in_dir: Path, offline_env) -
     b = _recipe(tmp_path / "b.yaml", "fast", stand_in_dir, 3)
     out = tmp_path / "ab.json"
     rc = main(["serve", "ab", str(a), str(b), "--runs", "3", "--concurrency", "2", "--request-count", "12",
-               "--order", "sequential", "--out", str(out)])
-    assert rc == 0
+               "--order", "sequential", "--out", str(out), "--fail-on", "inconclusive"])
+    assert rc == 1  # --fail-on inconclusive: the receipt is written, its decision (below) is inconclusive
     r = load_receipt(out)
     doc = r.document
     assert doc["complete"] is True and doc["model"]["weights"] == "dummy" and doc["model"]["tokenizer"] == "stand-in"
