@@ -137,6 +137,8 @@ def _base_args(chain: tuple[str, ...], tmp_path: Path, skip: str) -> list[str]:
             if not (keys / "infercrane.key").exists():
                 keygen(keys)
             value = str(keys / ("infercrane.key" if x.name == "--key" else "infercrane.pub"))
+        elif x.name == "--rules":  # the gate's rules: the shipped example
+            value = "release-example"
         elif isinstance(base, type) and issubclass(base, Path):
             value = str(tmp_path / "out" / "written.json") if x.name == "--out" else str(SEED_SCREENING)
         elif _is_positional(x):
