@@ -152,6 +152,11 @@ def _sections(facts: list[ReceiptFacts], pattern: str | None) -> list[tuple[str,
             if pattern is None or fnmatch.fnmatchcase(s["section"], pattern)]
 
 
+def _label(path: str, section: dict[str, Any], facts: list[ReceiptFacts]) -> str:
+    """A section as a line names it: with its receipt's path where several receipts are gated (names repeat)."""
+    return section["section"] if len(facts) == 1 else f"{path}:{section['section']}"
+
+
 def _result(rule: Rule, ok: bool, value: str, bound: str) -> RuleResult:
     return RuleResult(rule.name, rule.check, ok, value, bound)
 
@@ -162,7 +167,7 @@ def _decision(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResul
     if not found:
         return _result(rule, False, "; ".join(["no section matches", *_unreadable(facts)]), bound)
     wrong = [(p, s) for p, s in found if s.get("decision_code") not in (rule.decision or [])]
-    value = ", ".join(f"{s['section']} {s.get('decision_code') or 'no decision'}" for _, s in found)
+    value = ", ".join(f"{_label(p, s, facts)} {s.get('decision_code') or 'no decision'}" for p, s in found)
     return _result(rule, not wrong and not _unreadable(facts), "; ".join([value, *_unreadable(facts)]), bound)
 
 
@@ -171,7 +176,7 @@ def _quality(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResult
     bound = f"quality gate PASS in sections {rule.section or '*'!r} (at least one ran)"
     if not ran:
         return _result(rule, False, "; ".join(["no section ran the quality gate", *_unreadable(facts)]), bound)
-    value = ", ".join(f"{s['section']} {s['quality_gate'].get('verdict')}" for _, s in ran)
+    value = ", ".join(f"{_label(p, s, facts)} {s['quality_gate'].get('verdict')}" for p, s in ran)
     ok = all(s["quality_gate"].get("verdict") == "PASS" for _, s in ran) and not _unreadable(facts)
     return _result(rule, ok, "; ".join([value, *_unreadable(facts)]), bound)
 
@@ -179,7 +184,7 @@ def _quality(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResult
 def _evidence(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResult:
     functional = [f"{f.path} {f.summary.get('evidence_class')}" for f in facts if f.summary is not None
                   and f.summary.get("evidence_class") in FUNCTIONAL_CLASSES]
-    functional += [f"{s['section']} {s.get('evidence_class')}" for _, s in _sections(facts, None)
+    functional += [f"{_label(p, s, facts)} {s.get('evidence_class')}" for p, s in _sections(facts, None)
                    if s.get("evidence_class") in FUNCTIONAL_CLASSES]
     bad = list(dict.fromkeys(functional)) + _unreadable(facts)
     classes = sorted({str(x) for f in facts if f.summary is not None

@@ -132,3 +132,9 @@ def test_a_malformed_rule_is_refused(rule, match):
 def test_rule_names_are_unique():
     with pytest.raises(ValidationError, match="repeated: a"):
         _rules({"name": "a", "complete": True}, {"name": "a", "evidence": "measured"})
+
+
+def test_sections_of_several_receipts_are_named_with_their_receipt():
+    rule = {"name": "kernels", "section": "kernel", "decision": ["retain", "accept"]}
+    r = _one(rule, _facts(_section("kernel", "retain"), path="a.json"), _facts(_section("kernel", "reject"), path="b.json"))
+    assert not r.passed and r.value == "a.json:kernel retain, b.json:kernel reject"
