@@ -64,6 +64,8 @@ WORKLOAD = FileKind("workload", 1 * MiB,
 POC_CONFIG = FileKind("PoC config", 1 * MiB, missing_hint="check the path, or name a shipped config",
                       directory_hint=f"{_YAML_HINT}, or a shipped config's name")
 POLICY = FileKind("policy", 1 * MiB, missing_hint="check the path", directory_hint=_YAML_HINT)
+TRACE = FileKind("trace", 256 * MiB, missing_hint="check the path",  # a million requests: ~80 MB of JSONL
+                 directory_hint="give the path of a .jsonl trace")
 GATE_RULES = FileKind("gate rules", 1 * MiB, missing_hint="check the path, or name shipped rules (docs/gate.md)",
                       directory_hint=f"{_YAML_HINT}, or shipped rules' name")
 CANDIDATE = FileKind("candidate kernel file", 4 * MiB, missing_hint="check the PATH part of PATH.py:FUNCTION")
