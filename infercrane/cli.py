@@ -67,6 +67,13 @@ serve.command("infercrane.commands.serve:bench", name="bench", help="Benchmark o
 serve.command("infercrane.commands.serve:decide", name="decide",
               help="Decide again on a finished serving receipt (another policy), without re-measuring.")
 serve.command("infercrane.commands.serve:recipes", name="recipes", help="List the shipped recipes and workload presets.")
+trace = App(name="trace", help="Request traces (Mooncake's JSONL): what one holds, and one written from stated "
+                                "distributions.")
+trace.command("infercrane.commands.trace:show", name="show", help="What a trace holds: requests, span, rate, lengths, "
+                                                                  "prefix blocks, sha256.")
+trace.command("infercrane.commands.trace:generate", name="generate",
+              help="Write a trace from a YAML spec of arrivals and length distributions, seeded.")
+serve.command(trace)
 app.command(serve)
 
 app.command("infercrane.commands.report:report", name="report",

@@ -66,6 +66,7 @@ POC_CONFIG = FileKind("PoC config", 1 * MiB, missing_hint="check the path, or na
 POLICY = FileKind("policy", 1 * MiB, missing_hint="check the path", directory_hint=_YAML_HINT)
 TRACE = FileKind("trace", 256 * MiB, missing_hint="check the path",  # a million requests: ~80 MB of JSONL
                  directory_hint="give the path of a .jsonl trace")
+TRACE_SPEC = FileKind("trace spec", 1 * MiB, missing_hint="check the path", directory_hint=_YAML_HINT)
 GATE_RULES = FileKind("gate rules", 1 * MiB, missing_hint="check the path, or name shipped rules (docs/gate.md)",
                       directory_hint=f"{_YAML_HINT}, or shipped rules' name")
 CANDIDATE = FileKind("candidate kernel file", 4 * MiB, missing_hint="check the PATH part of PATH.py:FUNCTION")

@@ -92,3 +92,28 @@ def test_constant_arrivals_and_fixed_lengths():
 def test_a_distribution_without_its_parameters_is_refused(dist, match):
     with pytest.raises(ValidationError, match=match):
         LengthDistribution.model_validate(dist)
+
+
+def test_the_trace_commands_write_and_show_a_trace(tmp_path: Path, capsys):
+    from infercrane.cli import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("requests: 50\nrate_per_s: 4\narrival: constant\ninput_length: {kind: fixed, value: 128}\n"
+                    "output_length: {kind: fixed, value: 64}\nseed: 3\n")
+    out = tmp_path / "t.jsonl"
+    assert main(["serve", "trace", "generate", str(spec), "--out", str(out)]) == 0
+    assert summarize(read_trace(out))["span_s"] == pytest.approx(49 / 4)
+    assert main(["serve", "trace", "show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "50 requests over 12.250 s (mean arrival rate 4/s)" in text
+    assert "input length (tokens): min 128, p50 128" in text
+    assert main(["serve", "trace", "generate", str(spec), "--out", str(out)]) == 2  # never overwritten
+    spec.write_text("requests: 50\nrate_per_s: 4\ninput_length: {kind: fixed}\noutput_length: {kind: fixed, "
+                    "value: 64}\n")
+    assert main(["serve", "trace", "generate", str(spec), "--out", str(tmp_path / "u.jsonl")]) == 2
+    assert "needs value" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 5, "input_length": 1, "output_length": 1}\n{"timestamp": 1, "input_length": 1, '
+                   '"output_length": 1}\n')
+    assert main(["serve", "trace", "show", str(bad)]) == 2
+    assert "line 2: timestamp 1 is before" in capsys.readouterr().err
