@@ -134,6 +134,18 @@ class FailOnOption(BaseModel):
                           "after writing the receipt; without it the exit code says only whether the command ran.")
 
 
+class PriceOptions(BaseModel):
+    """``--gpu-price`` / ``--gpu-prices``: the GPU-hour prices a receipt's cost per token is read at
+    (``decide/cost.py``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu_price: Many[str] | None = Field(None, description="A GPU type's price in US dollars per GPU-hour, TYPE=USD "
+                                                          "(e.g. H100=2.49), over the shipped table; repeatable.")
+    gpu_prices: Path | None = Field(None, description="A GPU price table (the form of infercrane/decide/prices.yaml) "
+                                                      "instead of the shipped one.")
+
+
 EXECUTOR_FIELDS = ("executor", "gpus", "ray_address", "job_timeout_s")
 
 

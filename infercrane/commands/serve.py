@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -53,6 +54,8 @@ def bench(recipe: str, /, *, config: Annotated[ServeConfig, Parameter(name="*")]
     recipe
         A shipped recipe name or a YAML file.
     """
+    if config.find_max_rate:
+        return _max_rate(recipe, config)
     return _serve([recipe], config, kind="bench")
 
 
@@ -112,6 +115,19 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     return 0
 
 
+def price_table(config: Any) -> dict[str, Any]:
+    """The GPU price table a run's cost is read at: ``--gpu-prices`` or the shipped one, with each ``--gpu-price``
+    over it (``decide.cost``), as the receipt records it."""
+    from datetime import date
+
+    from ..decide.cost import load_prices, with_overrides
+    from ..errors import about
+
+    with about("--gpu-prices"):
+        table = load_prices(config.gpu_prices)
+    return with_overrides(table, list(config.gpu_price or ()), today=date.today().isoformat()).model_dump(mode="json")
+
+
 def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -126,8 +142,15 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
 
     con = console()
     # every input before any engine starts
+    from ..serving.ratesearch import DEFAULT_MAX_PROBES
+
+    if config.find_max_rate or config.rate_range is not None or config.max_probes != DEFAULT_MAX_PROBES:
+        raise InputError("--find-max-rate (with --rate-range, --max-probes) is a mode of serve bench alone",
+                         hint="run `infercrane serve bench RECIPE --find-max-rate`" if kind == "ab"
+                         else "give --find-max-rate too")
     with about("--policy"):
         policy = load_policy("serving", config.policy)
+    prices = price_table(config)
     config = config.model_copy(update={"workload": config.workload_for(kind)})  # the receipt records the one run
     with about("--workload"):
         workload = load_workload(config.workload)
@@ -226,7 +249,8 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
 
     ab = ABPlan(section=f"serve {kind}", recipes=recs, workload=workload, drivers=list(config.drivers), policy=policy,
                 startup_timeout_s=config.startup_timeout_s, out=out, section_sha256="",
-                options=config.model_dump(mode="json"), kind=kind, order="sequential" if kind == "bench" else None,
+                options=config.model_dump(mode="json") | {"gpu_price_table": prices}, kind=kind,
+                order="sequential" if kind == "bench" else None,
                 sign_key=config.sign_key, model_provenance=model_prov, tokenizer=config.tokenizer, access=access,
                 quality_gate=config.quality_gate)
     # The bar appears once preflight has passed, so a recipe or driver error is printed on its own.
@@ -288,6 +312,79 @@ def _testserver_on_catalog_model(recs: list[Any]) -> bool:
 def _sets_api_key(recipe: Any) -> bool:
     """Whether the recipe's engine checks an API key (vLLM's ``--api-key`` among its engine arguments)."""
     return any(a == "--api-key" or a.startswith("--api-key=") for a in recipe.engine_args)
+
+
+def _max_rate(name: str, config: ServeConfig) -> int:
+    """``serve bench --find-max-rate``: the highest request rate meeting the policy's SLOs (serving/ratesearch.py),
+    written as a rate-search record after every probe."""
+    import json
+
+    from ..decide.policy import load_policy
+    from ..env.capture import new_run_id, provenance, run_id_from_env
+    from ..errors import InputError, about
+    from ..report.console import console
+    from ..serving.config import redact_argv
+    from ..serving.engine import Engine
+    from ..serving.ratesearch import DEFAULT_RATE_RANGE, RATE_SEARCH_SCHEMA, RateSearch, find_max_rate, summary
+    from ..serving.recipes import load_recipe
+    from ..serving.workload import load_workload
+
+    con = console()
+    with about("--policy"):
+        policy = load_policy("serving", config.policy)
+    if not policy.slos:
+        raise InputError("--find-max-rate searches the highest rate that meets the policy's SLOs, and the policy names "
+                         "none", hint="give --policy serving-slo, or a policy file with slos")
+    if config.url is not None or len(config.drivers) != 1 or config.drivers[0] != "aiperf":
+        raise InputError("--find-max-rate drives one engine it launches, with AIPerf alone",
+                         hint="drop --url and --drivers")
+    low, high = config.rate_range or DEFAULT_RATE_RANGE
+    with about("--rate-range"):
+        if config.rate_range is not None and len(config.rate_range) != 2:
+            raise InputError(f"--rate-range takes two rates, low and high; got {len(config.rate_range)}")
+        search = RateSearch(low=low, high=high, max_probes=config.max_probes)
+    config = config.model_copy(update={"workload": config.workload_for("bench")})
+    with about("--workload"):
+        workload = load_workload(config.workload)
+    if config.workload_overrides():
+        workload = workload.with_overrides(**config.workload_overrides())
+    if workload.trace is not None:
+        raise InputError(f"--workload {workload.name} replays a trace on its own schedule; a rate search sets the rate",
+                         hint="give a workload without a trace")
+    recipe = load_recipe(name)
+    if config.model is not None:
+        recipe = recipe.with_overrides(model=config.model)
+    run_id = run_id_from_env() or new_run_id()
+    out = config.out or Path("runs") / run_id / "serve-max-rate.json"
+    check_output_file(out, "--out")
+    art = out.parent / f"{out.stem}-artifacts"
+    con.print(f"[bold]serve bench --find-max-rate[/bold] {plain(recipe.name)}: rates {low:g}-{high:g} requests/s, "
+              f"at most {search.max_probes} probes of {search.windows} windows, SLOs "
+              + "; ".join(s.label for s in policy.slos) + f" → {plain(out)}")
+    prov = provenance(config={"command": "serve bench --find-max-rate", "options": config.model_dump(mode="json"),
+                              "recipe": recipe.model_dump(mode="json"), "workload": workload.model_dump(mode="json")},
+                      run_id=run_id, model=None, command_line=redact_argv(sys.argv))
+
+    def write(probes: list[Any], engine: Any, done: bool) -> None:
+        doc = {"schema_version": RATE_SEARCH_SCHEMA, "complete": done, "recipe": recipe.name,
+               "slos": [s.model_dump(mode="json") for s in policy.slos], "search": search.model_dump(mode="json"),
+               "result": summary(probes, search), "probes": [p.model_dump(mode="json") for p in probes],
+               "engine": engine.record.model_dump(mode="json") if engine is not None else None, "provenance": prov}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, default=str))
+        tmp.replace(out)
+
+    say = lambda line: con.print(f"  {plain(line)}")  # noqa: E731
+    with Engine(recipe.resolved(), log_dir=art / "engines", label=recipe.name,
+                startup_timeout_s=config.startup_timeout_s, access=config.access()) as engine:
+        probes = find_max_rate(recipe.resolved(), workload, search, policy.slos, out_dir=art, engine=engine, say=say,
+                               on_probe=lambda ps: write(ps, engine, False), tokenizer=config.tokenizer,
+                               access=config.access())
+        write(probes, engine, True)
+    con.print(f"[bold]{plain(summary(probes, search)['said'])}[/bold]")
+    con.print(f"record: {plain(out)}")
+    return 0
 
 
 def _connect_servers(recs: list[Any], urls: tuple[str, ...], access: Any = None) -> dict[str, Any]:
@@ -406,3 +503,19 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     pw = doc.get("public_workload_reproduction")
     if pw:
         con.print(Text(f"  published example: {pw['comparison_boundary']}"))
+    for m in (pa or bench or {}).get("measurements", []):
+        if m.get("goodput_req_s") is not None:
+            con.print(Text(f"  goodput {m['recipe']} c={m['concurrency']}: {m['goodput_req_s']:.3g} requests/s within "
+                           f"every SLO (median; {m['slo_met_runs']} of {m['runs']} runs met every SLO)"))
+    cost = doc.get("cost")
+    if cost:
+        if cost.get("price") is None:
+            con.print(Text(f"  cost: {cost['note']}"))
+        else:
+            pr = cost["price"]
+            con.print(Text(f"  cost at {cost['gpu_type']} ${pr['usd_per_gpu_hour']:g}/GPU-hour ({pr['provider']}, read "
+                           f"{pr['read_on']}):"))
+            for row in cost["per_recipe"]:
+                inp = "" if row["input_usd_per_mtok"] is None else f", ${row['input_usd_per_mtok']:.4g} per M input"
+                con.print(Text(f"    {row['recipe']} c={row['concurrency']}: ${row['output_usd_per_mtok']:.4g} per M "
+                               f"output tokens{inp} ({row['gpus']} GPU{'s' if row['gpus'] > 1 else ''})"))

@@ -90,3 +90,57 @@ def usd_per_mtok(usd_per_gpu_hour: float, tokens_per_s: float, gpus: int = 1) ->
     if not tokens_per_s or tokens_per_s <= 0:
         return None
     return usd_per_gpu_hour * gpus / (tokens_per_s * 3600.0) * 1e6
+
+
+def engine_gpus(engine_args: list[str]) -> int:
+    """GPUs one engine of a recipe uses: its tensor- and pipeline-parallel sizes multiplied (vLLM's
+    ``--tensor-parallel-size`` / ``-tp``, ``--pipeline-parallel-size`` / ``-pp``; 1 where not given)."""
+    sizes = {"tp": 1, "pp": 1}
+    names = {"--tensor-parallel-size": "tp", "-tp": "tp", "--pipeline-parallel-size": "pp", "-pp": "pp"}
+    for i, arg in enumerate(engine_args):
+        key, _, value = arg.partition("=")
+        if key in names:
+            raw = value or (engine_args[i + 1] if i + 1 < len(engine_args) else "")
+            try:
+                sizes[names[key]] = max(1, int(raw))
+            except ValueError:
+                pass
+    return sizes["tp"] * sizes["pp"]
+
+
+def cost_section(measurements: list[dict], gpu: str | None, prices: dict | None,
+                 gpus_by_recipe: dict[str, int]) -> dict:
+    """A receipt's cost block from its measurements (medians per recipe and concurrency, the receipt's own fields):
+    the GPU type read from the recorded device name (``gpu_type``), its price from ``prices`` (the table the run was
+    given, recorded with it: ``PriceTable.model_dump``), and per recipe and concurrency the dollars per million output
+    tokens, input tokens (where the runs counted them) and both, at the median throughputs (``METHOD``); each arm
+    priced for the GPUs its engine uses, as if it had them to itself. Without a known type or a price, the block says
+    why and prices nothing."""
+    kind = gpu_type(gpu)
+    entry = ((prices or {}).get("gpus") or {}).get(kind) if kind else None
+    out: dict = {"gpu": gpu, "gpu_type": kind, "method": METHOD}
+    if entry is None:
+        out["price"] = None
+        out["note"] = (f"no GPU type is known for the device {gpu!r}" if kind is None
+                       else f"the price table has no {kind} price; give one with --gpu-price {kind}=USD_PER_HOUR")
+        out["per_recipe"] = []
+        return out
+    price = GpuPrice.model_validate(entry)
+    rows = []
+    for m in measurements:
+        n = gpus_by_recipe.get(m["recipe"], 1)
+        out_tps, in_tps = m.get("output_tokens_per_second"), m.get("input_tokens_per_second")
+        both = (out_tps or 0.0) + (in_tps or 0.0) if in_tps is not None else None
+        rows.append({"recipe": m["recipe"], "concurrency": m["concurrency"], "gpus": n,
+                     "output_usd_per_mtok": _round(usd_per_mtok(price.usd_per_gpu_hour, out_tps or 0.0, n)),
+                     "input_usd_per_mtok": _round(usd_per_mtok(price.usd_per_gpu_hour, in_tps or 0.0, n))
+                     if in_tps is not None else None,
+                     "total_usd_per_mtok": _round(usd_per_mtok(price.usd_per_gpu_hour, both, n))
+                     if both is not None else None})
+    out["price"] = price.model_dump(mode="json", exclude_none=True)
+    out["per_recipe"] = rows
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)

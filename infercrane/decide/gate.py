@@ -13,6 +13,8 @@ A rules file (YAML, ``schema_version: infercrane.gate-rules/v1``) names the rule
   rules file);
 * ``max_age_days: N``: every receipt, and every section in it, was recorded within N days of now;
 * ``model`` (+ ``model_revision``): every receipt is of that model (and revision).
+* ``slos_met: true``: in every section matching ``section`` (default: all) that recorded SLOs, every ok run of the
+  section's subject (the candidate, B) met every SLO (``decide.slo``), and at least one section recorded them.
 
 Before the file's rules, one rule is always evaluated: **the receipts validate** (``receipt validate``'s checks: schema,
 content hash, every derived number and conclusion; a legacy format, whose conclusions cannot be derived again, fails).
@@ -35,7 +37,7 @@ from infercrane.decide.vocabulary import FUNCTIONAL_CLASSES
 
 RULES_SCHEMA = "infercrane.gate-rules/v1"
 DecisionCode = Literal["accept", "retain", "reject", "inconclusive"]
-CHECKS = ("decision", "quality_gate", "evidence", "complete", "signed_by", "max_age_days", "model")
+CHECKS = ("decision", "quality_gate", "evidence", "complete", "signed_by", "max_age_days", "model", "slos_met")
 
 
 class Rule(BaseModel):
@@ -54,6 +56,7 @@ class Rule(BaseModel):
     max_age_days: float | None = Field(default=None, gt=0)
     model: str | None = Field(default=None, min_length=1)
     model_revision: str | None = Field(default=None, min_length=1)
+    slos_met: Literal[True] | None = None
 
     @model_validator(mode="after")
     def _one_check(self) -> "Rule":
@@ -63,8 +66,8 @@ class Rule(BaseModel):
                              f"{', '.join(present) or 'none'}")
         if self.decision is not None and self.section is None:
             raise ValueError(f"rule {self.name!r}: decision needs section (the pattern of the sections it reads)")
-        if self.section is not None and present[0] not in ("decision", "quality_gate"):
-            raise ValueError(f"rule {self.name!r}: section goes with decision or quality_gate")
+        if self.section is not None and present[0] not in ("decision", "quality_gate", "slos_met"):
+            raise ValueError(f"rule {self.name!r}: section goes with decision, quality_gate or slos_met")
         if self.model_revision is not None and self.model is None:
             raise ValueError(f"rule {self.name!r}: model_revision needs model")
         return self
@@ -181,6 +184,18 @@ def _quality(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResult
     return _result(rule, ok, "; ".join([value, *_unreadable(facts)]), bound)
 
 
+def _slos(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResult:
+    found = [(p, s, (s.get("slo") or {}).get("by_recipe", {}).get(s.get("subject")))
+             for p, s in _sections(facts, rule.section)]
+    found = [(p, s, sub) for p, s, sub in found if sub]
+    bound = f"every run of the candidate met every SLO in sections {rule.section or '*'!r} (at least one recorded SLOs)"
+    if not found:
+        return _result(rule, False, "; ".join(["no section's candidate recorded SLOs", *_unreadable(facts)]), bound)
+    value = ", ".join(f"{_label(p, s, facts)} {sub['met']} of {sub['runs']} runs met" for p, s, sub in found)
+    ok = all(sub["met"] == sub["runs"] for _, _, sub in found) and not _unreadable(facts)
+    return _result(rule, ok, "; ".join([value, *_unreadable(facts)]), bound)
+
+
 def _evidence(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResult:
     functional = [f"{f.path} {f.summary.get('evidence_class')}" for f in facts if f.summary is not None
                   and f.summary.get("evidence_class") in FUNCTIONAL_CLASSES]
@@ -250,4 +265,4 @@ def _model(rule: Rule, facts: list[ReceiptFacts], now: datetime) -> RuleResult:
 
 
 _CHECKERS = {"decision": _decision, "quality_gate": _quality, "evidence": _evidence, "complete": _complete,
-             "signed_by": _signed, "max_age_days": _age, "model": _model}
+             "signed_by": _signed, "max_age_days": _age, "model": _model, "slos_met": _slos}

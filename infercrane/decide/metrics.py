@@ -20,6 +20,7 @@ class ServingMetric:
 _ALL = (
     ServingMetric("output_tok_s", "output throughput", True),
     ServingMetric("request_s", "request throughput", True),
+    ServingMetric("goodput_req_s", "goodput", True),  # needs SLOs (decide/slo.py)
     *(
         ServingMetric(f"{m}_{p}_ms", f"{'median' if p == 'p50' else p} {label}", False)
         for m, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "latency"))

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from infercrane.datafiles import POLICY, read_mapping, read_text, validate
 
 from infercrane.decide.metrics import SERVING_METRICS
+from infercrane.decide.slo import Slo, check_slos
 from infercrane.errors import InputError
 from infercrane.stats.compare import min_achievable_p
 
@@ -36,6 +37,7 @@ SERVING_LATER_FIELDS: dict[str, object] = {
     "prior_window_cv": 0.02,
     "per_statistic_seed": False,
     "quality": None,  # no semantic-quality gate: what receipts decided before the gate did
+    "slos": [],  # no SLO: no goodput measured (receipts decided before SLOs)
 }
 
 
@@ -130,6 +132,14 @@ class ServingPolicy(BaseModel):
     quality: QualityPolicy | None = Field(default=SERVING_LATER_FIELDS["quality"],
                                           description="the semantic-quality gate where both arms serve real weights "
                                                       "(None: no gate)")
+    slos: list[Slo] = Field(default_factory=list,
+                            description="service-level objectives (decide/slo.py): every run records its goodput and "
+                                        "each SLO's attainment; goodput_req_s may then be a decision metric")
+
+    @field_validator("slos")
+    @classmethod
+    def _one_bound_per_metric(cls, v: list[Slo]) -> list[Slo]:
+        return check_slos(v)
 
     @field_validator("primary_metric")
     @classmethod
@@ -152,6 +162,8 @@ class ServingPolicy(BaseModel):
     def _coherent(self) -> "ServingPolicy":
         if self.primary_metric in self.guard_metrics:
             raise ValueError(f"primary_metric {self.primary_metric!r} is also listed in guard_metrics")
+        if not self.slos and "goodput_req_s" in (self.primary_metric, *self.guard_metrics):
+            raise ValueError("goodput_req_s counts the requests within every SLO, and the policy names none; add slos")
         alpha = 1.0 - self.confidence
         p_min = min_achievable_p(self.min_runs_per_arm, self.min_runs_per_arm)
         if p_min >= alpha:
@@ -184,7 +196,8 @@ def load_policy(kind: Literal["kernel"], path: str | Path | None = None) -> Kern
 @overload
 def load_policy(kind: Literal["serving"], path: str | Path | None = None) -> ServingPolicy: ...
 def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolicy | ServingPolicy:
-    """The packaged ``kind`` policy, with the top-level keys of the YAML file at ``path`` (if any) replacing its own.
+    """The packaged ``kind`` policy, with the top-level keys of the YAML file at ``path`` (if any; or a shipped
+    policy's name, ``shipped_policies``) replacing its own.
 
     Raises InputError for an unknown kind, a missing or unreadable file, a wrong ``schema_version``, an unknown key
     or a bad value; the message names the file and the field.
@@ -196,7 +209,7 @@ def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolic
     merged = read_mapping(packaged.read_text(encoding="utf-8"), what="policy", source=f"(packaged {kind}.yaml)")
     source = f"(packaged {kind}.yaml)"
     if path is not None:
-        p = Path(path)
+        p = shipped_policy(kind, path) or Path(path)
         user = read_mapping(read_text(p, POLICY), what="policy", source=str(p))
         if user.get("schema_version") != schema:
             raise InputError(
@@ -207,6 +220,21 @@ def load_policy(kind: PolicyKind, path: str | Path | None = None) -> KernelPolic
         source = f"{p} (over packaged {kind}.yaml)"
     return validate(model, merged, what="policy", source=source,  # type: ignore[return-value]
                     hint=f"see infercrane/decide/policies/{kind}.yaml for every key and its meaning")
+
+
+def shipped_policies(kind: PolicyKind) -> list[str]:
+    """The policy files InferCrane ships beside the defaults, by name (``policies/<kind>-<name>.yaml``, e.g.
+    ``serving-slo``): each overrides some of ``kind``'s keys, as a user's file would."""
+    folder = resources.files("infercrane.decide.policies")
+    return sorted(f.name[:-5] for f in folder.iterdir() if f.name.startswith(f"{kind}-") and f.name.endswith(".yaml"))
+
+
+def shipped_policy(kind: PolicyKind, name: str | Path) -> Path | None:
+    """A shipped policy file named ``name`` (``shipped_policies``) when no file of that name is here, else None."""
+    text = str(name)
+    if Path(text).exists() or text not in shipped_policies(kind):
+        return None
+    return Path(str(resources.files("infercrane.decide.policies").joinpath(f"{text}.yaml")))
 
 
 def policy_sha256(policy: KernelPolicy | ServingPolicy) -> str:

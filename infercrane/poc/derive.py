@@ -30,7 +30,8 @@ EVIDENCE_SECTIONS: tuple[str, ...] = ("kernel", "paired", "public")
 # The PoC receipt fields this module owns; validation compares each with a fresh derivation.
 DERIVED_FIELDS: tuple[str, ...] = ("evidence_class", "evidence_parts", "model", "custom_kernel", "paired_aiperf",
                                    "bench", "public_workload_reproduction", "runtime_compatibility",
-                                   "qualification_boundary", "drivers", "policy", "policy_sha256", "quality_gate")
+                                   "qualification_boundary", "drivers", "policy", "policy_sha256", "quality_gate",
+                                   "cost")
 KERNEL_ONLY = "operator microbenchmark only; no end-to-end serving claim"
 # The kernel table's baselines in the seed's names (``vllm_ms``: vLLM's own kernel).
 SEED_BASELINES = (("vllm_vendor", "vllm"), ("eager", "eager"), ("torch_compile", "torch_compile"))
@@ -357,7 +358,33 @@ def derive_sections(evidence: dict[str, Any]) -> dict[str, Any]:
         "policy": policy,
         "policy_sha256": policy_sha,
         "quality_gate": _quality_gate(evidence),
+        "cost": cost_across_gpus(evidence),
     }
+
+
+def cost_across_gpus(evidence: dict[str, Any]) -> dict[str, Any] | None:
+    """The serving sections' cost blocks by GPU type (each embedded receipt's own, ``decide.cost.cost_section``), and
+    per section, recipe and concurrency the GPU types ranked by dollars per million output tokens; None when no
+    serving receipt has a cost block (written before cost)."""
+    by: dict[str, dict[str, Any]] = {}
+    for section in ("paired", "public"):
+        for gpu, doc in sorted((evidence.get(section) or {}).items()):
+            if doc.get("cost") is not None:
+                by.setdefault(section, {})[gpu] = doc["cost"]
+    if not by:
+        return None
+    ranked = []
+    for section, blocks in by.items():
+        keys = sorted({(r["recipe"], r["concurrency"]) for b in blocks.values() for r in b["per_recipe"]})
+        for recipe, c in keys:
+            rows = sorted(((gpu, r["output_usd_per_mtok"]) for gpu, b in blocks.items() for r in b["per_recipe"]
+                           if (r["recipe"], r["concurrency"]) == (recipe, c) and r["output_usd_per_mtok"] is not None),
+                          key=lambda t: t[1])
+            ranked.append({"section": section, "recipe": recipe, "concurrency": c,
+                           "output_usd_per_mtok_by_gpu": [{"gpu": g, "usd": v} for g, v in rows]})
+    return {"by_gpu": by, "ranked": ranked,
+            "method": "each GPU type's own receipt priced at its type's price (decide.cost); ranked cheapest first "
+                      "by dollars per million output tokens at the median output throughput"}
 
 
 def evidence_gpu(doc: dict[str, Any]) -> str:
@@ -385,6 +412,7 @@ def assemble(evidence: dict[str, Any], *, provenance: dict[str, Any], complete: 
         "bench": None,
         "public_workload_reproduction": derived["public_workload_reproduction"],
         **({"quality_gate": derived["quality_gate"]} if derived["quality_gate"] is not None else {}),
+        **({"cost": derived["cost"]} if derived["cost"] is not None else {}),
         "runtime_compatibility": derived["runtime_compatibility"],
         "qualification_boundary": derived["qualification_boundary"],
         "complete": complete,

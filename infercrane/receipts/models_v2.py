@@ -368,6 +368,8 @@ class ServingWorkload(Strict):
                                   "concurrency) point for every driver and arm; absent: each driver its own")
     preset: str | None = None
     notes: list[str] = Field(default_factory=list)
+    trace: dict[str, Any] | None = Field(default=None, description="a trace workload: the trace, its sha256, its "
+                                                                  "speedup and block size, how it was replayed")
 
 
 class ServingMeasurementV2(Strict):
@@ -380,6 +382,11 @@ class ServingMeasurementV2(Strict):
     tpot_p95_ms: PositiveFloat
     latency_p95_ms: PositiveFloat
     request_throughput: PositiveFloat | None = None
+    input_tokens_per_second: NonNegativeFloat | None = Field(default=None, description="median of the runs' prompt "
+                                                                                      "tokens per second")
+    goodput_req_s: NonNegativeFloat | None = Field(default=None, description="median of the runs' goodput (SLOs "
+                                                                            "named)")
+    slo_met_runs: NonNegativeInt | None = Field(default=None, description="runs that met every SLO")
     runs: PositiveInt
     failures: NonNegativeInt = 0
 
@@ -583,6 +590,15 @@ class RunRecord(Strict):
     latency_p99_ms: NonNegativeFloat | None = None
     token_count_source: Literal["server", "client"] | None = None
     raw_export: str | None = None
+    input_tok_s: NonNegativeFloat | None = Field(default=None, description="prompt tokens of the completed requests "
+                                                                          "per second (the server's count)")
+    goodput_req_s: NonNegativeFloat | None = Field(default=None, description="requests per second within every SLO's "
+                                                                            "bound (a policy naming SLOs)")
+    slo: dict[str, Any] | None = Field(default=None, description="the window against the SLOs (decide.slo.SloResult): "
+                                                                "good requests, each SLO's attainment and whether met")
+    arrival: dict[str, Any] | None = Field(default=None, description="a trace workload: how far the requests' starts "
+                                                                    "were from the trace's schedule "
+                                                                    "(serving.trace.arrival_check)")
 
 
 class KernelCheckRecord(Strict):
@@ -928,6 +944,9 @@ class OptimizationPocReceiptV2(Strict):
                                                         "candidate kernel inside arm B's engine, predicted and measured")
     quality_gate: QualityGateSection | None = Field(default=None, description="the semantic-quality gate of the A/B "
                                                     "(absent: written before the gate)")
+    cost: dict[str, Any] | None = Field(default=None, description="dollars per million tokens per recipe and "
+                                        "concurrency at the GPU type's price (decide.cost.cost_section); absent: "
+                                        "written before cost, or given no price table")
     runtime_compatibility: list[RuntimeFindingV2] = Field(default_factory=list)
     qualification_boundary: NonEmptyStr
     complete: bool

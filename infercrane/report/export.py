@@ -590,7 +590,21 @@ def _serving(name: str, r: OptimizationPocReceiptV2) -> list[Section]:
     sec.summary = _section_summary(sec, subject=r.bench.recipe if r.bench is not None else b, reference=a,
                                    decision_code=code, decision=decision, reason=reason, headline=head,
                                    headline_rule=rule, prediction=prediction, quality_gate=_quality_gate(r))
+    sec.summary["slo"] = _slo_summary(r)
     return [sec]
+
+
+def _slo_summary(r: OptimizationPocReceiptV2) -> dict[str, Any] | None:
+    """Per recipe, the runs that recorded SLOs and how many met every one (``decide.slo``), as ``infercrane gate``
+    reads them; None where no run recorded SLOs."""
+    out: dict[str, dict[str, int]] = {}
+    for run in r.runs:
+        if run.slo is None or run.status != "ok":
+            continue
+        entry = out.setdefault(run.recipe, {"runs": 0, "met": 0})
+        entry["runs"] += 1
+        entry["met"] += bool(run.slo.get("all_met"))
+    return {"by_recipe": out} if out else None
 
 
 def _quality_gate(r: OptimizationPocReceiptV2) -> dict[str, Any] | None:

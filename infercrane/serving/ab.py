@@ -53,6 +53,21 @@ class ABPlan:
     quality_gate: str = QUALITY_GATE_DEFAULT
 
 
+def recorded_inputs(plan: ABPlan) -> dict[str, Any]:
+    """What the receipt records beside the command's options so that its derived blocks re-derive from it alone:
+    the GPU price table the cost is read at (the caller's, ``options.gpu_price_table``, else the shipped one) and a
+    trace workload's content hash."""
+    from ..decide.cost import load_prices
+
+    out: dict[str, Any] = {}
+    if "gpu_price_table" not in plan.options:
+        out["gpu_price_table"] = load_prices().model_dump(mode="json")
+    replay = plan.workload.replay()
+    if replay is not None:
+        out["trace_sha256"] = replay.sha256
+    return out
+
+
 def artifacts_dir(plan: ABPlan) -> Path:
     """Where an A/B's engines, drivers and blocks write (beside its receipt)."""
     return plan.out.parent / f"{plan.out.stem}-artifacts"
@@ -86,7 +101,8 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
     recs, workload = plan.recipes, plan.workload
     model_prov = plan.model_provenance or model_provenance(recs[0])
     gate = plan_gate(plan.quality_gate, recs, model_prov, plan.policy) if plan.kind == "ab" else None
-    config = plan_config(plan.kind, recs, workload, {**plan.options, **({"quality_gate": gate} if gate else {})})
+    config = plan_config(plan.kind, recs, workload, {**plan.options, **({"quality_gate": gate} if gate else {}),
+                                                     **recorded_inputs(plan)})
     order = plan.order or workload.arm_order
     runs = plan_runs([r.name for r in recs], workload, order)
     total = len(runs) * len(plan.drivers)
@@ -136,7 +152,7 @@ def run_ab(plan: ABPlan, *, run_id: str, con: Any, say: Callable[[str], None],
                           startup_timeout_s=plan.startup_timeout_s, on_run=one_run, on_progress=progress,
                           into=partial, coresident=bool(plan.options.get("coresident")), on_start=on_start,
                           engines=external or None, ahead=ahead, then=then, tokenizer=plan.tokenizer,
-                          access=plan.access,
+                          access=plan.access, slos=plan.policy.slos,
                           quality=QualityAsker(plan.policy.quality, progress) if gate and gate["run"] else None)
     except (InfercraneError, KeyboardInterrupt, SystemExit) as exc:
         if ahead is not None:

@@ -24,7 +24,8 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator,
 )
 
-from ..options import FailOnOption, Many, flag
+from ..options import FailOnOption, Many, PriceOptions, flag
+from .ratesearch import DEFAULT_MAX_PROBES, DEFAULT_RATE_RANGE
 from .engine_kinds import STARTUP_TIMEOUT_S
 from .quality import QUALITY_GATE_DEFAULT, QualityGateMode
 
@@ -283,7 +284,7 @@ class _ServeHead(BaseModel):
     quality_gate: QualityGate = QUALITY_GATE_DEFAULT
 
 
-class ServeConfig(ServerOptions, PlanOptions, _ServeHead, FailOnOption):
+class ServeConfig(ServerOptions, PlanOptions, _ServeHead, FailOnOption, PriceOptions):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: Path | None = Field(None, description="A serving policy file overriding the packaged thresholds.")
@@ -291,6 +292,14 @@ class ServeConfig(ServerOptions, PlanOptions, _ServeHead, FailOnOption):
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
     sign_key: Path | None = Field(None, description="Sign the receipt each time it is written (an ed25519 private key "
                                                     "from `infercrane receipt keygen`); checked before anything runs.")
+    find_max_rate: bool = Field(False, description="serve bench: search the highest open-loop request rate at which "
+                                                   "every window meets the policy's SLOs (a policy with slos, e.g. "
+                                                   "--policy serving-slo), instead of benchmarking the workload.")
+    rate_range: Many[float] | None = Field(None, description="--find-max-rate: the lowest and highest rate to probe, "
+                                                             "requests per second (default "
+                                                             f"{DEFAULT_RATE_RANGE[0]:g} and {DEFAULT_RATE_RANGE[1]:g}).")
+    max_probes: int = Field(DEFAULT_MAX_PROBES, ge=2, le=30, description="--find-max-rate: at most this many rates "
+                                                                          "probed.")
     url: Many[str] | None = Field(None, description="Measure servers that are already running instead of launching "
                                                     "engines: the base URL of an OpenAI-compatible server "
                                                     "(http://HOST:PORT), one per recipe in the recipes' order (serve "

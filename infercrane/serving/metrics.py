@@ -12,6 +12,8 @@ tpot_*_ms            (latency - TTFT) /              inter_token_latency  (NOT i
 e2e_*_ms             last byte - request start       request_latency                 p{50,95,99}_e2el_ms
 output_tok_s         output tokens / run duration    output_token_throughput         output_throughput
 request_s            completed requests / duration   request_throughput              request_throughput
+goodput_req_s        requests within every SLO /     goodput (good_request_count     request_goodput
+                     duration (decide/slo.py)        checked against InferCrane's)
 duration_s           the window the rates divide by  profiling phase end_ns -        duration
                      (warm-up excluded)              start_ns (phase_manifest.json)
 ===================  ==============================  ==============================  =====================
@@ -25,9 +27,11 @@ client tokenizer count (AIPerf only). Warm-up requests are excluded by both driv
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from infercrane.decide.slo import SloResult
 
 RUN_METRICS_SCHEMA_VERSION = "infercrane.serving-run-metrics/v1"
 
@@ -79,6 +83,14 @@ class RunMetrics(BaseModel):
     e2e_p50_ms: float | None = None
     e2e_p95_ms: float | None = None
     e2e_p99_ms: float | None = None
+    # prompt tokens the completed requests carried, per second of the window (the server's count where it reports one):
+    # what a cost per input token divides by
+    input_tok_s: float | None = Field(default=None, ge=0)
+    # under SLOs (a policy naming them, decide/slo.py): requests per second within every SLO's bound, and the detail
+    goodput_req_s: float | None = Field(default=None, ge=0)
+    slo: SloResult | None = None
+    # a trace workload: how far each request's start was from its place in the trace's schedule (serving/trace.py)
+    arrival: dict[str, Any] | None = None
     notes: list[str] = Field(default_factory=list, description="anything the parser found odd")
 
     @model_validator(mode="after")

@@ -28,6 +28,9 @@ RUN_FIELDS = {
     "output_tok_s": "output_tokens_per_second", "request_s": "request_throughput",
     **{f"{m}_{p}_ms": f"{'latency' if m == 'e2e' else m}_{p}_ms" for m in ("ttft", "tpot", "e2e") for p in ("p50", "p95", "p99")},
 }
+# RunMetrics fields a run record carries only where they were measured: the input throughput (runs recorded since cost),
+# goodput and the SLO detail (a policy naming SLOs), the arrival check (a trace workload).
+LATER_RUN_FIELDS = ("input_tok_s", "goodput_req_s", "slo", "arrival")
 SEED_FIELDS = ("output_tokens_per_second", "ttft_p95_ms", "tpot_p95_ms", "latency_p95_ms")
 STAT_METRICS = ("output_tok_s", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms")
 ARM_PHRASES = {"compiled": "compiled vLLM", "eager": "eager vLLM", "throughput": "throughput mode",
@@ -53,6 +56,10 @@ def run_record(m: RunMetrics) -> dict[str, Any]:
     }
     for src, dst in RUN_FIELDS.items():
         rec[dst] = getattr(m, src)
+    for name in LATER_RUN_FIELDS:  # recorded where measured (SLOs named, a trace replayed): older runs lack them
+        value = getattr(m, name)
+        if value is not None:
+            rec[name] = value.model_dump(mode="json") if hasattr(value, "model_dump") else value
     return rec
 
 
@@ -114,6 +121,11 @@ def measurement(result: PlanResult, arm: str, c: int, driver: str) -> dict[str, 
     for f in SEED_FIELDS:
         out[f] = _median([r[f] for r in recs])
     out["request_throughput"] = _median([r["request_throughput"] for r in recs])
+    if all(m.input_tok_s is not None for m in runs):
+        out["input_tokens_per_second"] = _median([m.input_tok_s for m in runs])
+    if all(m.slo is not None for m in runs):
+        out["goodput_req_s"] = _median([m.goodput_req_s for m in runs])
+        out["slo_met_runs"] = sum(m.slo.all_met for m in runs)
     out["runs"] = len(runs)
     out["failures"] = sum(m.failures for m in runs)
     return out
@@ -141,10 +153,17 @@ def unmeasured(result: PlanResult, arms: list[str], driver: str) -> str | None:
     return f"no concurrency has a valid {driver} run of every arm, so there is nothing to compare: " + "; ".join(parts)
 
 
-def serving_arm(result: PlanResult, arm: str, c: int, driver: str) -> ServingArm:
+def decision_metrics(policy: ServingPolicy | None) -> tuple[str, ...]:
+    """The metrics an A/B's analysis collects: ``STAT_METRICS``, then any other the policy decides on (a p99, goodput)."""
+    named = (policy.primary_metric, *policy.guard_metrics) if policy is not None else ()
+    return tuple(dict.fromkeys((*STAT_METRICS, *named)))
+
+
+def serving_arm(result: PlanResult, arm: str, c: int, driver: str,
+                policy: ServingPolicy | None = None) -> ServingArm:
     runs = _ok_runs(result, arm, c, driver)
     return ServingArm(recipe=arm, phrase=ARM_PHRASES.get(arm, f"recipe {arm}"),
-                      runs={k: [getattr(m, k) for m in runs] for k in STAT_METRICS})
+                      runs={k: [getattr(m, k) for m in runs] for k in decision_metrics(policy)})
 
 
 def _present(**fields: Any) -> dict[str, Any]:
@@ -298,16 +317,17 @@ def _combine(decisions: dict[int, ServingDecision], a: str, b: str, workload: st
         f"c={c}: {d.decision}" for c, d in decisions.items()), per_c
 
 
-def window_pairs(result: PlanResult, a: str, b: str, driver: str) -> dict[str, list[tuple[int, float, float]]]:
+def window_pairs(result: PlanResult, a: str, b: str, driver: str,
+                 metrics: tuple[str, ...] = STAT_METRICS) -> dict[str, list[tuple[int, float, float]]]:
     """metric -> the window pairs ``(concurrency, A's value, B's value)``: A's run r at c with B's run r at c, both ok.
     In the sandwich (A1 | B B | A2, ABBA by blocks) run r of A1 pairs with the first half of B's block and A2's with
     the second, so linear drift cancels over the pairs."""
-    out: dict[str, list[tuple[int, float, float]]] = {m: [] for m in STAT_METRICS}
+    out: dict[str, list[tuple[int, float, float]]] = {m: [] for m in metrics}
     for c in result.workload.concurrency:
         runs_a = {m.run_index: m for m in _ok_runs(result, a, c, driver)}
         runs_b = {m.run_index: m for m in _ok_runs(result, b, c, driver)}
         for r in sorted(set(runs_a) & set(runs_b)):
-            for metric in STAT_METRICS:
+            for metric in metrics:
                 va, vb = getattr(runs_a[r], metric), getattr(runs_b[r], metric)
                 if va and vb:
                     out[metric].append((c, float(va), float(vb)))
@@ -322,7 +342,7 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
     from ..decide.serving import decide_serving_paired
     from ..stats.paired import design_for
 
-    pairs = window_pairs(result, a, b, driver)
+    pairs = window_pairs(result, a, b, driver, decision_metrics(policy))
     pa, pb = ARM_PHRASES.get(a, f"recipe {a}"), ARM_PHRASES.get(b, f"recipe {b}")
     d = decide_serving_paired(pairs, policy, phrases=(pa, pb), workload="this workload")
     stats = []
@@ -512,11 +532,12 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
     workload_block = {
         "input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "streaming": w.streaming,
         "profile_runs": w.runs_per_arm, "concurrency": list(w.concurrency),
-        "requests_per_point": {str(c): w.requests_at(c) for c in w.concurrency},
+        "requests_per_point": {str(c): w.requests_at(c) for c in w.concurrency} if w.trace is None else {},
         "warmup_requests": w.warmup_at(w.concurrency[0]), "ignore_eos": w.ignore_eos, "order": result.order,
         "preset": w.name, "notes": w.notes(),
         **_present(window_s=w.window_s, warmup_s=w.warmup_s),
         **({"prompts": w.prompts} if w.prompts == "shared" else {}),
+        **({"trace": trace_block(w, provenance)} if w.trace is not None else {}),
     }
     why = unmeasured(result, arms, primary)
     if why is not None:
@@ -542,7 +563,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             })
             if paired is not None:
                 continue
-            arm_a, arm_b = serving_arm(result, a, c, primary), serving_arm(result, b, c, primary)
+            arm_a, arm_b = serving_arm(result, a, c, primary, policy), serving_arm(result, b, c, primary, policy)
             for metric in STAT_METRICS:
                 mc = compare_metric(metric, arm_a, arm_b, policy, concurrency=c)
                 if mc.ci_lo is None or mc.p_value is None:
@@ -602,6 +623,13 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         }
         if len(w.concurrency) == 1:
             doc["public_workload_reproduction"] = _public_reproduction(result, arm, provenance, agreement)
+    prices = ((provenance.get("config") or {}).get("options") or {}).get("gpu_price_table")
+    if prices is not None:  # the table the run was given, recorded with it: the cost re-derives from the receipt alone
+        from ..decide.cost import cost_section, engine_gpus
+
+        primary_measurements = [m for m in measurements if m.get("driver", primary) == primary]
+        doc["cost"] = cost_section(primary_measurements, provenance["hardware"]["gpu"], prices,
+                                   {arm: engine_gpus(r.engine_args) for arm, r in result.recipes.items()})
     return doc
 
 
@@ -719,6 +747,14 @@ def _driver_version(result: PlanResult, driver: str) -> str:
     return next((m.driver_version for m in result.runs if m.driver == driver), "not run")
 
 
+def trace_block(w: Any, provenance: dict[str, Any]) -> dict[str, Any]:
+    """A trace workload's identity in the receipt: the trace named, its content hash as the run recorded it, and how
+    it was replayed."""
+    options = (provenance.get("config") or {}).get("options") or {}
+    return {"name": w.trace, "sha256": options.get("trace_sha256"), "speedup": w.trace_speedup,
+            "block_size": w.trace_block_size, "driver_mode": "aiperf mooncake_trace, fixed_schedule"}
+
+
 def plan_config(kind: str, recipes: list[Any], workload: Any, options: dict[str, Any]) -> dict[str, Any]:
     """What a serving receipt records of its plan (``provenance.config``): enough to rebuild the plan and decide again
     (``plan_result_from_receipt``)."""
@@ -805,10 +841,11 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
             requests_completed=rec["requests_completed"], failures=rec["failures"],
             output_length_mismatches=rec["length_mismatches"] if workload.ignore_eos else None,
             output_tokens_total=round((rec["output_tokens_per_second"] or 0.0) * durations),
-            duration_s=durations, notes=notes,
+            duration_s=durations, notes=notes, **{name: rec.get(name) for name in LATER_RUN_FIELDS},
             **{src: rec[dst] for src, dst in RUN_FIELDS.items() if src not in ("output_tok_s", "request_s")},
             output_tok_s=rec["output_tokens_per_second"] or 0.0, request_s=rec["request_throughput"] or 0.0)
         again = _before_notes(run_record(metrics)) if before_notes else run_record(metrics)
+        rec = {k: v for k, v in rec.items() if not (k in LATER_RUN_FIELDS and v is None)}  # written by the model
         if again != rec | {"started_at": again["started_at"]} or \
                 datetime.fromisoformat(again["started_at"]) != datetime.fromisoformat(rec["started_at"]):
             diff = sorted(k for k in rec if again.get(k) != rec[k])
@@ -824,7 +861,7 @@ def plan_result_from_receipt(doc: dict[str, Any]) -> tuple[PlanResult, str]:
 
 # What re-deciding a receipt recomputes: everything but the raw evidence (runs, engines) and the provenance.
 DERIVED_FIELDS = ("model", "runtime_compatibility", "qualification_boundary", "paired_aiperf", "bench",
-                  "public_workload_reproduction", "kernel_in_serving", "quality_gate")
+                  "public_workload_reproduction", "kernel_in_serving", "quality_gate", "cost")
 
 
 def receipt_policy(doc: dict[str, Any]) -> ServingPolicy:

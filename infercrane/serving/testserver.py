@@ -111,6 +111,7 @@ class ServerConfig:
     require_header: list[str] = field(default_factory=list)  # NAME:VALUE each
     also_serve: list[str] = field(default_factory=list)  # more model ids /v1/models lists (a multi-model server)
     norm_kernel: str = "reference"  # the toy model's norm kernel (testserver_model.load_norm_kernel)
+    slots: int | None = None  # requests generated at once; the rest wait for a slot, their wait part of their TTFT
 
 
 @dataclass
@@ -311,7 +312,17 @@ def build_app(cfg: ServerConfig, items: _Items | None = None):
         after_finish()
         return resp
 
+    slots = asyncio.Semaphore(cfg.slots) if cfg.slots else None
+
     async def generate(request, chat: bool):
+        """One generation request; with ``--slots N`` at most N at once (a server's capacity: past N / request time
+        per second the waits grow, and with them the TTFT the client sees)."""
+        if slots is None:
+            return await _generate(request, chat)
+        async with slots:
+            return await _generate(request, chat)
+
+    async def _generate(request, chat: bool):
         await maybe_hang()
         arrival = time.perf_counter()
         try:
@@ -526,6 +537,8 @@ def parser() -> argparse.ArgumentParser:
                    help="after N generation requests, log a JIT-compile line as vLLM's JIT monitor does")
     p.add_argument("--startup-delay-s", type=_non_negative, default=0.0, help="sleep before listening")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault choices")
+    p.add_argument("--slots", type=int, default=None,
+                   help="generate at most N requests at once; the others wait (their wait is in their TTFT)")
     p.add_argument("--no-prefix-cache-reset", dest="prefix_cache_reset", action="store_false",
                    help="answer POST /reset_prefix_cache with 404 (vLLM without VLLM_SERVER_DEV_MODE=1)")
     p.add_argument("--also-serve", action="append", default=[], metavar="MODEL",

@@ -168,3 +168,104 @@ def generate(spec: TraceSpec) -> str:
         lines.append(json.dumps({"timestamp": int(round(t_s * 1000.0)), "input_length": spec.input_length.draw(rng),
                                  "output_length": spec.output_length.draw(rng)}))
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------- replaying a trace
+
+TRACES_DIR = Path(__file__).resolve().parent / "traces"
+# How far a request's start may sit from its place in the schedule (after the window's common offset) and still be
+# "on schedule": AIPerf schedules to the millisecond; the rest is the client machine's jitter, which on a loaded
+# 2-core CI machine, client and server sharing the cores, reaches tens of milliseconds.
+ARRIVAL_TOLERANCE_MS = 50.0
+
+
+def trace_presets() -> list[str]:
+    """The traces InferCrane ships (``serving/traces/*.jsonl``), by name."""
+    return sorted(p.stem for p in TRACES_DIR.glob("*.jsonl"))
+
+
+def trace_path(name_or_path: str) -> Path:
+    """A shipped trace by name, or a trace file; InputError naming both kinds when it is neither."""
+    shipped = TRACES_DIR / f"{name_or_path}.jsonl"
+    if "/" not in name_or_path and shipped.is_file():
+        return shipped
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path.resolve()
+    raise InputError(f"trace {name_or_path!r}: no shipped trace of that name and no such file",
+                     hint=f"shipped traces: {', '.join(trace_presets()) or 'none'}; or give a JSONL file's path")
+
+
+@dataclass(frozen=True)
+class TraceReplay:
+    """A trace as one window replays it: its file, content hash, AIPerf's time scale (``speedup``: 2 replays it in
+    half the time) and hash-id block size (tokens per ``hash_ids`` entry; None: AIPerf's 512 for mooncake traces),
+    and what the checks of a window read (each line's timestamp and output length)."""
+
+    path: Path
+    sha256: str
+    speedup: float
+    block_size: int | None
+    timestamps_ms: tuple[int, ...]
+    output_lengths: tuple[int, ...]
+
+    @classmethod
+    def load(cls, name_or_path: str, speedup: float = 1.0, block_size: int | None = None) -> "TraceReplay":
+        path = trace_path(name_or_path)
+        trace = read_trace(path)
+        return cls(path=path, sha256=trace.sha256, speedup=speedup, block_size=block_size,
+                   timestamps_ms=tuple(r.timestamp for r in trace.requests),
+                   output_lengths=tuple(r.output_length for r in trace.requests))
+
+    @property
+    def requests(self) -> int:
+        return len(self.timestamps_ms)
+
+    @property
+    def span_s(self) -> float:
+        """The replay's length: the trace's span divided by the speedup."""
+        return (self.timestamps_ms[-1] - self.timestamps_ms[0]) / 1000.0 / self.speedup
+
+    def scheduled_s(self, index: int) -> float:
+        """Line ``index``'s place in the replay, seconds from the first line."""
+        return (self.timestamps_ms[index] - self.timestamps_ms[0]) / 1000.0 / self.speedup
+
+
+def record_line(meta: dict[str, Any]) -> int | None:
+    """The trace line an AIPerf 0.12 record replays: its conversation's number (AIPerf names each line's conversation
+    ``session_NNNNNN`` in file order), else None."""
+    conv = str(meta.get("conversation_id") or "")
+    head, _, number = conv.rpartition("_")
+    return int(number) if head == "session" and number.isdigit() else None
+
+
+def arrival_check(replay: TraceReplay, records: list[dict[str, Any]],
+                  tolerance_ms: float = ARRIVAL_TOLERANCE_MS) -> dict[str, Any]:
+    """How closely a window's requests started on the trace's schedule, from the driver's per-request records
+    (AIPerf's ``metadata.request_start_ns``, matched to trace lines by ``record_line``).
+
+    Each request's lag is its start minus its scheduled place, less the window's common offset (the median of those
+    differences: when the replay's clock started is not the question); ``within`` says every matched request's |lag|
+    is at most ``tolerance_ms`` and every trace line has a record. Quantiles are nearest-rank."""
+    starts: dict[int, float] = {}
+    for rec in records:
+        meta = rec.get("metadata") or {}
+        line, start = record_line(meta), meta.get("request_start_ns")
+        if line is not None and start is not None and 0 <= line < replay.requests and line not in starts:
+            starts[line] = int(start) / 1e9
+    out: dict[str, Any] = {"trace_requests": replay.requests, "matched": len(starts), "tolerance_ms": tolerance_ms,
+                           "speedup": replay.speedup,
+                           "method": "lag = request start - scheduled place - the window's median of those "
+                                     "differences; records matched to trace lines by AIPerf's conversation number"}
+    if not starts:
+        return out | {"within": False, "lag_abs_ms": None, "beyond_tolerance": None}
+    diffs = {i: t - replay.scheduled_s(i) for i, t in starts.items()}
+    offset = sorted(diffs.values())[(len(diffs) - 1) // 2]
+    lags = sorted(abs(d - offset) * 1000.0 for d in diffs.values())
+
+    def q(p: float) -> float:
+        return round(lags[min(len(lags) - 1, max(0, math.ceil(p * len(lags)) - 1))], 3)
+
+    beyond = sum(lag > tolerance_ms for lag in lags)
+    return out | {"lag_abs_ms": {"p50": q(0.5), "p99": q(0.99), "max": round(lags[-1], 3)},
+                  "beyond_tolerance": beyond, "within": beyond == 0 and len(starts) == replay.requests}

@@ -38,6 +38,7 @@ cache is reset (``POST /reset_prefix_cache``) before every (run, concurrency) po
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from pathlib import Path
@@ -58,7 +59,7 @@ ArmOrder = Literal["sequential", "interleaved", "sandwich"]
 
 # Fields added to the workload after receipts were recorded, with the default that means what those receipts did.
 LATER_FIELDS: dict[str, Any] = {"prompts": "driver", "request_rate": None, "arrival_pattern": "poisson",
-                                "extra_inputs": {}}
+                                "extra_inputs": {}, "trace": None, "trace_speedup": 1.0, "trace_block_size": None}
 # Open loop (request_rate): a window of a request count is sized from the rate, not from the concurrency (whose slots
 # no longer send back to back): max(min_requests, ceil(rate x RATE_WINDOW_S)), about RATE_WINDOW_S of load when the
 # server keeps up (METHOD.md: windows of 10 s or more).
@@ -201,6 +202,17 @@ class Workload(BaseModel):
         default_factory=dict, description="fields merged into every request's body (AIPerf's --extra-inputs): the "
                                           "drivers' and the engine warm-up's; not those InferCrane sets itself "
                                           "(RESERVED_INPUTS)")
+    trace: str | None = Field(
+        default=None, description="a request trace replayed on its schedule in every window (serving/trace.py: a "
+                                  "shipped trace's name or a JSONL file): each line's arrival time and lengths "
+                                  "replace the synthetic prompts; input_tokens and output_tokens then size the "
+                                  "engine warm-up only, and the concurrency caps the requests in flight")
+    trace_speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False,
+                                 description="the trace's time scale (AIPerf's speedup_ratio): 2 replays it in half "
+                                             "its recorded time")
+    trace_block_size: int | None = Field(default=None, ge=1,
+                                         description="tokens per hash_ids entry of the trace (AIPerf's block size; "
+                                                     "default AIPerf's 512, Mooncake's)")
 
     @field_validator("concurrency")
     @classmethod
@@ -228,14 +240,32 @@ class Workload(BaseModel):
                 and self.request_rate is None:
             raise ValueError(f"request_count {self.request_count} is below the highest concurrency "
                              f"{max(self.concurrency)}: the engine would never see that many requests at once")
+        if self.trace is not None:
+            clash = [name for name, value in (("window_s", self.window_s), ("request_rate", self.request_rate),
+                                              ("request_count", self.request_count))
+                     if value is not None] + (["prompts: shared"] if self.prompts == "shared" else [])
+            if clash:
+                raise ValueError(f"a trace workload's windows are the trace replayed on its schedule; "
+                                 f"{', '.join(clash)} cannot apply to it")
+            if len(self.concurrency) != 1:
+                raise ValueError(f"a trace workload has one concurrency, the cap on requests in flight while the "
+                                 f"trace replays; got {self.concurrency}")
+        elif self.trace_speedup != 1.0 or self.trace_block_size is not None:
+            raise ValueError("trace_speedup and trace_block_size apply to a trace; there is none (give trace)")
         if self.arrival_pattern != "poisson" and self.request_rate is None:
             raise ValueError(f"arrival_pattern {self.arrival_pattern!r} spaces requests at a request rate, and "
                              "there is none; give request_rate (--request-rate) too")
         return self
 
+    def replay(self) -> Any:
+        """The trace every window replays (``serving.trace.TraceReplay``, read once per process), or None."""
+        return None if self.trace is None else _replay(self.trace, self.trace_speedup, self.trace_block_size)
+
     def requests_at(self, concurrency: int) -> int:
         """Requests per point: ``request_count``; else derived, per concurrency slot for a closed loop, or from the
-        rate for an open one (``RATE_WINDOW_S``)."""
+        rate for an open one (``RATE_WINDOW_S``); a trace's lines for a trace workload."""
+        if self.trace is not None:
+            return self.replay().requests
         if self.request_count is not None:
             return self.request_count
         if self.request_rate is not None:
@@ -254,7 +284,7 @@ class Workload(BaseModel):
         if self.window_s is not None:
             out.append(f"time windows: {self.window_s:g} s of load per point"
                        + (f" after {self.warmup_s:g} s of warm-up" if self.warmup_s else ""))
-        elif self.request_count is None:
+        elif self.request_count is None and self.trace is None:
             out.append("requests per point derived: " + ", ".join(
                 f"c={c}: {self.requests_at(c)}" for c in self.concurrency))
         if not self.ignore_eos:
@@ -265,6 +295,11 @@ class Workload(BaseModel):
                        "cap, and its waiting requests are not in the latencies")
         if self.extra_inputs:
             out.append(f"every request body also carries {', '.join(sorted(self.extra_inputs))} (extra_inputs)")
+        if self.trace is not None:
+            out.append(f"trace replay: every window replays trace {self.trace}"
+                       + (f" at {self.trace_speedup:g}x its recorded speed" if self.trace_speedup != 1.0 else "")
+                       + f" on its schedule (AIPerf fixed_schedule), at most {self.concurrency[0]} requests in "
+                         "flight; the prefix cache is reset before every window")
         return out
 
     def identity(self) -> dict[str, Any]:
@@ -289,7 +324,15 @@ class Workload(BaseModel):
 # What sizes a window of a request count: given as an override to a workload of time windows, it replaces them.
 COUNT_FIELDS = ("request_count", "requests_per_slot", "min_requests", "warmup_requests")
 # What each request sends and how requests arrive: a published example measured otherwise is another workload.
-SENT_FIELDS = ("input_tokens", "output_tokens", "request_rate", "arrival_pattern", "extra_inputs")
+SENT_FIELDS = ("input_tokens", "output_tokens", "request_rate", "arrival_pattern", "extra_inputs", "trace",
+               "trace_speedup", "trace_block_size")
+
+
+@functools.lru_cache(maxsize=16)
+def _replay(trace: str, speedup: float, block_size: int | None) -> Any:
+    from infercrane.serving.trace import TraceReplay
+
+    return TraceReplay.load(trace, speedup, block_size)
 
 
 def workload_presets() -> list[str]:
@@ -483,6 +526,8 @@ def block_prompt_entries(workload: Workload, concurrencies: Sequence[int], runs:
     prompts. Between MIN_PROMPT_ENTRIES and MAX_PROMPT_ENTRIES."""
     from infercrane.serving.warmup import warmed_rate
 
+    if workload.trace is not None:  # the trace is the dataset: AIPerf makes no prompt of its own
+        return MIN_PROMPT_ENTRIES
     if workload.window_s is None:
         need = sum(workload.requests_at(c) for c in concurrencies) * runs
     else:
@@ -508,7 +553,7 @@ def _grid_fits(workload: Workload, drivers: Sequence[str]) -> bool:
     every concurrency (a time, or one request count)."""
     if list(drivers) != ["aiperf"]:
         return False
-    if workload.window_s is not None:
+    if workload.window_s is not None or workload.trace is not None:
         return True
     same = lambda f: len({f(c) for c in workload.concurrency}) == 1  # noqa: E731
     return same(workload.requests_at) and (workload.warmup_s is not None or same(workload.warmup_at))
@@ -516,10 +561,10 @@ def _grid_fits(workload: Workload, drivers: Sequence[str]) -> bool:
 
 def run_spec(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str, str]], p: PlannedRun,
              base_url: str, served_model: str, artifacts: Path, prompts_file: Path | None = None,
-             access: Any = None) -> Any:
+             access: Any = None, slos: Sequence[Any] = ()) -> Any:
     """The driver's RunSpec for planned run ``p`` of ``recipe`` (resolved) on an engine at ``base_url``:
     ``tokenizer`` as ``resolve_tokenizer`` gives it, ``prompts_file`` for shared prompts, ``access`` the API key and
-    headers (``engine.ServerAccess``) every request carries."""
+    headers (``engine.ServerAccess``) every request carries; ``slos`` the policy's (``decide.slo``)."""
     from infercrane.serving.drivers import RunSpec
 
     tok, tok_env = tokenizer
@@ -535,7 +580,8 @@ def run_spec(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str,
                    artifact_dir=artifacts, arm=p.arm, recipe_sha256=recipe.sha256 or "",
                    run_index=p.run_index, env=tok_env, prompts_file=prompts_file,
                    request_rate=workload.request_rate, arrival_pattern=workload.arrival_pattern,
-                   extra_inputs=dict(workload.extra_inputs), api_key=key, headers=headers)
+                   extra_inputs=dict(workload.extra_inputs), api_key=key, headers=headers, slos=tuple(slos),
+                   trace=workload.replay())
 
 
 def engine_warmup(engine: Any, workload: Workload) -> dict[str, Any] | None:
@@ -549,7 +595,7 @@ def engine_warmup(engine: Any, workload: Workload) -> dict[str, Any] | None:
 
 def aiperf_block(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[str, str]], engine: Any,
                  runs: Sequence[PlannedRun], where: Path, rates: Mapping[int, float],
-                 prompts_file: Path | None = None) -> Any:
+                 prompts_file: Path | None = None, slos: Sequence[Any] = ()) -> Any:
     """The ``drivers.aiperf.RunGrid`` of one block of ``runs`` (one arm) on ``engine``, its artifacts in ``where``:
     ``rates``, the arm's requests per second measured so far per concurrency (``block_prompt_entries``). Its
     requests carry ``engine.access`` (the API key and headers every request to that engine carries)."""
@@ -558,11 +604,12 @@ def aiperf_block(workload: Workload, recipe: Recipe, tokenizer: tuple[str, dict[
     indices = tuple(dict.fromkeys(p.run_index for p in runs))
     concurrencies = tuple(dict.fromkeys(p.concurrency for p in runs))
     return RunGrid(spec=run_spec(workload, recipe, tokenizer, runs[0], engine.base_url, engine.served_model, where,
-                                 prompts_file, getattr(engine, "access", None)),
+                                 prompts_file, getattr(engine, "access", None), slos),
                    run_indices=indices, concurrencies=concurrencies,
                    request_counts={c: workload.requests_at(c) for c in concurrencies},
                    window_s=workload.window_s, warmup_s=workload.warmup_s,
-                   warmup_requests=0 if workload.warmup_s is not None else workload.warmup_at(concurrencies[0]),
+                   warmup_requests=0 if workload.warmup_s is not None or workload.trace is not None
+                   else workload.warmup_at(concurrencies[0]),
                    prompt_entries=block_prompt_entries(workload, concurrencies, len(indices), rates,
                                                        engine_warmup(engine, workload)))
 
@@ -575,13 +622,15 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
              engines: Mapping[str, Any] | None = None,
              on_progress: Callable[[str], None] | None = None, ahead: Any = None,
              then: Callable[[], None] | None = None, access: Any = None,
-             quality: Callable[[str, Any], None] | None = None) -> PlanResult:
+             quality: Callable[[str, Any], None] | None = None, slos: Sequence[Any] = ()) -> PlanResult:
     """Run every planned run: drive each arm's engine visit by visit, one driver invocation per visit where the
     driver allows it.
 
     ``quality``: called with (arm, engine) before every visit, before the warm-up (the semantic-quality gate's
     answers: ``serving.quality.QualityAsker``); where it is given, the kernel token gate records a divergence
     without stopping the arm (the quality gate decides).
+
+    ``slos`` (``decide.slo.Slo``, the policy's): every run's goodput and SLO attainment, from its requests.
 
     ``access`` (``engine.ServerAccess``): the API key and headers every request to the engines it starts carries
     (their probes, the warm-up, the drivers); an engine given (``engines``) carries its own. ``tokenizer``: the
@@ -660,7 +709,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                  engine: Any = None) -> RunSpec:
         return run_spec(workload, arms[p.arm], tokenizers[p.arm], p, base_url, served_model, artifacts,
                         prompt_files.get((p.run_index, p.concurrency)),
-                        getattr(engine, "access", None) if engine is not None else access)
+                        getattr(engine, "access", None) if engine is not None else access, slos)
 
     def point_dir(p: PlannedRun, driver: str) -> Path:
         artifacts = out / p.arm / f"run{p.run_index:02d}" / f"c{p.concurrency}"
@@ -750,7 +799,7 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         p = runs[0]
         rates = {m.concurrency: m.request_s for m in result.runs if m.arm == p.arm and m.request_s > 0}
         return aiperf_block(workload, arms[p.arm], tokenizers[p.arm], engine, runs, where, rates,
-                            prompt_files.get((p.run_index, p.concurrency)))
+                            prompt_files.get((p.run_index, p.concurrency)), slos)
 
     def run_block(engine: Any, runs: list[PlannedRun], where: Path, seg: int | None = None) -> None:
         """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
@@ -919,7 +968,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             # its first visit for this workload (an engine shared by A/Bs meets a new one): load it at every
             # concurrency first (serving.warmup)
             engine.record.warmup = warm_engine(engine, workload) | {"workload": workload.name}
-        if grid and workload.prompts == "shared":  # a prompt file per point: one one-window block per point
+        if grid and (workload.prompts == "shared" or (workload.trace is not None and len(runs) > 1)):
+            # a prompt file per point, or a trace replayed from a reset prefix cache: one one-window block per point
             for p in runs:
                 if not engine.alive():
                     raise engine.failure(f"died before run {p.run_index} at concurrency {p.concurrency}")

@@ -47,3 +47,41 @@ def test_overrides_replace_a_price_and_say_where_it_came_from():
 ])
 def test_gpu_types_from_device_names(name, expected):
     assert gpu_type(name) == expected
+
+
+def test_cost_section_prices_each_recipe_at_its_median_throughputs():
+    from infercrane.decide.cost import cost_section, load_prices
+
+    table = load_prices().model_dump(mode="json")
+    ms = [{"recipe": "a", "concurrency": 8, "output_tokens_per_second": 1000.0, "input_tokens_per_second": 2000.0},
+          {"recipe": "b", "concurrency": 8, "output_tokens_per_second": 2500.0}]
+    sec = cost_section(ms, "NVIDIA H200", table, {"a": 1, "b": 2})
+    assert sec["gpu_type"] == "H200" and sec["price"]["usd_per_gpu_hour"] == 6.305
+    a, b = sec["per_recipe"]
+    # 6.305 $/h / (1000 tok/s x 3600 s/h) x 1e6 = 1.751389 $/Mtok; input at 2000 tok/s half that; both 3000 tok/s
+    assert a["output_usd_per_mtok"] == pytest.approx(6.305 / 3.6, abs=1e-6)
+    assert a["input_usd_per_mtok"] == pytest.approx(6.305 / 7.2, abs=1e-6)
+    assert a["total_usd_per_mtok"] == pytest.approx(6.305 / 10.8, abs=1e-6)
+    # two GPUs at 2500 tok/s: 2 x 6.305 / 9 = 1.401111; no input count, no input or total cost
+    assert b["output_usd_per_mtok"] == pytest.approx(2 * 6.305 / 9.0, abs=1e-6)
+    assert b["input_usd_per_mtok"] is None and b["total_usd_per_mtok"] is None
+
+
+def test_cost_section_without_a_type_or_a_price_says_why_and_prices_nothing():
+    from infercrane.decide.cost import cost_section, load_prices
+
+    table = load_prices().model_dump(mode="json")
+    ms = [{"recipe": "a", "concurrency": 1, "output_tokens_per_second": 10.0}]
+    sec = cost_section(ms, "none", table, {})
+    assert sec["price"] is None and sec["per_recipe"] == [] and "no GPU type" in sec["note"]
+    table["gpus"].pop("H100")
+    sec = cost_section(ms, "NVIDIA H100 80GB HBM3", table, {})
+    assert sec["price"] is None and "--gpu-price H100=" in sec["note"]
+
+
+@pytest.mark.parametrize("args, gpus", [([], 1), (["--tensor-parallel-size", "2"], 2), (["-tp=4"], 4),
+                                        (["-tp", "2", "--pipeline-parallel-size", "2"], 4), (["-tp", "x"], 1)])
+def test_engine_gpus_reads_the_parallel_sizes(args, gpus):
+    from infercrane.decide.cost import engine_gpus
+
+    assert engine_gpus(args) == gpus

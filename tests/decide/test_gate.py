@@ -138,3 +138,22 @@ def test_sections_of_several_receipts_are_named_with_their_receipt():
     rule = {"name": "kernels", "section": "kernel", "decision": ["retain", "accept"]}
     r = _one(rule, _facts(_section("kernel", "retain"), path="a.json"), _facts(_section("kernel", "reject"), path="b.json"))
     assert not r.passed and r.value == "a.json:kernel retain, b.json:kernel reject"
+
+
+def test_slos_met_reads_the_candidates_runs_and_needs_one_section_that_recorded_slos():
+    rule = {"name": "slos", "slos_met": True}
+
+    def sec(name, met, runs, subject="b"):
+        s = _section(name)
+        s["subject"] = subject
+        s["slo"] = {"by_recipe": {subject: {"runs": runs, "met": met}, "a": {"runs": runs, "met": 0}}}
+        return s
+
+    ok = _one(rule, _facts(sec("paired.h200", 10, 10)))
+    assert ok.passed and ok.value == "paired.h200 10 of 10 runs met"  # the baseline's misses do not count
+    bad = _one(rule, _facts(sec("paired.h200", 10, 10), sec("public.h200", 4, 5)))
+    assert not bad.passed and "public.h200 4 of 5 runs met" in bad.value
+    none = _one(rule, _facts(_section("paired.h200")))
+    assert not none.passed and none.value == "no section's candidate recorded SLOs"
+    narrowed = {"name": "slos", "slos_met": True, "section": "paired*"}
+    assert _one(narrowed, _facts(sec("paired.h200", 3, 3), sec("public.h200", 0, 3))).passed

@@ -117,6 +117,10 @@ def relabel(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
     for block in ("paired_aiperf", "bench"):
         if doc.get(block) and "gpu" in doc[block] and doc.get("evidence") is None:
             doc[block]["gpu"] = gpu
+    if doc.get("cost") is not None and doc.get("evidence") is None:  # priced at the new GPU type's price
+        from infercrane.serving.receipt import rederive
+
+        doc["cost"] = rederive(doc)["cost"]
     if doc.get("result") is not None:  # a kernel receipt: the device its screen measured is the new GPU too
         from infercrane.kernels.receipt import derive
         from infercrane.receipts.models_v3 import CudaKernelScreeningReceiptV3

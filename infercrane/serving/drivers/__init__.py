@@ -72,6 +72,10 @@ class RunSpec:
     request_rate: float | None = None
     arrival_pattern: Literal["poisson", "constant"] = "poisson"
     extra_inputs: Mapping[str, Any] = field(default_factory=dict)  # merged into every request body
+    # SLOs (decide.slo.Slo) the policy names: each run's goodput and attainment are read from its requests
+    slos: tuple[Any, ...] = ()
+    # a trace workload (serving.trace.TraceReplay): the trace replayed on its schedule instead of synthetic prompts
+    trace: Any = None
     # Secrets (engine.ServerAccess): handed to the driver in its environment (secret_env), never on its command line.
     api_key: str | None = field(default=None, repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)

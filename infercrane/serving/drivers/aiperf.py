@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from infercrane.errors import RunFailed
+from infercrane.errors import InputError, RunFailed
 from infercrane.serving.drivers import Driver, RunSpec, Started
 from infercrane.serving.drivers.aiperf_env import placeholder
 from infercrane.serving.drivers.aiperf_gate import OPENED as GATE_OPENED, WAITING as GATE_WAITING
@@ -100,6 +100,9 @@ class AiperfDriver(Driver):
         placeholders where the secrets go (``--api-key ${INFERCRANE_API_KEY}``, ``--header {"NAME":
         "${INFERCRANE_HEADER_0}"}``, JSON so that a comma in a value stays in it), their values in the environment
         (``secret_env``), and the header and extra-input values kept as typed (``aiperf_env.keep_pairs``)."""
+        if spec.trace is not None:
+            raise InputError("a trace workload runs as an AIPerf block (run_grid: its config's mooncake_trace dataset "
+                             "and fixed_schedule phase), not as one command line")
         cmd = [sys.executable, "-m", "aiperf", "profile",
                "--model", spec.served_model,
                "--url", spec.base_url,
@@ -128,6 +131,8 @@ class AiperfDriver(Driver):
             cmd += ["--request-rate", repr(float(spec.request_rate)), "--arrival-pattern", spec.arrival_pattern]
         if spec.extra_inputs:
             cmd += ["--extra-inputs", json.dumps(dict(spec.extra_inputs), sort_keys=True)]
+        if spec.slos:
+            cmd += ["--goodput", " ".join(f"{METRIC_TAGS[s.metric]}:{s.max_ms:g}" for s in spec.slos)]
         if spec.api_key is None and not spec.headers and not spec.extra_inputs:
             return cmd
         if spec.api_key is not None:
@@ -155,8 +160,9 @@ class AiperfDriver(Driver):
                                     "streaming": spec.streaming,
                                     "useServerTokenCount": spec.token_count_source == "server"}
         extra = dict(spec.extra_inputs)
-        if spec.ignore_eos:
-            extra |= {"ignore_eos": True, "min_tokens": spec.output_tokens}
+        if spec.ignore_eos:  # a trace's lines each ask their own output length (max_tokens): ignore_eos makes it exact
+            extra |= {"ignore_eos": True} if spec.trace is not None \
+                else {"ignore_eos": True, "min_tokens": spec.output_tokens}
         if extra:
             endpoint["extra"] = extra
         if spec.api_key is not None:
@@ -164,7 +170,9 @@ class AiperfDriver(Driver):
         if spec.headers:
             endpoint["headers"] = {name: _secret(f"{HEADER_VAR}{i}") for i, (name, _) in enumerate(spec.headers)}
         seed = spec.seed + grid.run_indices[0]
-        if spec.prompts_file is not None:
+        if spec.trace is not None:
+            dataset = trace_dataset(spec.trace, seed)
+        elif spec.prompts_file is not None:
             dataset = {"name": "main", "type": "file", "path": str(spec.prompts_file), "format": "single_turn",
                        "sampling": "sequential", "randomSeed": seed, "osl": {"mean": float(spec.output_tokens)}}
         else:
@@ -172,6 +180,8 @@ class AiperfDriver(Driver):
                        "prompts": {"isl": {"mean": float(spec.input_tokens), "stddev": 0.0},
                                    "osl": {"mean": float(spec.output_tokens), "stddev": 0.0}}}
         def load(concurrency: int) -> dict[str, Any]:
+            if spec.trace is not None:  # the trace's schedule, the concurrency a cap on the requests in flight
+                return {"type": "fixed_schedule", "concurrency": concurrency}
             if spec.request_rate is None:
                 return {"type": "concurrency", "concurrency": concurrency}
             return {"type": spec.arrival_pattern, "rate": float(spec.request_rate), "concurrency": concurrency}
@@ -185,11 +195,14 @@ class AiperfDriver(Driver):
         phases = [warm] if (grid.warmup_s or grid.warmup_requests) else []
         for w in grid.windows():
             phase: dict[str, Any] = {"name": w.name, "kind": "profiling", **load(w.concurrency)}
-            if grid.window_s is not None:
+            if spec.trace is not None:
+                pass  # the trace's lines are the window: fixed_schedule needs no stop condition
+            elif grid.window_s is not None:
                 phase |= {"duration": grid.window_s, "gracePeriod": spec.request_timeout_s}
             else:
                 phase["requests"] = grid.request_counts.get(w.concurrency, spec.request_count)
             phases.append(phase)
+        slos = {"slos": {METRIC_TAGS[s.metric]: s.max_ms for s in spec.slos}} if spec.slos else {}
         return {"benchmark": {
             "models": {"items": [{"name": spec.served_model}]},
             "endpoint": endpoint,
@@ -200,6 +213,7 @@ class AiperfDriver(Driver):
             "gpuTelemetry": {"enabled": False},
             "serverMetrics": {"enabled": False},
             "runtime": {"ui": "none"},
+            **slos,
         }, "randomSeed": seed}
 
     def grid_command(self, grid: RunGrid, config_path: Path) -> list[str]:
@@ -349,6 +363,18 @@ _KEEP_TEXT = "${INFERCRANE_KEEPS_THIS_TEXT:}"
 def _secret(var: str) -> str:
     """The config value AIPerf replaces with variable ``var`` of its environment, as text."""
     return placeholder(var) + _KEEP_TEXT
+
+
+def trace_dataset(replay: Any, seed: int) -> dict[str, Any]:
+    """AIPerf's file dataset for a trace (``serving.trace.TraceReplay``): mooncake_trace format, its block size where
+    stated, its time scale as ``synthesis.speedup_ratio``."""
+    dataset: dict[str, Any] = {"name": "main", "type": "file", "path": str(replay.path), "format": "mooncake_trace",
+                               "randomSeed": seed}
+    if replay.block_size is not None:
+        dataset["block_size"] = replay.block_size
+    if replay.speedup != 1.0:
+        dataset["synthesis"] = {"speedup_ratio": float(replay.speedup)}
+    return dataset
 
 
 def scrub_exports(spec: RunSpec) -> None:
@@ -563,10 +589,16 @@ class PhaseWatch:
                          "process ended before writing the rest)")
         m = metrics_from_records(spec, self.records.get(w.name, []), window_s=(end - start) / 1e9,
                                  driver_version=self.version, by_time=self.grid.window_s is not None,
-                                 raw_export_path=str(self.base / "phases" / w.name / SUMMARY_FILE))
+                                 raw_export_path=str(self.summary_path(w)))
         started = datetime.fromtimestamp(start / 1e9, timezone.utc).isoformat()
         return m.model_copy(update={"started_at": started, "notes": [*m.notes, *notes,
                                     f"window {w.name} of a {len(self.windows)}-window AIPerf block"]})
+
+    def summary_path(self, w: Window) -> Path:
+        """AIPerf's summary of window ``w``: its phase's own (``phases/<name>/``); a block of one window gets only the
+        run's summary, at the top."""
+        own = self.base / "phases" / w.name / SUMMARY_FILE
+        return self.base / SUMMARY_FILE if len(self.windows) == 1 and not own.is_file() else own
 
     def finish(self, *, ended_normally: bool) -> None:
         """Read every window AIPerf finished; when it ended normally, check each against its per-phase summary."""
@@ -574,8 +606,7 @@ class PhaseWatch:
         if not ended_normally:
             return
         for w, m in zip(self.windows, self.delivered):
-            summary = self.base / "phases" / w.name / SUMMARY_FILE
-            for note in check_against_summary(m, summary):
+            for note in check_against_summary(m, self.summary_path(w)):
                 m.notes.append(note)
 
 
@@ -673,7 +704,7 @@ def metrics_from_records(spec: RunSpec, records: list[dict[str, Any]], *, window
     failed = [r for r in records if r.get("error")]
     completed = [r for r in records if not r.get("error")]
     out_tokens = _output_tokens(spec, completed, notes)
-    mismatches = sum(1 for n in out_tokens if n != spec.output_tokens) if spec.ignore_eos else None
+    mismatches = _mismatches(spec, completed, out_tokens)
     if not by_time and len(records) != spec.request_count:
         notes.append(f"{len(records)} profiling records for {spec.request_count} requested")
     if by_time and len(records) < MIN_WINDOW_REQUESTS:
@@ -703,7 +734,7 @@ def metrics_from_records(spec: RunSpec, records: list[dict[str, Any]], *, window
                 value = None
             latencies[f"{prefix}_{p}_ms"] = value
     osl = sum(int(((r.get("metrics") or {}).get("output_sequence_length") or {}).get("value") or 0) for r in completed)
-    return RunMetrics(
+    return RunMetrics(**from_requests(spec, completed, len(failed), window_s, records, notes),
         arm=spec.arm, recipe_sha256=spec.recipe_sha256, run_index=spec.run_index, concurrency=spec.concurrency,
         driver="aiperf", driver_version=driver_version, token_count_source=spec.token_count_source,
         streaming=spec.streaming, expected_output_tokens=spec.output_tokens, raw_export_path=raw_export_path,
@@ -712,6 +743,67 @@ def metrics_from_records(spec: RunSpec, records: list[dict[str, Any]], *, window
         output_tok_s=osl / window_s if completed and window_s > 0 else 0.0,
         request_s=len(completed) / window_s if completed and window_s > 0 else 0.0,
         notes=notes, **latencies)
+
+
+def _mismatches(spec: RunSpec, completed: list[dict[str, Any]], out_tokens: list[int]) -> int | None:
+    """Completed requests whose output is not the length asked: the workload's, or a trace's line's own; None when
+    lengths were not fixed (ignore_eos off)."""
+    if not spec.ignore_eos:
+        return None
+    if spec.trace is None:
+        return sum(1 for n in out_tokens if n != spec.output_tokens)
+    from infercrane.serving.trace import record_line
+
+    asked = spec.trace.output_lengths
+    lines = [record_line(r.get("metadata") or {}) for r in completed]
+    return sum(1 for line, n in zip(lines, out_tokens) if line is None or not 0 <= line < len(asked)
+               or n != asked[line])
+
+
+def _count(rec: dict[str, Any], tag: str) -> int | None:
+    """A record's token count under ``tag`` (falling back to AIPerf's own ``input_sequence_length``), or None."""
+    metrics = rec.get("metrics") or {}
+    entry = metrics.get(tag) or metrics.get("input_sequence_length") or {}
+    return int(entry["value"]) if isinstance(entry, dict) and entry.get("value") is not None else None
+
+
+def request_latencies(rec: dict[str, Any]) -> dict[str, float | None]:
+    """One AIPerf record's per-request latencies as ``decide.slo`` names them (milliseconds)."""
+    metrics = rec.get("metrics") or {}
+    out: dict[str, float | None] = {}
+    for prefix, tag in METRIC_TAGS.items():
+        entry = metrics.get(tag)
+        out[prefix] = float(entry["value"]) if isinstance(entry, dict) and entry.get("value") is not None else None
+    return out
+
+
+def from_requests(spec: RunSpec, completed: list[dict[str, Any]], failed: int, window_s: float,
+                  records: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
+    """What a window's per-request records give besides the summary figures: the input token throughput (the
+    server's prompt token count where ``token_count_source`` is server), goodput and each SLO's attainment
+    (``spec.slos``, ``decide.slo.slo_result``), and for a trace workload how closely the requests kept the trace's
+    schedule (``serving.trace.arrival_check``; a note when not within its tolerance)."""
+    out: dict[str, Any] = {}
+    prompt = [_count(r, "usage_prompt_tokens" if spec.token_count_source == "server" else "input_sequence_length")
+              for r in completed]
+    if completed and window_s > 0 and all(n is not None for n in prompt):
+        out["input_tok_s"] = sum(prompt) / window_s  # type: ignore[arg-type]
+    if spec.slos:
+        from infercrane.decide.slo import slo_result
+
+        result = slo_result([request_latencies(r) for r in completed], failed, window_s, spec.slos)
+        out |= {"slo": result, "goodput_req_s": result.goodput_req_s}
+    if spec.trace is not None:
+        from infercrane.serving.trace import arrival_check
+
+        arrival = arrival_check(spec.trace, records)
+        out["arrival"] = arrival
+        if not arrival["within"]:
+            lag = arrival.get("lag_abs_ms") or {}
+            notes.append(f"trace replay off schedule: {arrival['matched']} of {arrival['trace_requests']} requests "
+                         f"matched, {arrival.get('beyond_tolerance')} started more than {arrival['tolerance_ms']:g} ms "
+                         f"from their place (largest {lag.get('max')} ms)")
+    return out
 
 
 def _output_tokens(spec: RunSpec, completed: list[dict[str, Any]], notes: list[str]) -> list[int]:
@@ -738,7 +830,7 @@ def check_against_summary(m: RunMetrics, summary_path: Path, rel: float = 1e-6) 
     except (OSError, ValueError) as exc:
         return [f"AIPerf's per-phase summary {summary_path.name} could not be read ({type(exc).__name__}): the "
                 "window's figures are InferCrane's reading of AIPerf's records only"]
-    out = []
+    out = good_count_check(m.slo, summary)
     for field_name, (tag, stat) in SUMMARY_CHECKED.items():
         mine, theirs = getattr(m, field_name), _stat(summary, tag, stat)
         if mine is None or theirs is None:
@@ -747,6 +839,20 @@ def check_against_summary(m: RunMetrics, summary_path: Path, rel: float = 1e-6) 
             out.append(f"{field_name}: InferCrane read {mine:.6g} from AIPerf's records, AIPerf's summary says "
                        f"{theirs:.6g}")
     return out
+
+
+def good_count_check(slo: Any, summary: dict) -> list[str]:
+    """A note when AIPerf's own count of requests within every SLO (its ``good_request_count``, from the same
+    thresholds) differs from InferCrane's (``decide.slo``); none when they agree or there are no SLOs."""
+    if slo is None:
+        return []
+    theirs = _stat(summary, "good_request_count", "avg")
+    if theirs is None:
+        return ["AIPerf's summary has no good_request_count: the goodput is InferCrane's reading of the records only"]
+    if int(theirs) != slo.good_requests:
+        return [f"good requests: InferCrane counts {slo.good_requests} within every SLO, AIPerf's summary "
+                f"{int(theirs)}"]
+    return []
 
 
 def _stat(summary: dict, tag: str, stat: str) -> float | None:
@@ -791,7 +897,7 @@ def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: st
     failed = [r for r in records if r.get("error")]
     completed = [r for r in records if not r.get("error")]
     out_tokens = _output_tokens(spec, completed, notes)
-    mismatches = sum(1 for n in out_tokens if n != spec.output_tokens) if spec.ignore_eos else None
+    mismatches = _mismatches(spec, completed, out_tokens)
 
     summary_completed = _stat(summary, "request_count", "avg")
     summary_errors = _stat(summary, "error_request_count", "avg") or 0.0
@@ -826,7 +932,9 @@ def parse_aiperf_export(spec: RunSpec, artifact_dir: Path, *, driver_version: st
     if duration_s is None:
         duration_s = _stat(summary, "benchmark_duration", "avg") or 0.0
         notes.append(f"no {MANIFEST_FILE}: duration_s is AIPerf's benchmark_duration, not the rate window")
-    return RunMetrics(
+    extra = from_requests(spec, completed, len(failed), duration_s, records, notes)
+    notes += good_count_check(extra.get("slo"), summary)
+    return RunMetrics(**extra,
         arm=spec.arm, recipe_sha256=spec.recipe_sha256, run_index=spec.run_index, concurrency=spec.concurrency,
         driver="aiperf", driver_version=str(summary.get("aiperf_version") or driver_version),
         token_count_source=spec.token_count_source, streaming=spec.streaming,

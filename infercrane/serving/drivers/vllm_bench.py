@@ -68,6 +68,14 @@ class VllmBenchDriver(Driver):
             raise InputError("vllm bench serve counts output tokens from the server's usage; "
                              "token_count_source: client is only available with the aiperf driver",
                              hint="set token_count_source: server, or use the aiperf driver")
+        if spec.trace is not None:
+            raise InputError("a trace workload is replayed on its schedule by AIPerf (mooncake_trace, fixed_schedule); "
+                             "vllm bench serve has no timestamped replay",
+                             hint="use --drivers aiperf for trace workloads")
+        if spec.slos:
+            raise InputError("SLOs are checked request by request from AIPerf's per-request records; vllm bench "
+                             "serve's result keeps no per-request latency to check its goodput against",
+                             hint="use --drivers aiperf with a policy that names SLOs, or a policy without slos")
         if spec.headers:
             raise InputError(f"--header {', '.join(n for n, _ in spec.headers)}: vllm bench serve takes headers only "
                              "on its command line, and prints its arguments to its log: their values would be "
@@ -168,4 +176,7 @@ def parse_vllm_bench_result(spec: RunSpec, path: Path, *, driver_version: str, d
         requests_sent=sent, requests_completed=completed, failures=failed,
         output_length_mismatches=mismatches, output_tokens_total=int(result["total_output_tokens"]),
         duration_s=float(result["duration"]), output_tok_s=float(result["output_throughput"]),
-        request_s=float(result["request_throughput"]), notes=notes, **latencies)
+        request_s=float(result["request_throughput"]), notes=notes, **latencies,
+        input_tok_s=(float(result["total_input_tokens"]) / float(result["duration"])
+                     if completed and result.get("total_input_tokens") is not None and float(result["duration"]) > 0
+                     else None))
