@@ -20,7 +20,8 @@ def gate(receipts: list[Path], /, *, rules: str, json_out: Annotated[bool, Param
         Receipt JSON files (a PoC's, a merged one, a serving A/B's, a kernel screen's); each signature envelope
         beside its receipt (FILE.dsse.json) is read where a rule asks for a signature.
     rules
-        A rules YAML file, or the name of shipped rules (release-example, release-strict); see docs/gate.md.
+        A rules YAML file, or the name of shipped rules (release-example, release-strict, release-trace); see
+        docs/gate.md.
     json_out
         Print the result as one JSON object (rules, results, passed) instead of lines.
     now

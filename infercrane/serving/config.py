@@ -292,6 +292,9 @@ class ServeConfig(ServerOptions, PlanOptions, _ServeHead, FailOnOption, PriceOpt
     out: Path | None = Field(None, description="Receipt path (default: runs/RUN_ID/serve-KIND.json).")
     sign_key: Path | None = Field(None, description="Sign the receipt each time it is written (an ed25519 private key "
                                                     "from `infercrane receipt keygen`); checked before anything runs.")
+    coresident: bool = Field(False, description="serve ab: both arms' engines up at once on the one GPU, each with half "
+                                                "of vLLM's default memory share, so an interleaved A/B restarts no "
+                                                "engine (a PoC config's serving.coresident).")
     find_max_rate: bool = Field(False, description="serve bench: search the highest open-loop request rate at which "
                                                    "every window meets the policy's SLOs (a policy with slos, e.g. "
                                                    "--policy serving-slo), instead of benchmarking the workload.")

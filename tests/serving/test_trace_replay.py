@@ -68,7 +68,7 @@ def test_each_window_replays_the_trace_on_its_schedule(tmp_path, ts_recipe, stan
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_serve_ab_decides_a_trace_on_goodput_and_prices_it(tmp_path, stand_in_dir, offline_env):
+def test_serve_ab_decides_a_trace_on_goodput_and_prices_it(tmp_path, stand_in_dir, offline_env, capsys):
     from infercrane.cli import main
     from infercrane.receipts.validate import load_receipt
     from infercrane.serving.trace import read_trace
@@ -90,7 +90,7 @@ def test_serve_ab_decides_a_trace_on_goodput_and_prices_it(tmp_path, stand_in_di
         recipes.append(str(r))
     out = tmp_path / "ab.json"
     rc = main(["serve", "ab", *recipes, "--workload", str(wl), "--policy", str(policy), "--gpu-price", "H100=2.0",
-               "--out", str(out)])
+               "--coresident", "--out", str(out)])
     assert rc == 0
     doc = load_receipt(out).document
     block = doc["paired_aiperf"]
@@ -106,3 +106,9 @@ def test_serve_ab_decides_a_trace_on_goodput_and_prices_it(tmp_path, stand_in_di
     assert cost["price"] is None and cost["per_recipe"] == [] and "no GPU type" in cost["note"]
     assert doc["provenance"]["config"]["options"]["gpu_price_table"]["gpus"]["H100"]["usd_per_gpu_hour"] == 2.0
     assert load_receipt(out).document["cost"] == cost  # validates: every derived block, the cost included
+    # the shipped trace gate: every rule holds but the one a CPU run cannot keep (measured on a GPU)
+    capsys.readouterr()
+    assert main(["gate", str(out), "--rules", "release-trace", "--json"]) == 1
+    results = {r["name"]: r["passed"] for r in json.loads(capsys.readouterr().out)["results"]}
+    assert results == {"receipts validate": True, "complete": True, "measured on a GPU": False,
+                       "candidate accepted": True, "candidate within the SLOs": True, "recent": True}
