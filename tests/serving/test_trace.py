@@ -117,3 +117,50 @@ def test_the_trace_commands_write_and_show_a_trace(tmp_path: Path, capsys):
                    '"output_length": 1}\n')
     assert main(["serve", "trace", "show", str(bad)]) == 2
     assert "line 2: timestamp 1 is before" in capsys.readouterr().err
+
+
+def _blocks_hold(req, block):
+    n = len(req.hash_ids)
+    return (n - 1) * block < req.input_length <= n * block
+
+
+def test_the_shipped_trace_is_what_its_readme_says():
+    import re
+
+    from infercrane.serving.trace import TRACES_DIR, TraceReplay, read_trace, trace_presets
+
+    assert "mooncake-conversation-180s" in trace_presets()
+    path = TRACES_DIR / "mooncake-conversation-180s.jsonl"
+    t = read_trace(path)
+    readme = (TRACES_DIR / "README.md").read_text()
+    assert t.sha256 in readme and (TRACES_DIR / "LICENSE-mooncake.txt").read_text().lstrip().startswith("Apache")
+    assert f"{len(t.requests)} requests" in readme
+    assert t.requests[-1].timestamp < 180_000 and max(r.input_length for r in t.requests) <= 3072
+    assert max(r.output_length for r in t.requests) <= 1024
+    assert all(_blocks_hold(r, 32) for r in t.requests if r.input_length < 3072)  # blocks of 512 / 16 tokens
+    clipped = [r for r in t.requests if r.input_length == 3072]
+    assert all(len(r.hash_ids) == 3072 // 32 for r in clipped)
+    assert re.search(rf"{len(clipped)} inputs\s+still above 3072", readme)
+    replay = TraceReplay.load("mooncake-conversation-180s", 6.0, 32)
+    assert replay.requests == len(t.requests) and abs(replay.span_s - t.requests[-1].timestamp / 6000.0) < 1e-9
+
+
+def test_cut_trace_keeps_the_span_and_each_requests_blocks(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cut_trace", Path(__file__).parents[2] / "scripts" / "cut_trace.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    src = [{"timestamp": 500, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
+           {"timestamp": 1500, "input_length": 1025, "output_length": 3000, "hash_ids": [1, 2, 3]},
+           {"timestamp": 2500, "input_length": 9000, "output_length": 5, "hash_ids": list(range(18))},
+           {"timestamp": 4000, "input_length": 10, "output_length": 5, "hash_ids": [7]}]
+    out = mod.cut(src, from_s=1.0, to_s=4.0, input_scale=16, max_input=256, max_output=1024, source_block_size=512)
+    assert [r["timestamp"] for r in out] == [500, 1500]  # [1 s, 4 s), relative to 1 s
+    assert out[0] == {"timestamp": 500, "input_length": 65, "output_length": 1024, "hash_ids": [1, 2, 3]}
+    assert out[1]["input_length"] == 256 and out[1]["hash_ids"] == list(range(8))  # 9000 / 16 capped: 8 blocks of 32
+    src_file, dest = tmp_path / "s.jsonl", tmp_path / "d.jsonl"
+    src_file.write_text("".join(json.dumps(r) + "\n" for r in src))
+    assert mod.main([str(src_file), str(dest), "--to-s", "5", "--max-input", "4096", "--max-output", "4096"]) == 0
+    with pytest.raises(SystemExit, match="not overwritten"):
+        mod.main([str(src_file), str(dest), "--to-s", "5", "--max-input", "4096", "--max-output", "4096"])
