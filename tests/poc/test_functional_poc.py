@@ -120,6 +120,13 @@ def test_two_functional_receipts_of_two_gpu_types_merge(functional_run, tmp_path
     m = load_receipt(merged).document
     assert {"l40s", "h100"} <= set(m["custom_kernel"]) and sorted(m["evidence"]["kernel"]) == ["h100", "l40s"]
     assert [x["receipt"] for x in m["merged_from"]] == [str(a), str(b)]
+    # cost across GPU types: each type's serving receipts priced at its own price, ranked cheapest first (the same
+    # throughputs relabelled, so the cheaper GPU-hour wins: L40S 2.25 against H100 6.155 dollars, prices.yaml)
+    assert sorted(m["cost"]["by_gpu"]["paired"]) == ["h100", "l40s"]
+    for row in m["cost"]["ranked"]:
+        assert [x["gpu"] for x in row["output_usd_per_mtok_by_gpu"]] == ["l40s", "h100"]
+        l40s, h100 = (x["usd"] for x in row["output_usd_per_mtok_by_gpu"])
+        assert h100 / l40s == pytest.approx(6.155 / 2.25, rel=1e-4)
     # the merged receipt's report: both GPU types in the per-GPU table, each GPU's decision on the page; nothing was
     # timed, so no timing panel: each GPU's correctness is drawn under its own kernel screen instead
     pytest.importorskip("matplotlib")
