@@ -38,8 +38,22 @@ ARM_PHRASES = {"compiled": "compiled vLLM", "eager": "eager vLLM", "throughput":
 SYNTHETIC_BOUNDARY = ("synthetic performance evidence only (random prompts{weights}); production trace replay, "
                       "semantic quality, cost, and release gates remain required")
 # An A/B whose semantic-quality gate ran: quality is checked, on InferCrane's generated items only.
+# A trace workload's A/B: its arrivals and lengths are a production trace's, its prompt text InferCrane's own.
+TRACE_BOUNDARY = ("performance under a replayed request trace ({trace}: its arrivals and lengths, prompt text synthetic"
+                  "{weights}); {quality}; cost at the prices recorded in the receipt; a release needs the gate's rules")
 QUALITY_BOUNDARY = ("synthetic performance evidence (random prompts); semantic quality gated on InferCrane's generated "
                     "items ({verdict}); production trace replay, cost, and release gates remain required")
+
+
+def boundary(w: Any, dummy: bool, gate: str | None = None) -> str:
+    """A serving receipt's qualification boundary: synthetic prompts, or a replayed trace; the quality gate's verdict
+    where it ran."""
+    if w.trace is None:
+        return (QUALITY_BOUNDARY.format(verdict=gate) if gate is not None
+                else SYNTHETIC_BOUNDARY.format(weights=", dummy weights" if dummy else ""))
+    quality = (f"semantic quality gated on InferCrane's generated items ({gate})" if gate is not None
+               else "semantic quality not checked" + (" (dummy weights)" if dummy else ""))
+    return TRACE_BOUNDARY.format(trace=w.trace, weights=", dummy weights" if dummy else "", quality=quality)
 
 
 def run_record(m: RunMetrics) -> dict[str, Any]:
@@ -515,7 +529,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
         "model": model,
         "software": provenance["software"],
         "runtime_compatibility": _findings(result, dummy),
-        "qualification_boundary": SYNTHETIC_BOUNDARY.format(weights=", dummy weights" if dummy else ""),
+        "qualification_boundary": boundary(w, dummy),
         "complete": complete,
         "incomplete_reason": None if complete else (incomplete_reason or "the plan stopped part-way"),
         **_present(plan_wall_s=result.wall_s if complete else None),
@@ -593,7 +607,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
             doc["quality_gate"] = gate
             if gate["ran"]:
                 code, text, reason = apply_to_decision(code, text, reason, gate)
-                doc["qualification_boundary"] = QUALITY_BOUNDARY.format(verdict=f"gate {gate['verdict']}")
+                doc["qualification_boundary"] = boundary(w, dummy, gate=f"gate {gate['verdict']}")
             elif options["quality_gate"]["run"]:
                 # planned and not run: speed alone cannot accept
                 code, text, reason = apply_to_decision(code, text, reason,

@@ -208,14 +208,16 @@ class TraceReplay:
     block_size: int | None
     timestamps_ms: tuple[int, ...]
     output_lengths: tuple[int, ...]
+    tolerance_ms: float = ARRIVAL_TOLERANCE_MS
 
     @classmethod
-    def load(cls, name_or_path: str, speedup: float = 1.0, block_size: int | None = None) -> "TraceReplay":
+    def load(cls, name_or_path: str, speedup: float = 1.0, block_size: int | None = None,
+             tolerance_ms: float = ARRIVAL_TOLERANCE_MS) -> "TraceReplay":
         path = trace_path(name_or_path)
         trace = read_trace(path)
         return cls(path=path, sha256=trace.sha256, speedup=speedup, block_size=block_size,
                    timestamps_ms=tuple(r.timestamp for r in trace.requests),
-                   output_lengths=tuple(r.output_length for r in trace.requests))
+                   output_lengths=tuple(r.output_length for r in trace.requests), tolerance_ms=tolerance_ms)
 
     @property
     def requests(self) -> int:
@@ -240,13 +242,15 @@ def record_line(meta: dict[str, Any]) -> int | None:
 
 
 def arrival_check(replay: TraceReplay, records: list[dict[str, Any]],
-                  tolerance_ms: float = ARRIVAL_TOLERANCE_MS) -> dict[str, Any]:
+                  tolerance_ms: float | None = None) -> dict[str, Any]:
     """How closely a window's requests started on the trace's schedule, from the driver's per-request records
     (AIPerf's ``metadata.request_start_ns``, matched to trace lines by ``record_line``).
 
     Each request's lag is its start minus its scheduled place, less the window's common offset (the median of those
     differences: when the replay's clock started is not the question); ``within`` says every matched request's |lag|
-    is at most ``tolerance_ms`` and every trace line has a record. Quantiles are nearest-rank."""
+    is at most ``tolerance_ms`` (default the replay's: the workload's ``arrival_tolerance_ms``) and every trace line has a
+    record. Quantiles are nearest-rank."""
+    tolerance_ms = replay.tolerance_ms if tolerance_ms is None else tolerance_ms
     starts: dict[int, float] = {}
     for rec in records:
         meta = rec.get("metadata") or {}

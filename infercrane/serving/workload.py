@@ -52,6 +52,7 @@ from infercrane.serving.engine_kinds import STARTUP_TIMEOUT_S
 from infercrane.serving.engine import EngineLifetime
 from infercrane.serving.metrics import RunMetrics
 from infercrane.serving.recipes import Recipe
+from infercrane.serving.trace import ARRIVAL_TOLERANCE_MS
 
 WORKLOAD_SCHEMA_VERSION = "infercrane.serving-workload/v1"
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
@@ -59,7 +60,8 @@ ArmOrder = Literal["sequential", "interleaved", "sandwich"]
 
 # Fields added to the workload after receipts were recorded, with the default that means what those receipts did.
 LATER_FIELDS: dict[str, Any] = {"prompts": "driver", "request_rate": None, "arrival_pattern": "poisson",
-                                "extra_inputs": {}, "trace": None, "trace_speedup": 1.0, "trace_block_size": None}
+                                "extra_inputs": {}, "trace": None, "trace_speedup": 1.0, "trace_block_size": None,
+                                "arrival_tolerance_ms": ARRIVAL_TOLERANCE_MS}
 # Open loop (request_rate): a window of a request count is sized from the rate, not from the concurrency (whose slots
 # no longer send back to back): max(min_requests, ceil(rate x RATE_WINDOW_S)), about RATE_WINDOW_S of load when the
 # server keeps up (METHOD.md: windows of 10 s or more).
@@ -210,6 +212,10 @@ class Workload(BaseModel):
     trace_speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False,
                                  description="the trace's time scale (AIPerf's speedup_ratio): 2 replays it in half "
                                              "its recorded time")
+    arrival_tolerance_ms: float = Field(default=ARRIVAL_TOLERANCE_MS, gt=0, allow_inf_nan=False,
+                                        description="a trace workload: how far a request's start may be from its place "
+                                                    "in the schedule and still count as on it (serving.trace."
+                                                    "ARRIVAL_TOLERANCE_MS, stated with every window's check)")
     trace_block_size: int | None = Field(default=None, ge=1,
                                          description="tokens per hash_ids entry of the trace (AIPerf's block size; "
                                                      "default AIPerf's 512, Mooncake's)")
@@ -250,8 +256,9 @@ class Workload(BaseModel):
             if len(self.concurrency) != 1:
                 raise ValueError(f"a trace workload has one concurrency, the cap on requests in flight while the "
                                  f"trace replays; got {self.concurrency}")
-        elif self.trace_speedup != 1.0 or self.trace_block_size is not None:
-            raise ValueError("trace_speedup and trace_block_size apply to a trace; there is none (give trace)")
+        elif self.trace_speedup != 1.0 or self.trace_block_size is not None or self.arrival_tolerance_ms != ARRIVAL_TOLERANCE_MS:
+            raise ValueError("trace_speedup, trace_block_size and arrival_tolerance_ms apply to a trace; there is none "
+                             "(give trace)")
         if self.arrival_pattern != "poisson" and self.request_rate is None:
             raise ValueError(f"arrival_pattern {self.arrival_pattern!r} spaces requests at a request rate, and "
                              "there is none; give request_rate (--request-rate) too")
@@ -259,7 +266,8 @@ class Workload(BaseModel):
 
     def replay(self) -> Any:
         """The trace every window replays (``serving.trace.TraceReplay``, read once per process), or None."""
-        return None if self.trace is None else _replay(self.trace, self.trace_speedup, self.trace_block_size)
+        return None if self.trace is None else _replay(self.trace, self.trace_speedup, self.trace_block_size,
+                                                       self.arrival_tolerance_ms)
 
     def requests_at(self, concurrency: int) -> int:
         """Requests per point: ``request_count``; else derived, per concurrency slot for a closed loop, or from the
@@ -329,10 +337,10 @@ SENT_FIELDS = ("input_tokens", "output_tokens", "request_rate", "arrival_pattern
 
 
 @functools.lru_cache(maxsize=16)
-def _replay(trace: str, speedup: float, block_size: int | None) -> Any:
+def _replay(trace: str, speedup: float, block_size: int | None, tolerance_ms: float) -> Any:
     from infercrane.serving.trace import TraceReplay
 
-    return TraceReplay.load(trace, speedup, block_size)
+    return TraceReplay.load(trace, speedup, block_size, tolerance_ms)
 
 
 def workload_presets() -> list[str]:
