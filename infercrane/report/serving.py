@@ -912,9 +912,40 @@ def _public_section(doc: dict[str, Any]) -> Section | None:
     return Section(title="Public workload reproduction", figures=figures, tables=tables, notes=notes)
 
 
+def _cost_section(doc: dict[str, Any]) -> Section | None:
+    """The receipt's cost per token (``decide.cost``): a serving receipt's one GPU type, or a PoC's types ranked."""
+    cost = doc.get("cost")
+    if not isinstance(cost, dict):
+        return None
+    blocks = ([("", cost)] if "per_recipe" in cost else
+              [(f"{section} · {gpu}", b) for section, by in (cost.get("by_gpu") or {}).items()
+               for gpu, b in sorted(by.items())])
+    rows, notes = [], []
+    for label, b in blocks:
+        price = b.get("price")
+        if price is None:
+            notes.append(f"{label or 'this receipt'}: {b.get('note')}")
+            continue
+        for r in b.get("per_recipe") or []:
+            rows.append([label or b.get("gpu_type"), r["recipe"], r["concurrency"], r["gpus"],
+                         price["usd_per_gpu_hour"], r["output_usd_per_mtok"], r["input_usd_per_mtok"],
+                         r["total_usd_per_mtok"]])
+    if not rows and not notes:
+        return None
+    first = next((b for _, b in blocks if b.get("price")), None)
+    caption = (f"{(first or blocks[0][1]).get('method', cost.get('method', ''))}. Prices: "
+               + "; ".join(f"{b['gpu_type']} {b['price']['provider']}, {b['price']['source']}, read "
+                           f"{b['price']['read_on']}" for _, b in blocks if b.get("price")) if first else "")
+    table = Table(title="Cost per million tokens at the recorded GPU prices",
+                  columns=["GPU", "recipe", "c", "GPUs", "USD per GPU-hour", "USD per M output", "USD per M input",
+                           "USD per M tokens"], rows=rows, caption=caption)
+    return Section(title="Cost per token", tables=[table] if rows else [], notes=notes)
+
+
 def serving_sections(doc: dict[str, Any]) -> list[Section]:
     """The serving evidence of an optimization-poc receipt (v2 document, as JSON) as report sections, in the order
-    paired A/B, kernel in serving, bench, public workload; a section the receipt does not hold is left out (a
+    paired A/B, kernel in serving, bench, public workload, cost; a section the receipt does not hold is left out (a
     receipt without serving evidence gives ``[]``)."""
-    sections = [_paired_section(doc), _kis_section(doc), _bench_section(doc), _public_section(doc)]
+    sections = [_paired_section(doc), _kis_section(doc), _bench_section(doc), _public_section(doc),
+                _cost_section(doc)]
     return [s for s in sections if s is not None]
