@@ -170,7 +170,9 @@ def custom_kernel_block(kernels: dict[str, dict[str, Any]]) -> dict[str, Any] | 
 # --- public_workload_reproduction -----------------------------------------------------------------------------------
 
 def _test_server(doc: dict[str, Any]) -> bool:
-    return any(e.get("engine") == "testserver" for e in doc.get("engines", []))
+    from ..serving.receipt import serving_evidence_class
+
+    return serving_evidence_class(e.get("engine") for e in doc.get("engines", [])) == "functional-check"
 
 
 def comparison_boundary(published: dict[str, Any] | None, arms: list[dict[str, Any]], workload: str,

@@ -592,8 +592,9 @@ def _serving(name: str, r: OptimizationPocReceiptV2) -> list[Section]:
                                    headline_rule=rule, prediction=prediction, quality_gate=_quality_gate(r))
     sec.summary["slo"] = _slo_summary(r)
     if sec.summary["evidence_class"] is None:  # a serve ab / bench receipt: its class from what it drove
-        test_server = any(e.engine == "testserver" for e in r.engines)
-        sec.summary["evidence_class"] = "functional-check" if test_server else "real-gpu-measurement"
+        from ..serving.receipt import serving_evidence_class
+
+        sec.summary["evidence_class"] = serving_evidence_class(e.engine for e in r.engines)
     return [sec]
 
 

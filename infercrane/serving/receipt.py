@@ -56,6 +56,12 @@ def boundary(w: Any, dummy: bool, gate: str | None = None) -> str:
     return TRACE_BOUNDARY.format(trace=w.trace, weights=", dummy weights" if dummy else "", quality=quality)
 
 
+def serving_evidence_class(engine_kinds: Any) -> str:
+    """A serving receipt's evidence class from the kinds of the engines it drove: a functional check when one was
+    InferCrane's test server (programmed latencies, not vLLM), else a GPU measurement."""
+    return "functional-check" if "testserver" in set(engine_kinds) else "real-gpu-measurement"
+
+
 def run_record(m: RunMetrics) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "recipe": m.arm, "run_index": m.run_index, "concurrency": m.concurrency, "driver": m.driver,

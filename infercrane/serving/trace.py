@@ -84,14 +84,15 @@ def read_trace(path: Path | str) -> Trace:
     return parse_trace(read_text(path, TRACE), str(path))
 
 
+def _nearest_rank(ordered: list[float], p: float) -> float:
+    """The nearest-rank ``p`` quantile of ``ordered`` (sorted, not empty)."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
+
+
 def _quantiles(values: list[int]) -> dict[str, float]:
     s = sorted(values)
-
-    def q(p: float) -> float:  # nearest rank
-        return float(s[min(len(s) - 1, max(0, math.ceil(p * len(s)) - 1))])
-
-    return {"min": float(s[0]), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": float(s[-1]),
-            "mean": sum(s) / len(s)}
+    return {"min": float(s[0]), **{f"p{round(p * 100)}": float(_nearest_rank(s, p)) for p in (0.5, 0.9, 0.99)},
+            "max": float(s[-1]), "mean": sum(s) / len(s)}
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
@@ -264,12 +265,9 @@ def arrival_check(replay: TraceReplay, records: list[dict[str, Any]],
     if not starts:
         return out | {"within": False, "lag_abs_ms": None, "beyond_tolerance": None}
     diffs = {i: t - replay.scheduled_s(i) for i, t in starts.items()}
-    offset = sorted(diffs.values())[(len(diffs) - 1) // 2]
+    offset = _nearest_rank(sorted(diffs.values()), 0.5)
     lags = sorted(abs(d - offset) * 1000.0 for d in diffs.values())
-
-    def q(p: float) -> float:
-        return round(lags[min(len(lags) - 1, max(0, math.ceil(p * len(lags)) - 1))], 3)
-
     beyond = sum(lag > tolerance_ms for lag in lags)
-    return out | {"lag_abs_ms": {"p50": q(0.5), "p99": q(0.99), "max": round(lags[-1], 3)},
+    return out | {"lag_abs_ms": {"p50": round(_nearest_rank(lags, 0.5), 3), "p99": round(_nearest_rank(lags, 0.99), 3),
+                                 "max": round(lags[-1], 3)},
                   "beyond_tolerance": beyond, "within": beyond == 0 and len(starts) == replay.requests}

@@ -718,8 +718,7 @@ def metrics_from_records(spec: RunSpec, records: list[dict[str, Any]], *, window
     notes += [f"{n} x {k}" for k, n in errors.items()]
 
     def pct(tag: str) -> dict[str, float | None]:
-        vals = [float(v["value"]) for r in completed
-                if isinstance(v := (r.get("metrics") or {}).get(tag), dict) and v.get("value") is not None]
+        vals = [v for r in completed if (v := record_value(r, tag)) is not None]
         if not vals:
             return {"p50": None, "p95": None, "p99": None}
         q = np.percentile(np.asarray(vals, dtype=np.float64), [50, 95, 99])
@@ -760,21 +759,21 @@ def _mismatches(spec: RunSpec, completed: list[dict[str, Any]], out_tokens: list
                or n != asked[line])
 
 
+def record_value(rec: dict[str, Any], tag: str) -> float | None:
+    """One AIPerf record's value of metric ``tag`` (in the record's unit), or None when it has none."""
+    entry = (rec.get("metrics") or {}).get(tag)
+    return float(entry["value"]) if isinstance(entry, dict) and entry.get("value") is not None else None
+
+
 def _count(rec: dict[str, Any], tag: str) -> int | None:
     """A record's token count under ``tag`` (falling back to AIPerf's own ``input_sequence_length``), or None."""
-    metrics = rec.get("metrics") or {}
-    entry = metrics.get(tag) or metrics.get("input_sequence_length") or {}
-    return int(entry["value"]) if isinstance(entry, dict) and entry.get("value") is not None else None
+    value = record_value(rec, tag if (rec.get("metrics") or {}).get(tag) else "input_sequence_length")
+    return None if value is None else int(value)
 
 
 def request_latencies(rec: dict[str, Any]) -> dict[str, float | None]:
     """One AIPerf record's per-request latencies as ``decide.slo`` names them (milliseconds)."""
-    metrics = rec.get("metrics") or {}
-    out: dict[str, float | None] = {}
-    for prefix, tag in METRIC_TAGS.items():
-        entry = metrics.get(tag)
-        out[prefix] = float(entry["value"]) if isinstance(entry, dict) and entry.get("value") is not None else None
-    return out
+    return {prefix: record_value(rec, tag) for prefix, tag in METRIC_TAGS.items()}
 
 
 def from_requests(spec: RunSpec, completed: list[dict[str, Any]], failed: int, window_s: float,
