@@ -115,17 +115,14 @@ def decide(receipt: Path, /, *, out: Path, policy: Path | None = None, sign_key:
     return 0
 
 
-def price_table(config: Any) -> dict[str, Any]:
-    """The GPU price table a run's cost is read at: ``--gpu-prices`` or the shipped one, with each ``--gpu-price``
-    over it (``decide.cost``), as the receipt records it."""
-    from datetime import date
-
-    from ..decide.cost import load_prices, with_overrides
+def _price_table(config: Any) -> dict[str, Any]:
+    """``--gpu-prices`` (or the shipped table) with each ``--gpu-price`` over it (``decide.cost.price_table``)."""
+    from ..decide.cost import load_prices, price_table
     from ..errors import about
 
     with about("--gpu-prices"):
         table = load_prices(config.gpu_prices)
-    return with_overrides(table, list(config.gpu_price or ()), today=date.today().isoformat()).model_dump(mode="json")
+    return price_table(table, config.gpu_price or ())
 
 
 def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
@@ -138,7 +135,7 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
     from ..report.console import console
     from ..serving.receipt import model_provenance
     from ..serving.recipes import load_recipe
-    from ..serving.workload import check_tokenizer, load_workload, plan_runs, resolve_tokenizer
+    from ..serving.workload import check_tokenizer, plan_runs, resolve_tokenizer
 
     con = console()
     # every input before any engine starts
@@ -150,15 +147,8 @@ def _serve(names: list[str], config: ServeConfig, *, kind: str) -> int:
                          else "give --find-max-rate too")
     with about("--policy"):
         policy = load_policy("serving", config.policy)
-    prices = price_table(config)
-    config = config.model_copy(update={"workload": config.workload_for(kind)})  # the receipt records the one run
-    with about("--workload"):
-        workload = load_workload(config.workload)
-    if config.arrival_pattern is not None and config.request_rate is None and workload.request_rate is None:
-        raise InputError(f"--arrival-pattern {config.arrival_pattern} spaces requests at a request rate, and workload "
-                         f"{workload.name} has none", hint="give --request-rate R (requests per second) too")
-    if config.workload_overrides():
-        workload = workload.with_overrides(**config.workload_overrides())
+    prices = _price_table(config)
+    config, workload = _workload(config, kind)
     if config.model is not None:
         with about("--model"):
             load_model_config(config.model)
@@ -317,17 +307,13 @@ def _sets_api_key(recipe: Any) -> bool:
 def _max_rate(name: str, config: ServeConfig) -> int:
     """``serve bench --find-max-rate``: the highest request rate meeting the policy's SLOs (serving/ratesearch.py),
     written as a rate-search record after every probe."""
-    import json
-
     from ..decide.policy import load_policy
     from ..env.capture import new_run_id, provenance, run_id_from_env
     from ..errors import InputError, about
     from ..report.console import console
     from ..serving.config import redact_argv
-    from ..serving.engine import Engine
-    from ..serving.ratesearch import DEFAULT_RATE_RANGE, RATE_SEARCH_SCHEMA, RateSearch, find_max_rate, summary
+    from ..serving.ratesearch import DEFAULT_RATE_RANGE, RateSearch, run_search, summary
     from ..serving.recipes import load_recipe
-    from ..serving.workload import load_workload
 
     con = console()
     with about("--policy"):
@@ -343,11 +329,7 @@ def _max_rate(name: str, config: ServeConfig) -> int:
         if config.rate_range is not None and len(config.rate_range) != 2:
             raise InputError(f"--rate-range takes two rates, low and high; got {len(config.rate_range)}")
         search = RateSearch(low=low, high=high, max_probes=config.max_probes)
-    config = config.model_copy(update={"workload": config.workload_for("bench")})
-    with about("--workload"):
-        workload = load_workload(config.workload)
-    if config.workload_overrides():
-        workload = workload.with_overrides(**config.workload_overrides())
+    config, workload = _workload(config, "bench")
     if workload.trace is not None:
         raise InputError(f"--workload {workload.name} replays a trace on its own schedule; a rate search sets the rate",
                          hint="give a workload without a trace")
@@ -357,34 +339,35 @@ def _max_rate(name: str, config: ServeConfig) -> int:
     run_id = run_id_from_env() or new_run_id()
     out = config.out or Path("runs") / run_id / "serve-max-rate.json"
     check_output_file(out, "--out")
-    art = out.parent / f"{out.stem}-artifacts"
     con.print(f"[bold]serve bench --find-max-rate[/bold] {plain(recipe.name)}: rates {low:g}-{high:g} requests/s, "
               f"at most {search.max_probes} probes of {search.windows} windows, SLOs "
               + "; ".join(s.label for s in policy.slos) + f" → {plain(out)}")
     prov = provenance(config={"command": "serve bench --find-max-rate", "options": config.model_dump(mode="json"),
                               "recipe": recipe.model_dump(mode="json"), "workload": workload.model_dump(mode="json")},
                       run_id=run_id, model=None, command_line=redact_argv(sys.argv))
-
-    def write(probes: list[Any], engine: Any, done: bool) -> None:
-        doc = {"schema_version": RATE_SEARCH_SCHEMA, "complete": done, "recipe": recipe.name,
-               "slos": [s.model_dump(mode="json") for s in policy.slos], "search": search.model_dump(mode="json"),
-               "result": summary(probes, search), "probes": [p.model_dump(mode="json") for p in probes],
-               "engine": engine.record.model_dump(mode="json") if engine is not None else None, "provenance": prov}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=2, default=str))
-        tmp.replace(out)
-
-    say = lambda line: con.print(f"  {plain(line)}")  # noqa: E731
-    with Engine(recipe.resolved(), log_dir=art / "engines", label=recipe.name,
-                startup_timeout_s=config.startup_timeout_s, access=config.access()) as engine:
-        probes = find_max_rate(recipe.resolved(), workload, search, policy.slos, out_dir=art, engine=engine, say=say,
-                               on_probe=lambda ps: write(ps, engine, False), tokenizer=config.tokenizer,
-                               access=config.access())
-        write(probes, engine, True)
+    probes = run_search(recipe, workload, search, policy.slos, out=out, provenance=prov,
+                        startup_timeout_s=config.startup_timeout_s, say=lambda line: con.print(f"  {plain(line)}"),
+                        tokenizer=config.tokenizer, access=config.access())
     con.print(f"[bold]{plain(summary(probes, search)['said'])}[/bold]")
     con.print(f"record: {plain(out)}")
     return 0
+
+
+def _workload(config: ServeConfig, kind: str) -> tuple[ServeConfig, Any]:
+    """The config naming the workload the command runs (``workload_for``) and that workload, with the command's
+    overrides."""
+    from ..errors import InputError, about
+    from ..serving.workload import load_workload
+
+    config = config.model_copy(update={"workload": config.workload_for(kind)})  # the receipt records the one run
+    with about("--workload"):
+        workload = load_workload(config.workload)
+    if config.arrival_pattern is not None and config.request_rate is None and workload.request_rate is None:
+        raise InputError(f"--arrival-pattern {config.arrival_pattern} spaces requests at a request rate, and workload "
+                         f"{workload.name} has none", hint="give --request-rate R (requests per second) too")
+    if config.workload_overrides():
+        workload = workload.with_overrides(**config.workload_overrides())
+    return config, workload
 
 
 def _connect_servers(recs: list[Any], urls: tuple[str, ...], access: Any = None) -> dict[str, Any]:

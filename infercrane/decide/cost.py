@@ -74,6 +74,15 @@ def with_overrides(table: PriceTable, overrides: list[str], *, today: str) -> Pr
     return table.model_copy(update={"gpus": gpus})
 
 
+def price_table(table: PriceTable | None = None, overrides: tuple[str, ...] | list[str] = ()) -> dict:
+    """The table a run's cost is read at, as its receipt records it: ``table`` (default the shipped one) with each
+    ``TYPE=USD`` override over it, read today."""
+    from datetime import date
+
+    table = table if table is not None else load_prices()
+    return with_overrides(table, list(overrides), today=date.today().isoformat()).model_dump(mode="json")
+
+
 def gpu_type(device_name: str | None) -> str | None:
     """The price table's GPU type of a recorded device name; None for a device the table has no type for."""
     if not device_name:

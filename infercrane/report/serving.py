@@ -932,10 +932,10 @@ def _cost_section(doc: dict[str, Any]) -> Section | None:
                          r["total_usd_per_mtok"]])
     if not rows and not notes:
         return None
-    first = next((b for _, b in blocks if b.get("price")), None)
-    caption = (f"{(first or blocks[0][1]).get('method', cost.get('method', ''))}. Prices: "
-               + "; ".join(f"{b['gpu_type']} {b['price']['provider']}, {b['price']['source']}, read "
-                           f"{b['price']['read_on']}" for _, b in blocks if b.get("price")) if first else "")
+    priced = [b for _, b in blocks if b.get("price")]
+    caption = (f"{priced[0]['method']}. Prices: " + "; ".join(
+        f"{b['gpu_type']} {b['price']['provider']}, {b['price']['source']}, read {b['price']['read_on']}"
+        for b in priced)) if priced else ""
     table = Table(title="Cost per million tokens at the recorded GPU prices",
                   columns=["GPU", "recipe", "c", "GPUs", "USD per GPU-hour", "USD per M output", "USD per M input",
                            "USD per M tokens"], rows=rows, caption=caption)

@@ -57,11 +57,11 @@ def recorded_inputs(plan: ABPlan) -> dict[str, Any]:
     """What the receipt records beside the command's options so that its derived blocks re-derive from it alone:
     the GPU price table the cost is read at (the caller's, ``options.gpu_price_table``, else the shipped one) and a
     trace workload's content hash."""
-    from ..decide.cost import load_prices
+    from ..decide.cost import price_table
 
     out: dict[str, Any] = {}
     if "gpu_price_table" not in plan.options:
-        out["gpu_price_table"] = load_prices().model_dump(mode="json")
+        out["gpu_price_table"] = price_table()
     replay = plan.workload.replay()
     if replay is not None:
         out["trace_sha256"] = replay.sha256

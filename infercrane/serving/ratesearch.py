@@ -134,3 +134,40 @@ def find_max_rate(recipe: Any, workload: Any, search: RateSearch, slos: Sequence
         if on_probe is not None:
             on_probe(probes)
     return probes
+
+
+def search_record(probes: Sequence[Probe], search: RateSearch, *, recipe: str, slos: Sequence[Any], engine: Any,
+                  provenance: dict[str, Any], complete: bool) -> dict[str, Any]:
+    """The rate-search record (``RATE_SEARCH_SCHEMA``) of the probes so far."""
+    return {"schema_version": RATE_SEARCH_SCHEMA, "complete": complete, "recipe": recipe,
+            "slos": [s.model_dump(mode="json") for s in slos], "search": search.model_dump(mode="json"),
+            "result": summary(probes, search), "probes": [p.model_dump(mode="json") for p in probes],
+            "engine": engine.record.model_dump(mode="json") if engine is not None else None,
+            "provenance": provenance}
+
+
+def run_search(recipe: Any, workload: Any, search: RateSearch, slos: Sequence[Any], *, out: Path,
+               provenance: dict[str, Any], startup_timeout_s: float, say: Callable[[str], None],
+               tokenizer: str | None = None, access: Any = None) -> list[Probe]:
+    """Start ``recipe``'s engine, probe it (``find_max_rate``, artifacts beside ``out``) and write the record to
+    ``out`` after every probe (atomically) and once more, complete, at the end."""
+    import json
+
+    from infercrane.receipts.io import write_atomic_bytes
+
+    from .engine import Engine
+
+    art = out.parent / f"{out.stem}-artifacts"
+
+    def write(probes: Sequence[Probe], engine: Any, complete: bool) -> None:
+        doc = search_record(probes, search, recipe=recipe.name, slos=slos, engine=engine, provenance=provenance,
+                            complete=complete)
+        write_atomic_bytes(out, json.dumps(doc, indent=2, default=str).encode("utf-8"))
+
+    resolved = recipe.resolved()
+    with Engine(resolved, log_dir=art / "engines", label=recipe.name, startup_timeout_s=startup_timeout_s,
+                access=access) as engine:
+        probes = find_max_rate(resolved, workload, search, slos, out_dir=art, engine=engine, say=say,
+                               on_probe=lambda ps: write(ps, engine, False), tokenizer=tokenizer, access=access)
+        write(probes, engine, True)
+    return probes
