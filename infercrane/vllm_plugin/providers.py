@@ -310,15 +310,18 @@ def _opaque(name: str, provider: _Provider) -> Any:
 
 
 def _launcher(name: str) -> Callable[..., None]:
-    """What the implementation calls to launch: the opaque op while torch.compile traces (Inductor must see one
-    node), the launch body itself otherwise. Outside tracing the custom op only adds its dispatch, which eager vLLM
+    """What the implementation calls to launch: the opaque op while anything traces it (Dynamo; make_fx, which
+    vLLM's IR lowering pass runs on fake tensors with symbolic shapes; any tensor subclass), so the graph gets one
+    node; the launch body itself otherwise. Outside tracing the custom op only adds its dispatch, which eager vLLM
     pays on every call (a bare custom op costs about half of what the Triton function does on an H200:
     docs/benchmarks/2026-12-06-h200-layout-gpu-check, benchmarks/host_cost_probe.py); the body (call counter,
     in-engine gate, kernel) is the same either way."""
-    is_compiling = torch.compiler.is_compiling
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    is_compiling, plain = torch.compiler.is_compiling, torch.Tensor
 
     def launch(*args: Any) -> None:
-        if is_compiling():
+        if type(args[0]) is not plain or is_compiling() or get_proxy_mode() is not None:
             return _OPS[name](*args)
         return _LIVE[name].launch_body(*args)
 

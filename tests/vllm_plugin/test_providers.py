@@ -371,6 +371,28 @@ def test_calls_after_an_inputs_first_are_counted_under_its_shape_and_written_at_
     assert [c["shape"] for c in doc["checks"]] == ["8x1024 bfloat16", "3x1024 bfloat16"]
 
 
+@pytest.mark.parametrize("tracing_mode", ["symbolic", "fake", "real"])
+def test_make_fx_tracing_sees_one_opaque_node_and_runs_the_body_only_on_real_tensors(tmp_path, interpret,
+                                                                                       monkeypatch, tracing_mode):
+    """vLLM's IR lowering pass traces an implementation with make_fx on fake tensors with symbolic shapes, outside
+    Dynamo (torch.compiler.is_compiling() is False there): the launch must still be the opaque op. Compiled vLLM
+    failed to start when the body ran there (its call counter hashed a SymInt)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from infercrane.vllm_plugin import providers
+
+    op, _ = _register(KernelChoice("fused_add_rms_norm", "triton"), tmp_path)
+    impl = op.impls["infercrane_triton"].impl_fn
+    name = "infercrane::fused_add_rms_norm_triton"
+    bodies = []
+    monkeypatch.setattr(providers._LIVE[name], "launch_body", lambda *a: bodies.append(a))
+    graph = make_fx(lambda x, r, w: impl(x, r, w, 1e-6, None), tracing_mode=tracing_mode)(*_inputs(4))
+    launches = [n for n in graph.graph.nodes if n.op == "call_function"
+                and str(n.target).startswith("infercrane.fused_add_rms_norm_triton")]
+    assert len(launches) == 1
+    assert len(bodies) == (1 if tracing_mode == "real" else 0)  # real tensors: make_fx runs the op, once
+
+
 def test_outside_tracing_the_launch_skips_the_custom_ops_dispatch(tmp_path, interpret, monkeypatch):
     """Eager calls run the launch body directly (the same body: counted, gated); only a traced call goes through
     the opaque op (the test above)."""
