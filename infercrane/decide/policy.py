@@ -96,8 +96,12 @@ class QualityPolicy(BaseModel):
                                                            "below the incumbent's (non-inferiority margin, absolute)")
     confidence: float = Field(gt=0.5, lt=1, description="one-sided level of the non-inferiority test: the lower end "
                                                         "of the two-sided 2*confidence-1 interval is read")
-    min_token_agreement: float = Field(ge=0, le=1, description="share of items whose greedy outputs must be "
-                                                               "identical token for token")
+    top_logprobs: int = Field(ge=1, le=20, description="best tokens' log-probabilities asked per place (vLLM's "
+                                                      "'logprobs': N, at most its default max_logprobs 20): a "
+                                                      "divergence's tokens are looked up there")
+    max_divergence_gap: float = Field(gt=0, description="where the outputs part, each arm's token must be within this "
+                                                        "many nats of the other arm's choice in the other's "
+                                                        "distribution (a near tie)")
     max_logprob_difference: float = Field(gt=0, description="largest allowed |log p(candidate) - log p(incumbent)| "
                                                             "of a token both arms chose at the same place (nats)")
 

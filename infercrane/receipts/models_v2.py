@@ -664,12 +664,21 @@ class QualityItemsRecord(Strict):
 
 class QualityAnswerRecord(Strict):
     """One item's greedy answer: its text, the tokens chosen (ids where the server gave them, else text pieces) and
-    each one's log-probability."""
+    each one's log-probability; each chosen token's text and, per place, the best tokens' texts -> log-probabilities
+    (what a divergence is judged from)."""
 
     item: NonEmptyStr
     text: str
     tokens: list[int | str]
     logprobs: list[float]
+    texts: list[str]
+    top: list[dict[str, float]]
+
+    @model_validator(mode="after")
+    def _one_entry_per_token(self) -> "QualityAnswerRecord":
+        if not len(self.tokens) == len(self.logprobs) == len(self.texts) == len(self.top):
+            raise ValueError(f"item {self.item}: tokens, logprobs, texts and top must have one entry per token")
+        return self
 
 
 class QualityAnswersRecord(Strict):
@@ -882,11 +891,17 @@ class QualityAccuracy(Strict):
 
 
 class QualityTokenAgreement(Strict):
+    """Where the greedy outputs part: how many items are identical, and whether every first divergence is a near
+    tie (each arm's token among the other's ``top_logprobs`` best, within ``bound`` nats of its choice)."""
+
     identical_items: NonNegativeInt
     share: float = Field(ge=0, le=1)
-    min_share: float = Field(ge=0, le=1)
-    verdict: Literal["PASS", "FAIL"]
     divergences: NonNegativeInt
+    near_ties: NonNegativeInt
+    largest_gap: NonNegativeFloat | None
+    top_logprobs: PositiveInt
+    bound: PositiveFloat
+    verdict: Literal["PASS", "FAIL"]
     first_divergences: list[dict[str, Any]]
 
 

@@ -255,7 +255,7 @@ def _quality(section: str, gate: dict[str, Any]) -> Verdict:
     acc = gate.get("accuracy") or {}
     head = (f"{_fmt(gate.get('reference'))} against {_fmt(gate.get('candidate'))} on "
             f"{_fmt((gate.get('items') or {}).get('items'))} items: accuracy {_fmt(acc.get('verdict'))}, "
-            f"agreement {_fmt((gate.get('token_agreement') or {}).get('verdict'))}, log-probabilities "
+            f"near ties {_fmt((gate.get('token_agreement') or {}).get('verdict'))}, log-probabilities "
             f"{_fmt((gate.get('logprob') or {}).get('verdict'))}")
     return Verdict(section, label="gate", code=gate.get("verdict"), decision=head, reason=gate.get("reason"))
 

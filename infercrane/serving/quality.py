@@ -306,16 +306,18 @@ class ItemOutput:
     tokens: list[str]              # logprobs.tokens: every generated token, the one holding the stop string included
     logprobs: list[float]          # the chosen tokens' log-probabilities (logprobs.token_logprobs)
     correct: bool                  # score(item, text)
+    top: list[dict[str, float]]    # per place, the best tokens' texts -> log-probabilities (logprobs.top_logprobs)
 
 
-def request_body(model: str, item: QualityItem, max_tokens: int) -> dict[str, Any]:
-    """The completion request of one item (greedy, the chosen tokens' log-probabilities and ids, one line)."""
+def request_body(model: str, item: QualityItem, max_tokens: int, top_logprobs: int) -> dict[str, Any]:
+    """The completion request of one item (greedy, one line; the chosen tokens' ids and log-probabilities, and the
+    ``top_logprobs`` best at every place)."""
     return {"model": model, "prompt": item.prompt, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0,
-            "logprobs": 1, "return_token_ids": True, "stop": ["\n"]}
+            "logprobs": top_logprobs, "return_token_ids": True, "stop": ["\n"]}
 
 
 def ask(post: Callable[..., Any], model: str, items: list[QualityItem], *, max_tokens: int = 16,
-        progress: Callable[[int, int], None] | None = None) -> list[ItemOutput]:
+        top_logprobs: int = 5, progress: Callable[[int, int], None] | None = None) -> list[ItemOutput]:
     """Each item's greedy completion from the engine behind ``post``, one request at a time, in order.
 
     ``post(path, body, *, timeout_s, what)`` is an engine's POST (``Engine.post``: the answer's bytes, or RunFailed
@@ -339,15 +341,18 @@ def ask(post: Callable[..., Any], model: str, items: list[QualityItem], *, max_t
     more than ``text``, and the comparison of two arms is over tokens, not text.
 
     Checked here, each failure a RunFailed naming the item: the answer is JSON with one choice; it has a
-    ``logprobs`` block whose ``tokens`` (strings) and ``token_logprobs`` (finite numbers) have one entry per
-    generated token and at least one; ``token_ids``, when present, are integers, as many as the tokens.
+    ``logprobs`` block whose ``tokens`` (strings), ``token_logprobs`` (finite numbers) and ``top_logprobs`` (maps
+    of strings to finite numbers, none empty) have one entry per generated token and at least one; ``token_ids``,
+    when present, are integers, as many as the tokens. Two token ids that decode to the same text share one entry
+    of a ``top_logprobs`` map (vLLM keys it by text).
     """
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InputError(f"quality items: max_tokens must be a positive integer, got {max_tokens!r}")
     out: list[ItemOutput] = []
     for done, item in enumerate(items, start=1):
         what = f"quality item {item.id}"
-        payload = post(COMPLETIONS_PATH, request_body(model, item, max_tokens), timeout_s=REQUEST_TIMEOUT_S, what=what)
+        payload = post(COMPLETIONS_PATH, request_body(model, item, max_tokens, top_logprobs),
+                       timeout_s=REQUEST_TIMEOUT_S, what=what)
         out.append(parse_output(item, payload))
         if progress is not None:
             progress(done, len(items))
@@ -376,7 +381,7 @@ def parse_output(item: QualityItem, payload: bytes | str) -> ItemOutput:
         raise _bad(item, f"has no text (text: {text!r})")
     block = choice.get("logprobs")
     if not isinstance(block, dict):
-        raise _bad(item, f"has no logprobs block (logprobs: {block!r}); the request asked 'logprobs': 1")
+        raise _bad(item, f"has no logprobs block (logprobs: {block!r}); the request asked for log-probabilities")
     tokens, lps = block.get("tokens"), block.get("token_logprobs")
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise _bad(item, f"has no list of token strings in logprobs.tokens ({str(tokens)[:200]})")
@@ -390,6 +395,16 @@ def parse_output(item: QualityItem, payload: bytes | str) -> ItemOutput:
     if bad:
         i, v = bad[0]
         raise _bad(item, f"has a log-probability that is not a finite number: token {i} ({tokens[i]!r}): {v!r}")
+    top = block.get("top_logprobs")
+    if not isinstance(top, list) or len(top) != len(tokens):
+        n = len(top) if isinstance(top, list) else top
+        raise _bad(item, f"has {str(n)[:100]} logprobs.top_logprobs for {len(tokens)} tokens")
+    for i, alt in enumerate(top):
+        if not isinstance(alt, dict) or not alt or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for k, v in alt.items()):
+            raise _bad(item, f"has a top_logprobs entry that is not a map of token texts to finite numbers: token "
+                             f"{i}: {str(alt)[:200]}")
     ids = choice.get("token_ids")
     if ids is not None:
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
@@ -397,7 +412,8 @@ def parse_output(item: QualityItem, payload: bytes | str) -> ItemOutput:
         if len(ids) != len(tokens):
             raise _bad(item, f"has {len(ids)} token_ids for {len(tokens)} logprobs.tokens")
     return ItemOutput(item_id=item.id, text=text, token_ids=None if ids is None else list(ids), tokens=list(tokens),
-                      logprobs=[float(v) for v in lps], correct=score(item, text))
+                      logprobs=[float(v) for v in lps], correct=score(item, text),
+                      top=[{k: float(v) for k, v in alt.items()} for alt in top])
 
 
 # --------------------------------------------------------------------------------------------- the gate's run
@@ -460,11 +476,12 @@ def answer_items(engine: Any, quality: Any, items: list[QualityItem]) -> dict[st
     """An engine's answers to ``items`` (the policy's), as the receipt's engine record holds them
     (``receipts.models_v2.QualityAnswersRecord``)."""
     t0 = time.monotonic()
-    outputs = ask(engine.post, engine.served_model, items, max_tokens=quality.max_tokens)
+    outputs = ask(engine.post, engine.served_model, items, max_tokens=quality.max_tokens,
+                  top_logprobs=quality.top_logprobs)
     return {"items": items_record(quality, items),
             "answers": [{"item": o.item_id, "text": o.text,
                          "tokens": list(o.token_ids) if o.token_ids is not None else list(o.tokens),
-                         "logprobs": list(o.logprobs)} for o in outputs],
+                         "logprobs": list(o.logprobs), "texts": list(o.tokens), "top": o.top} for o in outputs],
             "wall_s": round(time.monotonic() - t0, 3)}
 
 

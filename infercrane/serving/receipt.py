@@ -450,7 +450,8 @@ def quality_section(engines: list[dict[str, Any]], a: str, b: str, policy: Servi
             item = by_id.get(rec["item"])
             if item is None:
                 raise InputError(f"arm {arm} answered an item that is not generated: {rec['item']!r}")
-            out.append(Answer(rec["item"], score(item, rec["text"]), tuple(rec["tokens"]), tuple(rec["logprobs"])))
+            out.append(Answer(rec["item"], score(item, rec["text"]), tuple(rec["tokens"]), tuple(rec["logprobs"]),
+                              tuple(rec["texts"]), tuple(rec["top"])))
         return out
 
     gate = quality_gate({it.id: it.task for it in items}, answers(a), answers(b), q)

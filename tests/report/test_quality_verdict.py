@@ -9,7 +9,7 @@ GATE = {"ran": True, "reference": "incumbent", "candidate": "candidate", "items"
 def test_a_gate_that_ran_shows_its_verdict_criteria_and_reason() -> None:
     [v] = verdicts({"quality_gate": GATE})
     assert (v.section, v.label, v.code, v.reason) == ("quality_gate", "gate", "FAIL", "accuracy 0.590 against 1.000")
-    assert v.decision == ("incumbent against candidate on 200 items: accuracy INFERIOR, agreement FAIL, "
+    assert v.decision == ("incumbent against candidate on 200 items: accuracy INFERIOR, near ties FAIL, "
                           "log-probabilities PASS")
     assert v.headline().startswith("FAIL — incumbent against candidate")
 

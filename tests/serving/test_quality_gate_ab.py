@@ -28,7 +28,7 @@ def _recipe(path: Path, name: str, model: Path, itl_ms: int, norm_kernel: str | 
 def _policy(path: Path) -> Path:
     # 25 items per task (100): with every answer right and unchanged, non-inferiority at 0.1 needs 25 items
     path.write_text("schema_version: infercrane.serving-policy/v1\nquality:\n  items_per_task: 25\n  seed: 3\n"
-                    "  max_tokens: 16\n  accuracy_margin: 0.1\n  confidence: 0.95\n  min_token_agreement: 0.9\n"
+                    "  max_tokens: 16\n  accuracy_margin: 0.1\n  confidence: 0.95\n  top_logprobs: 5\n  max_divergence_gap: 1.0\n"
                     "  max_logprob_difference: 0.5\n")
     return path
 

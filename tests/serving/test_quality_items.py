@@ -177,9 +177,10 @@ def test_ask_sends_one_greedy_request_per_item_in_order():
     assert [s[1]["prompt"] for s in sent] == [i.prompt for i in items]
     path, body, timeout_s, what = sent[0]
     assert path == "/v1/completions" and what == f"quality item {items[0].id}" and timeout_s > 0
-    assert body == request_body("served", items[0], 8) == {
-        "model": "served", "prompt": items[0].prompt, "max_tokens": 8, "temperature": 0.0, "seed": 0, "logprobs": 1,
+    assert body == request_body("served", items[0], 8, 5) == {
+        "model": "served", "prompt": items[0].prompt, "max_tokens": 8, "temperature": 0.0, "seed": 0, "logprobs": 5,
         "return_token_ids": True, "stop": ["\n"]}
+    assert outs[0].top == [{" " + items[0].answer: -0.5}]
 
 
 def test_ask_keeps_tokens_past_the_stop_string_and_scores_the_text():
@@ -189,18 +190,19 @@ def test_ask_keeps_tokens_past_the_stop_string_and_scores_the_text():
     def post(path, body, *, timeout_s, what):
         return json.dumps({"choices": [{"text": " 2", "token_ids": [17, 198],
                                         "logprobs": {"tokens": [" 2", "\n"], "token_logprobs": [-0.1, -9999.0],
-                                                     "top_logprobs": [{}, {}], "text_offset": [0, 2]}}]})
+                                                     "top_logprobs": [{" 2": -0.1, " 3": -2.5}, {"\n": -9999.0}],
+                                                     "text_offset": [0, 2]}}]})
 
     (out,) = ask(post, "m", [it])
     assert out.text == " 2" and out.tokens == [" 2", "\n"] and out.logprobs == [-0.1, -9999.0]
-    assert out.token_ids == [17, 198] and out.correct
+    assert out.token_ids == [17, 198] and out.correct and out.top == [{" 2": -0.1, " 3": -2.5}, {"\n": -9999.0}]
 
 
 def _choice(**over):
     choice = {"text": " 7", "token_ids": [3], "logprobs": {"tokens": [" 7"], "token_logprobs": [-0.25],
                                                           "top_logprobs": [{" 7": -0.25}], "text_offset": [0]}}
     for key, value in over.items():
-        if key in ("tokens", "token_logprobs"):
+        if key in ("tokens", "token_logprobs", "top_logprobs"):
             choice["logprobs"][key] = value
         else:
             choice[key] = value
@@ -223,6 +225,12 @@ def _choice(**over):
     (json.dumps({"choices": [_choice(token_logprobs=["-0.2"])]}), "not a finite number"),
     (json.dumps({"choices": [_choice(token_ids=[3, 4])]}), "2 token_ids for 1 logprobs.tokens"),
     (json.dumps({"choices": [_choice(token_ids=["3"])]}), "token_ids that are not a list of integers"),
+    (json.dumps({"choices": [_choice(top_logprobs=None)]}), "None logprobs.top_logprobs for 1 tokens"),
+    (json.dumps({"choices": [_choice(top_logprobs=[])]}), "0 logprobs.top_logprobs for 1 tokens"),
+    (json.dumps({"choices": [_choice(top_logprobs=[{}])]}), "top_logprobs entry that is not a map"),
+    (json.dumps({"choices": [_choice(top_logprobs=[{" 7": "x"}])]}), "top_logprobs entry that is not a map"),
+    ('{"choices": [{"text": " 7", "logprobs": {"tokens": [" 7"], "token_logprobs": [-0.1], '
+     '"top_logprobs": [{" 7": NaN}]}}]}', "top_logprobs entry that is not a map"),
 ])
 def test_malformed_answers_are_run_failures_naming_the_item(payload, says):
     it = item("arithmetic", "7")
@@ -254,6 +262,7 @@ def test_ask_against_the_test_server(raw_server, ts_recipe):
         assert len(out.tokens) == len(out.logprobs) == len(out.token_ids) == len(it.answer.split())
         assert "".join(out.tokens) == out.text
         assert all(-10.0 < lp < 0.0 for lp in out.logprobs)
+        assert all(top.get(tok) == lp and len(top) > 1 for tok, lp, top in zip(out.tokens, out.logprobs, out.top))
     with urllib.request.urlopen(f"{srv.url}/stats", timeout=10) as resp:
         body_keys = json.loads(resp.read())["body_keys"]
     assert all(body_keys.get(k) == len(items) for k in ("logprobs", "return_token_ids", "stop", "seed"))

@@ -23,7 +23,7 @@ def test_serve_ab_on_the_real_models_folder_records_it(tmp_path: Path, smollm2_c
     out = tmp_path / "ab.json"
     policy = tmp_path / "policy.yaml"
     policy.write_text("schema_version: infercrane.serving-policy/v1\nquality:\n  items_per_task: 10\n  seed: 1\n"
-                      "  max_tokens: 16\n  accuracy_margin: 0.2\n  confidence: 0.95\n  min_token_agreement: 0.9\n"
+                      "  max_tokens: 16\n  accuracy_margin: 0.2\n  confidence: 0.95\n  top_logprobs: 5\n  max_divergence_gap: 1.0\n"
                       "  max_logprob_difference: 0.5\n")
     rc = main(["serve", "ab", str(_recipe(tmp_path / "a.yaml", "a", 4)), str(_recipe(tmp_path / "b.yaml", "b", 3)),
                "--model", str(smollm2_converted.path), "--runs", "3", "--concurrency", "2", "--request-count", "6",
