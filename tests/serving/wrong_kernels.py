@@ -1,4 +1,5 @@
-"""Norm kernels for the test server's ``--norm-kernel PATH.py:FUNCTION`` (tests only): one wrong, two correct.
+"""Norm kernels for the test server's ``--norm-kernel PATH.py:FUNCTION`` and vLLM's user-candidate provider (tests
+only): two wrong, two correct.
 
 Each follows InferCrane's in-place contract of fused residual-add + RMSNorm: ``fn(x, residual, weight, eps) -> None``,
 afterwards ``residual`` holds ``x + residual`` and ``x`` holds ``rmsnorm(residual) * weight``.
@@ -33,18 +34,15 @@ def fused_add_rmsnorm_bf16_rounded(x: torch.Tensor, residual: torch.Tensor, weig
     x.copy_(x.to(torch.bfloat16).float())
 
 
-_SEEN: set[tuple[int, ...]] = set()
+RESIDUAL_DRIFT = 1 + 2 ** -7
 
 
-def fused_add_rmsnorm_wrong_after_first(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                                        eps: float) -> None:
-    """Wrong where only the answers can tell: exact on the first call of each shape (the call vLLM's in-engine gate
-    checks against its native implementation), then it leaves the weight out (``x <- rmsnorm(residual)``)."""
-    shape = tuple(x.shape)
-    if shape not in _SEEN:
-        _SEEN.add(shape)
-        fused_add_rmsnorm_correct(x, residual, weight, eps)
-        return
-    residual.add_(x)
-    summed = residual.float()
-    x.copy_(summed * torch.rsqrt(summed.pow(2).mean(dim=-1, keepdim=True) + eps))
+def fused_add_rmsnorm_residual_drift(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                                     eps: float) -> None:
+    """Wrong by less than any one call can show: the new residual comes out scaled by 1 + 2^-7 (0.8 %, under the
+    bfloat16 tolerance of 1.6e-2 relative that vLLM's in-engine gate and the kernel lab allow), the normalized output
+    right for that residual (RMSNorm does not see a scale). Layer after layer the residual stream grows by that
+    factor (about 1.6x over SmolLM2's 60 norms), so earlier layers outweigh later ones: only the answers can tell."""
+    summed = (residual.float() + x.float()) * RESIDUAL_DRIFT
+    residual.copy_(summed)
+    x.copy_(summed * torch.rsqrt(summed.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float())
