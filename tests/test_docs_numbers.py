@@ -85,6 +85,12 @@ ARCHIVED_NOT_VALID = {
         "the flags of two cells as the harness of e98ec16 recorded them, not as its raw blocks give them now",
     "2026-12-03-h200-kernel-decides/evidence-e98ec16.tar.xz/run-e98ec16/rms_norm.json":
         "the flags of a cell as the harness of e98ec16 recorded them, not as its raw blocks give them now",
+    "2026-12-07-h100-real-model/apply-509a92a/apply-evidence.tar.xz/apply/eager.json":
+        "decided under the quality gate's earlier rule (a share of identical outputs), its answers without the best "
+        "log-probabilities per place the rule now reads",
+    "2026-12-07-h100-real-model/apply-509a92a/apply-evidence.tar.xz/apply/compiled.json":
+        "a partial receipt written under the quality gate's earlier rule, its answers without the best "
+        "log-probabilities per place the rule now reads",
 }
 ARCHIVES = sorted(BENCHMARKS.glob("**/*.tar.xz"))
 
