@@ -163,12 +163,22 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
         block = receipt.document["kernel_in_serving"]["prediction"]
         con.print(f"{mode}: {plain(receipt.document['paired_aiperf']['decision'])}")
         for row in block["concurrencies"]:
-            m = row.get("measured") or {}
-            said = qualifier(row, long=True)
-            pred = "none" if row["predicted_ratio"] is None else f"{row['predicted_ratio']:.5f}"
-            con.print(f"  c={row['concurrency']}: predicted B/A {pred}, measured "
-                      f"{m.get('ratio_b_over_a', float('nan')):.4f} ({m.get('ci_low', float('nan')):.4f}–"
-                      f"{m.get('ci_high', float('nan')):.4f}): {row['verdict']}"
-                      + (f" ({said})" if said else ""))
+            con.print(f"  {concurrency_line(row)}")
         con.print(f"receipt: {plain(receipt.path)}")
     return 0
+
+
+def concurrency_line(row: dict[str, Any]) -> str:
+    """One concurrency of a kernel_in_serving prediction, as the console says it: the kernel lab's verdict and per-call
+    times the prediction read (why the engine should move), the predicted and measured B/A, and the verdict."""
+    from ..decide.prediction import qualifier
+
+    m = row.get("measured") or {}
+    said = qualifier(row, long=True)
+    pred = "none" if row["predicted_ratio"] is None else f"{row['predicted_ratio']:.5f}"
+    am = row.get("amdahl") or {}
+    lab = (f"kernel lab {row['kernel_verdict']} ({am['candidate_t_us']:.2f} vs {am['baseline_t_us']:.2f} us a call "
+           f"in {am['timing_mode']} mode), " if row.get("kernel_verdict") and am.get("candidate_t_us") else "")
+    return (f"c={row['concurrency']}: {lab}predicted B/A {pred}, measured {m.get('ratio_b_over_a', float('nan')):.4f} "
+            f"({m.get('ci_low', float('nan')):.4f}–{m.get('ci_high', float('nan')):.4f}): {row['verdict']}"
+            + (f" ({said})" if said else ""))

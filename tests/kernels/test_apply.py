@@ -89,3 +89,21 @@ def test_a_kernel_receipt_without_the_comparison_a_mode_predicts_from_is_refused
     assert "eager vLLM: triton against vllm_vendor in launch mode" in err and "compiled vLLM" not in err
     main([*argv, "--modes", "compiled"])  # goes on (here: to the vLLM preflight)
     assert "no comparison" not in capsys.readouterr().err
+
+
+def test_each_concurrency_says_what_the_kernel_lab_measured_beside_the_prediction_and_the_measurement():
+    """The committed eager apply on SmolLM2 (H100): the console line names why the engine should move (the kernel
+    lab's verdict and per-call times the prediction read) and what it measured."""
+    import json
+
+    from infercrane.commands.apply import concurrency_line
+    from tests.evidence import archived
+
+    doc = json.loads(archived("2026-12-07-h100-real-model/apply-509a92a/apply-evidence.tar.xz/apply/eager.json")
+                     .read_text())
+    rows = {r["concurrency"]: r for r in doc["kernel_in_serving"]["prediction"]["concurrencies"]}
+    assert concurrency_line(rows[8]) == (
+        "c=8: kernel lab SLOWER (8.00 vs 7.14 us a call in launch mode), predicted B/A 0.99555, measured 0.9370 "
+        "(0.9033–0.9718): BELOW (the prediction lies outside the measured interval)")
+    no_lab = {k: v for k, v in rows[8].items() if k != "kernel_verdict"}
+    assert concurrency_line(no_lab).startswith("c=8: predicted B/A 0.99555")
