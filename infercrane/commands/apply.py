@@ -57,7 +57,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
     from ..kernels.screen import prepare_screen, run_prepared_screen
     from ..commands.serve import _stand_in_for
     from ..decide.policy import load_policy
-    from ..decide.prediction import kernel_in_serving, qualifier, used_comparisons
+    from ..decide.prediction import kernel_in_serving, used_comparisons
     from ..env.capture import new_run_id, run_id_from_env
     from ..errors import InputError, about
     from ..kernels import registry
