@@ -8,6 +8,8 @@ synchronized once at the end (so the time per call is the larger of the host's c
   opaque            that call wrapped as a bare ``torch.library.custom_op`` (the dispatch the provider pays)
   provider          vLLM's registered implementation for InferCrane's provider: the opaque op with InferCrane's
                     call counter, shape bookkeeping and gate (``infercrane/vllm_plugin/providers.py``)
+  vllm_c            vLLM's own C++ op as its registered implementation (``vllm_c``): what eager vLLM runs in the
+                    provider's place, so ``provider - vllm_c`` is what each call of the op adds to an eager decode step
   native            vLLM's native implementation (PyTorch operations), eager
   native_compiled   the same under ``torch.compile`` (Inductor's code for the op alone: no neighbours to fuse with)
 
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     op = ir.ops.fused_add_rms_norm
     provider = op.impls[choice.provider].impl_fn
     native = op.impls["native"].impl_fn
+    vllm_c = op.impls["vllm_c"].impl_fn if "vllm_c" in op.impls else None  # absent where vLLM's _C did not load
     native_compiled = torch.compile(native, dynamic=True)  # one compile for every row count
     kernel = load_kernel(choice).fn
 
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             "kernel": lambda: kernel(x, r, w, EPS),
             "opaque": lambda: opaque(x, r, w, EPS),
             "provider": lambda: provider(x, r, w, EPS),
+            **({"vllm_c": lambda: vllm_c(x, r, w, EPS)} if vllm_c is not None else {}),
             "native": lambda: native(x, r, w, EPS),
             "native_compiled": lambda: native_compiled(x, r, w, EPS),
         }
