@@ -39,10 +39,12 @@ prepare)
     --wheel "$wheel" 2>&1 | tee "$out/prepare.log" | tail -3
   [ -n "${SKIP_PROBES:-}" ] && exit 0
   probes=" ${PROBES:-host provider launch} "
-  [[ $probes == *" host "* ]] && python3 "$here/host_cost_probe.py" --hidden 576 1024 --rows 8 --out "$out/host_cost.jsonl" > "$out/host_cost.log" 2>&1
-  [[ $probes == *" host "* ]] && tail -n +2 "$out/host_cost.jsonl" | python3 -c 'import json,sys
+  if [[ $probes == *" host "* ]]; then
+    python3 "$here/host_cost_probe.py" --hidden 576 1024 --rows 8 --out "$out/host_cost.jsonl" > "$out/host_cost.log" 2>&1
+    tail -n +2 "$out/host_cost.jsonl" | python3 -c 'import json,sys
 for line in sys.stdin:
     r = json.loads(line); print(r["hidden"], {k: v["median"] for k, v in r.items() if isinstance(v, dict) and "median" in v})'
+  fi
   [[ $probes == *" provider "* ]] && python3 "$here/provider_overhead.py" --impl triton --hidden 576 --rows 8 32 512 4096 \
     --out "$out/provider_overhead.jsonl" 2>&1 | tee "$out/provider_overhead.log" | grep '^{'
   [[ $probes == *" launch "* ]] && python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_triton_launch_cache.py 2>&1 \

@@ -365,6 +365,11 @@ def _bad(item: QualityItem, why: str) -> RunFailed:
                           "(vLLM: any version with 'logprobs' on /v1/completions); see its log for the request")
 
 
+def _finite_number(v: Any) -> bool:
+    """A JSON number (not a boolean) that is finite: what a log-probability must be."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def parse_output(item: QualityItem, payload: bytes | str) -> ItemOutput:
     """One completion answer (the bytes or text of its JSON) as the item's output; RunFailed naming the item when
     the answer is not a completion with a well-formed logprobs block (``ask``'s checks)."""
@@ -390,8 +395,7 @@ def parse_output(item: QualityItem, payload: bytes | str) -> ItemOutput:
         raise _bad(item, f"has {n} logprobs.token_logprobs for {len(tokens)} tokens")
     if not tokens:
         raise _bad(item, "has no tokens (an engine generates at least one)")
-    bad = [(i, v) for i, v in enumerate(lps)
-           if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+    bad = [(i, v) for i, v in enumerate(lps) if not _finite_number(v)]
     if bad:
         i, v = bad[0]
         raise _bad(item, f"has a log-probability that is not a finite number: token {i} ({tokens[i]!r}): {v!r}")
@@ -401,8 +405,7 @@ def parse_output(item: QualityItem, payload: bytes | str) -> ItemOutput:
         raise _bad(item, f"has {str(n)[:100]} logprobs.top_logprobs for {len(tokens)} tokens")
     for i, alt in enumerate(top):
         if not isinstance(alt, dict) or not alt or not all(
-                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for k, v in alt.items()):
+                isinstance(k, str) and _finite_number(v) for k, v in alt.items()):
             raise _bad(item, f"has a top_logprobs entry that is not a map of token texts to finite numbers: token "
                              f"{i}: {str(alt)[:200]}")
     ids = choice.get("token_ids")
