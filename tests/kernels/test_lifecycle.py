@@ -138,15 +138,18 @@ def test_a_token_finds_processes_that_left_the_session(tmp_path):
 
 
 def test_sigterm_raises_terminated_in_the_main_thread():
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        pytest.skip("SIGTERM already has a handler in this test process")
-    with proc.sigterm_as_interrupt():
-        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        with pytest.raises(proc.Terminated) as e:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(GONE_DEADLINE_S)
-        assert isinstance(e.value, KeyboardInterrupt) and e.value.exit_code == 143
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # from the default disposition whatever an earlier test in this worker left installed, and back to it after
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with proc.sigterm_as_interrupt():
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+            with pytest.raises(proc.Terminated) as e:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(GONE_DEADLINE_S)
+            assert isinstance(e.value, KeyboardInterrupt) and e.value.exit_code == 143
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_a_second_sigterm_during_cleanup_ends_the_process():
