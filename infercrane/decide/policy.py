@@ -38,6 +38,7 @@ SERVING_LATER_FIELDS: dict[str, object] = {
     "per_statistic_seed": False,
     "quality": None,  # no semantic-quality gate: what receipts decided before the gate did
     "slos": [],  # no SLO: no goodput measured (receipts decided before SLOs)
+    "goodput_continuity": None,  # no correction: a window of zero goodput entered no pair (receipts decided before it)
 }
 
 
@@ -139,6 +140,11 @@ class ServingPolicy(BaseModel):
     slos: list[Slo] = Field(default_factory=list,
                             description="service-level objectives (decide/slo.py): every run records its goodput and "
                                         "each SLO's attainment; goodput_req_s may then be a decision metric")
+    goodput_continuity: float | None = Field(
+        default=SERVING_LATER_FIELDS["goodput_continuity"], gt=0, le=1,
+        description="requests added to each run's or window's count of requests within every SLO, in both arms, "
+                    "before goodput's B/A (Haldane-Anscombe): a window in which an arm kept none enters the "
+                    "statistics; None: such a window enters no pair and no run ratio (receipts decided before the key)")
 
     @field_validator("slos")
     @classmethod

@@ -446,14 +446,17 @@ def _change(r: PairedRatio | None) -> float | None:
 
 
 def _family_member(metric: str, role: Literal["primary", "guard"], pairs: Mapping[str, Sequence[PairTriple]],
-                   level: float) -> PairedMetricVerdict:
+                   level: float, policy: ServingPolicy) -> PairedMetricVerdict:
     """One family metric pooled over the concurrency sweep, not yet adjusted (``p_holm`` None, INCONCLUSIVE)."""
     c, a, b = _pair_table(pairs, metric)
     cs = sorted(set(c.tolist()))
     r = paired_ratio(a, b, confidence=level) if a.size >= MIN_PAIRS else None
+    k = policy.goodput_continuity if metric == "goodput_req_s" else None
+    of = "" if k is None else (f" of (requests within every SLO + {k:g}) / window (Haldane-Anscombe: a window that kept "
+                               "none enters)")
     return PairedMetricVerdict(
         metric=metric, role=role, higher_is_better=serving_metric(metric).higher_is_better,
-        estimand=f"geometric mean B/A over all {a.size} window pairs of the workload, pooled over concurrencies "
+        estimand=f"geometric mean B/A{of} over all {a.size} window pairs of the workload, pooled over concurrencies "
                  f"{', '.join(map(str, cs))}",
         n_pairs=int(a.size), concurrencies=cs, ratio=r, change_percent=_change(r), p_holm=None,
         verdict=EquivalenceVerdict.INCONCLUSIVE,
@@ -547,8 +550,8 @@ def decide_serving_paired(
         raise InputError(f"phrases must name A and B, e.g. ('eager vLLM', 'compiled vLLM'); got {phrases!r}")
     pa, pb = phrases
     level = paired_interval_level(policy)
-    family = [_family_member(policy.primary_metric, "primary", pairs, level),
-              *(_family_member(g, "guard", pairs, level) for g in policy.guard_metrics)]
+    family = [_family_member(policy.primary_metric, "primary", pairs, level, policy),
+              *(_family_member(g, "guard", pairs, level, policy) for g in policy.guard_metrics)]
     short = _too_few_pairs(family, policy)
     if short is None:
         family = _adjusted(family, policy)

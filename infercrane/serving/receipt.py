@@ -182,8 +182,18 @@ def decision_metrics(policy: ServingPolicy | None) -> tuple[str, ...]:
 def serving_arm(result: PlanResult, arm: str, c: int, driver: str,
                 policy: ServingPolicy | None = None) -> ServingArm:
     runs = _ok_runs(result, arm, c, driver)
+    k = policy.goodput_continuity if policy is not None else None
     return ServingArm(recipe=arm, phrase=ARM_PHRASES.get(arm, f"recipe {arm}"),
-                      runs={k: [getattr(m, k) for m in runs] for k in decision_metrics(policy)})
+                      runs={name: [_corrected(m, name, k) for m in runs] for name in decision_metrics(policy)})
+
+
+def _corrected(m: RunMetrics, metric: str, goodput_continuity: float | None) -> float | None:
+    """A run's value of ``metric`` as the decision reads it: goodput with the policy's ``goodput_continuity``
+    requests added to the window's count of good requests (``(good + k) / window``), every other metric as recorded."""
+    value = getattr(m, metric)
+    if metric == "goodput_req_s" and goodput_continuity is not None and value is not None:
+        return value + goodput_continuity / m.duration_s
+    return value
 
 
 def _present(**fields: Any) -> dict[str, Any]:
@@ -337,18 +347,21 @@ def _combine(decisions: dict[int, ServingDecision], a: str, b: str, workload: st
         f"c={c}: {d.decision}" for c, d in decisions.items()), per_c
 
 
-def window_pairs(result: PlanResult, a: str, b: str, driver: str,
-                 metrics: tuple[str, ...] = STAT_METRICS) -> dict[str, list[tuple[int, float, float]]]:
+def window_pairs(result: PlanResult, a: str, b: str, driver: str, metrics: tuple[str, ...] = STAT_METRICS,
+                 goodput_continuity: float | None = None) -> dict[str, list[tuple[int, float, float]]]:
     """metric -> the window pairs ``(concurrency, A's value, B's value)``: A's run r at c with B's run r at c, both ok.
     In the sandwich (A1 | B B | A2, ABBA by blocks) run r of A1 pairs with the first half of B's block and A2's with
-    the second, so linear drift cancels over the pairs."""
+    the second, so linear drift cancels over the pairs. A pair enters where both values are positive; with
+    ``goodput_continuity`` (the policy's) goodput's values are ``(good + k) / window`` (``_corrected``), so a window
+    with no request within the SLOs enters too."""
     out: dict[str, list[tuple[int, float, float]]] = {m: [] for m in metrics}
     for c in result.workload.concurrency:
         runs_a = {m.run_index: m for m in _ok_runs(result, a, c, driver)}
         runs_b = {m.run_index: m for m in _ok_runs(result, b, c, driver)}
         for r in sorted(set(runs_a) & set(runs_b)):
             for metric in metrics:
-                va, vb = getattr(runs_a[r], metric), getattr(runs_b[r], metric)
+                va = _corrected(runs_a[r], metric, goodput_continuity)
+                vb = _corrected(runs_b[r], metric, goodput_continuity)
                 if va and vb:
                     out[metric].append((c, float(va), float(vb)))
     return out
@@ -362,7 +375,7 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
     from ..decide.serving import decide_serving_paired
     from ..stats.paired import design_for
 
-    pairs = window_pairs(result, a, b, driver, decision_metrics(policy))
+    pairs = window_pairs(result, a, b, driver, decision_metrics(policy), policy.goodput_continuity)
     pa, pb = ARM_PHRASES.get(a, f"recipe {a}"), ARM_PHRASES.get(b, f"recipe {b}")
     d = decide_serving_paired(pairs, policy, phrases=(pa, pb), workload="this workload")
     stats = []

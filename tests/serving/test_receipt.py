@@ -4,6 +4,7 @@ receipt marked incomplete with no decision."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,59 @@ def test_a_runs_notes_are_kept_ok_or_failed_and_an_older_layout_still_rebuilds(t
     old["runs"][0]["error"] = "dropped"  # a rebuilt run must still reproduce its record exactly
     with pytest.raises(InputError, match=r"runs\[0\] cannot be rebuilt exactly"):
         plan_result_from_receipt(old)
+
+
+def _goodput_ab(tmp_path: Path, stand_in_dir: Path, ts_recipe, good_a: int, good_b: int, policy,
+                order: str = "sandwich") -> dict:
+    """A complete A/B receipt (sandwich: 12 window pairs; sequential: 6 runs per arm at each of 2 concurrencies; 100
+    requests in 2 s windows) decided on goodput:
+    every window of arm A kept ``good_a`` requests within the SLOs, every one of B ``good_b``; B's windows last
+    2 s + 2 ms x (run % 3), so that the pairs are not all identical."""
+    from infercrane.decide.slo import slo_result
+
+    w = load_workload("quick")
+    arms = ["eager", "compiled"]
+    recipes = {a: ts_recipe(name=a, model=str(stand_in_dir)).resolved() for a in arms}
+    result = PlanResult(workload=w, recipes=recipes, drivers=["aiperf"], order=order, plan=plan_runs(arms, w, order),
+                        analysis="pairs" if order == "sandwich" else "runs")
+    for arm, good in (("eager", good_a), ("compiled", good_b)):
+        for i in range(w.runs_per_arm):
+            for c in w.concurrency:
+                duration = 2.0 + (0.002 * (i % 3) if arm == "compiled" else 0.0)
+                reqs = [{"ttft": 10.0 if k < good else 1000.0, "tpot": 5.0} for k in range(100)]
+                slo = slo_result(reqs, 0, duration, policy.slos)
+                result.runs.append(_run(arm, i, c, 6400 / duration).model_copy(update={
+                    "goodput_req_s": slo.goodput_req_s, "slo": slo}))
+    result.complete = True
+    doc = build_document(result, kind="ab", policy=policy, provenance=_prov(result, "ab"))
+    return write_receipt(doc, tmp_path / f"ab-{good_a}-{good_b}-{policy.goodput_continuity}-{order}.json").document
+
+
+def test_an_arm_that_keeps_no_request_within_the_slos_enters_the_goodput_pairs(tmp_path: Path, stand_in_dir: Path,
+                                                                               ts_recipe) -> None:
+    slo = load_policy("serving", "serving-slo")
+    assert slo.goodput_continuity == 0.5  # the packaged default, declared once in serving.yaml
+    # A meets nothing in any window, B keeps 98 of 100: every window pair enters as (good + 0.5) / window, accept
+    doc = _goodput_ab(tmp_path, stand_in_dir, ts_recipe, 0, 98, slo)
+    pa = doc["paired_aiperf"]
+    primary = pa["family"]["tests"][0]
+    assert primary["metric"] == "goodput_req_s" and primary["n_pairs"] == 12
+    assert "Haldane-Anscombe" in primary["estimand"]
+    by_hand = [math.log((98.5 / (2.0 + 0.002 * k)) / (0.5 / 2.0)) for k in (0, 1, 2) for _ in range(4)]
+    assert primary["ratio_b_over_a"] == pytest.approx(math.exp(sum(by_hand) / 12), rel=1e-12)
+    assert primary["verdict"] == "BETTER" and pa["decision_code"] == "accept"
+    # without the correction (a receipt decided before the key): no pair of goodput, no decision
+    old = slo.model_copy(update={"goodput_continuity": None})
+    doc = _goodput_ab(tmp_path, stand_in_dir, ts_recipe, 0, 98, old)
+    primary = doc["paired_aiperf"]["family"]["tests"][0]
+    assert primary["ratio_b_over_a"] is None and "Haldane-Anscombe" not in primary["estimand"]
+    assert doc["paired_aiperf"]["decision_code"] == "inconclusive"
+    # both arms keep every request in every window: equivalent, so no gain to adopt
+    doc = _goodput_ab(tmp_path, stand_in_dir, ts_recipe, 100, 100, slo)
+    assert doc["paired_aiperf"]["decision_code"] == "reject"
+    assert "equivalent" in doc["paired_aiperf"]["decision"]
+    # the run design reads the same corrected values: accept at each concurrency; without the key a zero stops it
+    doc = _goodput_ab(tmp_path, stand_in_dir, ts_recipe, 0, 98, slo, order="sequential")
+    assert doc["paired_aiperf"]["decision_code"] == "accept", doc["paired_aiperf"]["reason"]
+    with pytest.raises(InputError, match="every run must be finite and > 0"):
+        _goodput_ab(tmp_path, stand_in_dir, ts_recipe, 0, 98, old, order="sequential")
