@@ -312,13 +312,21 @@ def _quality_gate(evidence: dict[str, Any]) -> dict[str, Any] | None:
     return paired.get("quality_gate") if paired is not None else None
 
 
+def _replayed_trace(doc: dict[str, Any]) -> bool:
+    """Whether a serving receipt's A/B replayed a request trace (its workload records the trace)."""
+    return bool(((doc.get("paired_aiperf") or {}).get("workload") or {}).get("trace"))
+
+
 def qualification_boundary(evidence: dict[str, Any]) -> str:
     from ..serving.receipt import QUALITY_BOUNDARY, SYNTHETIC_BOUNDARY
 
     serving = _serving_docs(evidence)
     dummy = any(d["model"].get("weights") == "dummy" for d in serving)
     gate = _quality_gate(evidence)
-    if gate is not None and gate["ran"]:
+    top = {s: d for s in ("paired", "public") if (d := _top(evidence, s)) is not None}
+    if any(_replayed_trace(d) for d in top.values()):  # a trace's boundary is its A/B's own: say each section's
+        text = "; ".join(f"{s} A/B: {d['qualification_boundary']}" for s, d in top.items())
+    elif gate is not None and gate["ran"]:
         text = QUALITY_BOUNDARY.format(verdict=f"paired A/B: gate {gate['verdict']}")
     else:
         text = SYNTHETIC_BOUNDARY.format(weights=", dummy weights" if dummy else "") if serving else KERNEL_ONLY

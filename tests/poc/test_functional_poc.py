@@ -224,3 +224,43 @@ def test_a_screen_stopped_by_sigterm_stops_the_poc(tmp_path, monkeypatch, capsys
     assert code == 143
     assert f"kernel: the screen's partial receipt is kept as {partial}" in said
     assert "kernel: STOPPED" in said and "paired: start" not in said
+
+
+@pytest.mark.timeout(900)
+def test_a_poc_whose_paired_ab_replays_a_trace_decides_on_goodput_and_states_each_boundary(tmp_path, monkeypatch):
+    """A PoC config takes a trace workload like any other: its paired A/B replays the trace on its schedule against the
+    test servers, decided on goodput under the config's SLO policy; the PoC receipt validates, says each serving
+    section's own boundary (the trace's, the public workload's), and the trace gate reads it."""
+    from infercrane.serving.trace import TraceSpec, generate
+
+    spec = TraceSpec.model_validate({"requests": 30, "rate_per_s": 20.0, "arrival": "poisson", "seed": 4,
+                                     "input_length": {"kind": "uniform", "low": 20, "high": 60},
+                                     "output_length": {"kind": "uniform", "low": 4, "high": 12}})
+    (tmp_path / "t.jsonl").write_text(generate(spec))
+    (tmp_path / "w.yaml").write_text("schema_version: infercrane.serving-workload/v1\nname: trace-test\n"
+                                     "concurrency: [16]\ninput_tokens: 40\noutput_tokens: 8\ntrace: t.jsonl\n"
+                                     "runs_per_arm: 3\narm_order: interleaved\narrival_tolerance_ms: 200\n")
+    (tmp_path / "p.yaml").write_text("schema_version: infercrane.serving-policy/v1\nprimary_metric: goodput_req_s\n"
+                                     "guard_metrics: [ttft_p95_ms]\nmin_pairs: 3\n"
+                                     "slos: [{metric: e2e, percentile: 95, max_ms: 1000}]\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("schema_version: infercrane.poc-config/v1\nname: trace-functional\nmodel: Qwen/Qwen3-0.6B\n"
+                      "gpu: none\nkernel: {op: fused_add_rmsnorm, candidates: [triton], baselines: [eager, "
+                      "torch_compile, vllm_vendor], rows: [1], checks: 1}\n"
+                      "paired: {recipes: [testserver, testserver-fast], workload: w.yaml}\n"
+                      "public: {recipes: [testserver, testserver-fast], workload: quick-public}\n"
+                      "serving: {stand_in: true, drivers: [aiperf], coresident: true, policy: p.yaml}\n")
+    monkeypatch.chdir(tmp_path)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "poc.json"
+    assert main(["poc", str(config), "--out", str(out)]) == 0
+    doc = load_receipt(out).document  # validates: every section derived again, the boundary included
+    paired = doc["evidence"]["paired"]["cpu"]
+    assert paired["paired_aiperf"]["workload"]["trace"]["name"] == "t.jsonl"
+    assert paired["paired_aiperf"]["family"]["tests"][0]["metric"] == "goodput_req_s"
+    assert all(r["arrival"]["within"] for r in paired["runs"])
+    boundary = doc["qualification_boundary"]
+    assert "paired A/B: performance under a replayed request trace (t.jsonl" in boundary
+    assert "public A/B: synthetic performance evidence only" in boundary
+    assert main(["gate", str(out), "--rules", "release-trace"]) == 1  # a functional PoC is not measured on a GPU
