@@ -146,6 +146,11 @@ class ServingPolicy(BaseModel):
                     "before goodput's B/A (Haldane-Anscombe): a window in which an arm kept none enters the "
                     "statistics; None: such a window enters no pair and no run ratio (receipts decided before the key)")
 
+    def continuity_for(self, metric: str) -> float | None:
+        """Requests added to each run's or window's count before the decision reads ``metric``: ``goodput_continuity``
+        for goodput (``(good + k) / window``), None for every other metric and where the policy has no correction."""
+        return self.goodput_continuity if metric == "goodput_req_s" else None
+
     @field_validator("slos")
     @classmethod
     def _one_bound_per_metric(cls, v: list[Slo]) -> list[Slo]:

@@ -451,7 +451,7 @@ def _family_member(metric: str, role: Literal["primary", "guard"], pairs: Mappin
     c, a, b = _pair_table(pairs, metric)
     cs = sorted(set(c.tolist()))
     r = paired_ratio(a, b, confidence=level) if a.size >= MIN_PAIRS else None
-    k = policy.goodput_continuity if metric == "goodput_req_s" else None
+    k = policy.continuity_for(metric)
     of = "" if k is None else (f" of (requests within every SLO + {k:g}) / window (Haldane-Anscombe: a window that kept "
                                "none enters)")
     return PairedMetricVerdict(

@@ -182,18 +182,17 @@ def decision_metrics(policy: ServingPolicy | None) -> tuple[str, ...]:
 def serving_arm(result: PlanResult, arm: str, c: int, driver: str,
                 policy: ServingPolicy | None = None) -> ServingArm:
     runs = _ok_runs(result, arm, c, driver)
-    k = policy.goodput_continuity if policy is not None else None
     return ServingArm(recipe=arm, phrase=ARM_PHRASES.get(arm, f"recipe {arm}"),
-                      runs={name: [_corrected(m, name, k) for m in runs] for name in decision_metrics(policy)})
+                      runs={k: [_corrected(m, k, policy) for m in runs] for k in decision_metrics(policy)})
 
 
-def _corrected(m: RunMetrics, metric: str, goodput_continuity: float | None) -> float | None:
-    """A run's value of ``metric`` as the decision reads it: goodput with the policy's ``goodput_continuity``
-    requests added to the window's count of good requests (``(good + k) / window``), every other metric as recorded."""
+def _corrected(m: RunMetrics, metric: str, policy: ServingPolicy | None) -> float | None:
+    """A run's value of ``metric`` as the decision reads it: with the policy's correction for the metric
+    (``ServingPolicy.continuity_for``: goodput's ``goodput_continuity``) that many requests added to the window's
+    count (``(good + k) / window``), else as recorded."""
     value = getattr(m, metric)
-    if metric == "goodput_req_s" and goodput_continuity is not None and value is not None:
-        return value + goodput_continuity / m.duration_s
-    return value
+    k = policy.continuity_for(metric) if policy is not None else None
+    return value if k is None or value is None else value + k / m.duration_s
 
 
 def _present(**fields: Any) -> dict[str, Any]:
@@ -348,20 +347,19 @@ def _combine(decisions: dict[int, ServingDecision], a: str, b: str, workload: st
 
 
 def window_pairs(result: PlanResult, a: str, b: str, driver: str, metrics: tuple[str, ...] = STAT_METRICS,
-                 goodput_continuity: float | None = None) -> dict[str, list[tuple[int, float, float]]]:
+                 policy: ServingPolicy | None = None) -> dict[str, list[tuple[int, float, float]]]:
     """metric -> the window pairs ``(concurrency, A's value, B's value)``: A's run r at c with B's run r at c, both ok.
     In the sandwich (A1 | B B | A2, ABBA by blocks) run r of A1 pairs with the first half of B's block and A2's with
-    the second, so linear drift cancels over the pairs. A pair enters where both values are positive; with
-    ``goodput_continuity`` (the policy's) goodput's values are ``(good + k) / window`` (``_corrected``), so a window
-    with no request within the SLOs enters too."""
+    the second, so linear drift cancels over the pairs. A pair enters where both values are positive, as the
+    ``policy`` reads them (``_corrected``: goodput as ``(good + k) / window``, so a window with no request within the
+    SLOs enters too)."""
     out: dict[str, list[tuple[int, float, float]]] = {m: [] for m in metrics}
     for c in result.workload.concurrency:
         runs_a = {m.run_index: m for m in _ok_runs(result, a, c, driver)}
         runs_b = {m.run_index: m for m in _ok_runs(result, b, c, driver)}
         for r in sorted(set(runs_a) & set(runs_b)):
             for metric in metrics:
-                va = _corrected(runs_a[r], metric, goodput_continuity)
-                vb = _corrected(runs_b[r], metric, goodput_continuity)
+                va, vb = _corrected(runs_a[r], metric, policy), _corrected(runs_b[r], metric, policy)
                 if va and vb:
                     out[metric].append((c, float(va), float(vb)))
     return out
@@ -375,7 +373,7 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
     from ..decide.serving import decide_serving_paired
     from ..stats.paired import design_for
 
-    pairs = window_pairs(result, a, b, driver, decision_metrics(policy), policy.goodput_continuity)
+    pairs = window_pairs(result, a, b, driver, decision_metrics(policy), policy)
     pa, pb = ARM_PHRASES.get(a, f"recipe {a}"), ARM_PHRASES.get(b, f"recipe {b}")
     d = decide_serving_paired(pairs, policy, phrases=(pa, pb), workload="this workload")
     stats = []
