@@ -205,7 +205,7 @@ def test_ctrl_c_in_the_kernel_section_keeps_the_run_folder_and_says_so(tmp_path,
     assert code == 130
     assert (tmp_path / "run" / "poc").is_dir() and not (tmp_path / "run" / "poc.json").exists()
     assert "no section finished, so there is no PoC receipt yet" in said
-    assert f"continue with: " in said and said.rstrip().endswith(f"poc functional --resume {tmp_path / 'run'}")
+    assert "continue with: " in said and said.rstrip().endswith(f"poc functional --resume {tmp_path / 'run'}")
 
 
 @pytest.mark.timeout(300)
