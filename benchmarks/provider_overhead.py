@@ -81,12 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     from infercrane.vllm_plugin.providers import load_kernel, register_choice
     from infercrane.vllm_plugin.selection import KernelChoice
 
+    from vllm.platforms import current_platform
+
+    # vLLM's built-in implementations (its C++ op among them) register when the platform imports them, as the
+    # engine does at start-up; importing vllm.ir alone registers only the native one
+    try:
+        current_platform.import_ir_kernels()
+    except Exception as exc:  # noqa: BLE001  (a kernel module vLLM cannot load here: the vllm_c column is left out)
+        print(f"provider_overhead: vLLM's kernels did not load ({type(exc).__name__}: {exc}); no vllm_c column",
+              file=sys.stderr)
     choice = KernelChoice("fused_add_rms_norm", args.impl)
     register_choice(choice, ir.ops, None)
     op = ir.ops.fused_add_rms_norm
     provider = op.impls[choice.provider].impl_fn
     native = op.impls["native"].impl_fn
-    vllm_c = op.impls["vllm_c"].impl_fn if "vllm_c" in op.impls else None  # absent where vLLM's _C did not load
+    vllm_c = op.impls["vllm_c"].impl_fn if "vllm_c" in op.impls else None  # absent where vLLM's kernels did not load
     native_compiled = torch.compile(native, dynamic=True)  # one compile for every row count
     kernel = load_kernel(choice).fn
 
