@@ -74,14 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import vllm
         from vllm import ir
+        from vllm.platforms import current_platform
     except ImportError as exc:
         print(f"provider_overhead: needs vLLM (its IR op registry): {exc}", file=sys.stderr)
         return 2
 
     from infercrane.vllm_plugin.providers import load_kernel, register_choice
     from infercrane.vllm_plugin.selection import KernelChoice
-
-    from vllm.platforms import current_platform
 
     # vLLM's built-in implementations (its C++ op among them) register when the platform imports them, as the
     # engine does at start-up; importing vllm.ir alone registers only the native one
