@@ -66,3 +66,12 @@ class RunFailed(InfercraneError):
     """A measurement run failed part-way; whatever was measured is kept and reported."""
 
     exit_code = 4
+
+
+class WindowsLost(RunFailed):
+    """A driver process that measures several windows (an AIPerf block) ended without error, the engine alive, having
+    finished only the first ``finished`` of its windows: the driver's own failure, which a new process can retry."""
+
+    def __init__(self, message: str, *, finished: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.finished = finished

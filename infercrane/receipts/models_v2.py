@@ -977,7 +977,9 @@ class OptimizationPocReceiptV2(Strict):
                                                       "arm's runs apart")
     plan_blocks: list[dict[str, Any]] = Field(default_factory=list, description="per AIPerf block: its wall time, "
                                               "start-up, warm-up, windows, gaps and tail as measured (raw evidence of "
-                                              "time_accounting)")
+                                              "time_accounting); a block whose AIPerf ended short of its windows "
+                                              "names them (windows_lost), and the blocks that ran them again say "
+                                              "retry")
     policy_sha256: str | None = Field(default=None, description="sha256 of the policy's canonical JSON (its workload "
                                                                 "notes aside)")
     merged_from: list[MergedInput] = Field(default_factory=list, description="the receipts receipt merge joined")

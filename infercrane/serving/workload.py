@@ -510,6 +510,9 @@ MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each o
 PRESTART_FIRST_LEAD_S = 35.0  # before any block has shown its start-up (14-22 s on an H200 host)
 PRESTART_MARGIN_S = 10.0
 CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
+# An AIPerf block that ends normally short of its windows, the engine alive (errors.WindowsLost: seen once under CPU
+# load, AIPerf 0.12's records manager losing a phase's end): the windows left run again in new blocks this many times.
+LOST_WINDOW_RETRIES = 1
 
 
 def window_estimate_s(workload: Workload, runs: Sequence[Any]) -> float:
@@ -809,11 +812,15 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         return aiperf_block(workload, arms[p.arm], tokenizers[p.arm], engine, runs, where, rates,
                             prompt_files.get((p.run_index, p.concurrency)), slos)
 
-    def run_block(engine: Any, runs: list[PlannedRun], where: Path, seg: int | None = None) -> None:
+    def run_block(engine: Any, runs: list[PlannedRun], where: Path, seg: int | None = None, retry: int = 0) -> None:
         """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
         finished it, the block's time accounting kept even when it fails. ``seg``: the visit, for a whole-visit
         block: its process may have been started ahead (``prestarted``), and it may start the next visit's ahead
-        (``maybe_prestart``)."""
+        (``maybe_prestart``). A block whose AIPerf ends short of its windows with the engine alive (``WindowsLost``)
+        has the windows left run again, at once, on the same engine, in new blocks (``retry_lost``), up to
+        ``LOST_WINDOW_RETRIES`` times; its accounting names them (``windows_lost``), the new blocks' say
+        ``retry``, and a plan note says which windows were measured late."""
+        from infercrane.errors import WindowsLost
         from infercrane.serving.drivers.aiperf import block_accounting
 
         arm = runs[0].arm
@@ -830,10 +837,15 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                     open_next_early(seg)
 
         started = time.time()
+        lost: WindowsLost | None = None
         try:
             drvs[0].run_grid(g, on_window=on_window,
                              on_progress=(lambda line: on_progress(f"{arm} {line}")) if on_progress else None,
                              **({"prestarted": pre} if pre is not None else {}))
+        except WindowsLost as exc:
+            lost = exc
+            if retry >= LOST_WINDOW_RETRIES or not engine.alive():
+                raise
         finally:
             ended = time.time()
             if pre is not None:
@@ -846,7 +858,46 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
                 acct["overlapped_by_prestart"] = prestart_overlap(g, prestarted[nxt], ended)
                 if prestarted[nxt].opened_t is not None:  # the next block's load began before this process ended
                     acct["next_opened_before_end_s"] = round(max(0.0, ended - prestarted[nxt].opened_t), 3)
+            if retry:
+                acct["retry"] = retry
+            if lost is not None:
+                acct["windows_lost"] = [w.name for w in g.windows()[lost.finished:]]
             result.blocks.append(acct)
+        if lost is not None:
+            retry_lost(engine, runs, g.windows()[lost.finished:], where, retry + 1, lost)
+
+    def retry_lost(engine: Any, runs: list[PlannedRun], windows: list[Any], where: Path, retry: int,
+                   cause: Exception) -> None:
+        """Run ``windows`` (the ones a block lost) of ``runs`` again on ``engine``, now: in order, as few blocks as
+        keep each one a grid (the lost run's concurrencies left, then the whole runs after it), each from a reset
+        prefix cache, its artifacts in ``where/retry<N>-<k>``."""
+        names = {w.name for w in windows}
+        left = [p for p in runs if f"r{p.run_index:02d}_c{p.concurrency}" in names]
+        by_run: dict[int, list[PlannedRun]] = {}
+        for p in left:
+            by_run.setdefault(p.run_index, []).append(p)
+        pieces: list[list[PlannedRun]] = []
+        shapes: list[list[int]] = []  # each piece's concurrencies, the same for every run in it
+        for group in by_run.values():
+            shape = [p.concurrency for p in group]
+            if shapes and shapes[-1] == shape:
+                pieces[-1].extend(group)
+            else:
+                pieces.append(list(group))
+                shapes.append(shape)
+        arm = runs[0].arm
+        first = cause.message.splitlines()[0]
+        result.notes.append(f"{arm}: {first}; the engine was alive, so the {len(left)} window(s) left "
+                            f"({', '.join(w.name for w in windows)}) ran again at once in {len(pieces)} new AIPerf "
+                            f"block(s) (retry {retry} of {LOST_WINDOW_RETRIES}), later in the visit than planned")
+        if on_progress is not None:
+            on_progress(f"{arm}: AIPerf lost {len(left)} window(s); running them again (retry {retry})")
+        for k, piece in enumerate(pieces):
+            if not engine.alive():
+                raise engine.failure(f"died before the retry of run {piece[0].run_index} at concurrency "
+                                     f"{piece[0].concurrency}")
+            engine.reset_prefix_cache()
+            run_block(engine, piece, where / f"retry{retry}-{k}", retry=retry)
 
     def warmed_for_workload(engine: Any) -> bool:
         return engine_warmup(engine, workload) is not None

@@ -77,6 +77,71 @@ def test_an_engine_crash_in_window_k_keeps_windows_before_it(tmp_path, ts_recipe
     assert partial.blocks and partial.blocks[0]["windows_finished"] >= len(partial.runs)
 
 
+def _aiperf_losing_windows(monkeypatch, blocks: int | None) -> list:
+    """AIPerf that runs only the warm-up and first window of its first ``blocks`` blocks (every block: None) and
+    exits normally, as AIPerf 0.12 did once under load (its records manager lost a phase's end): the windows after
+    are never measured. Returns the artifact folders of the blocks cut."""
+    from infercrane.serving.drivers.aiperf import AiperfDriver
+
+    real, cut = AiperfDriver.block_config, []
+
+    def losing(self, grid):
+        cfg = real(self, grid)
+        if blocks is None or len(cut) < blocks:
+            cut.append(grid.spec.artifact_dir)
+            cfg["benchmark"]["phases"] = cfg["benchmark"]["phases"][:2]
+        return cfg
+
+    monkeypatch.setattr(AiperfDriver, "block_config", losing)
+    return cut
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_windows_aiperf_lost_run_again_at_once_on_the_same_engine(tmp_path, ts_recipe, stand_in_dir, offline_env,
+                                                                   monkeypatch):
+    cut = _aiperf_losing_windows(monkeypatch, blocks=1)
+    recipe = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="one", model=str(stand_in_dir))
+    w = Workload(schema_version=WORKLOAD_SCHEMA_VERSION, name="lost", concurrency=[1, 2], input_tokens=32,
+                 output_tokens=16, window_s=1.0, warmup_s=0.5, runs_per_arm=3, arm_order="sequential")
+    result = run_plan([recipe], w, out_dir=tmp_path / "art", drivers="aiperf", startup_timeout_s=60,
+                      order="sequential")
+    assert result.complete and len(cut) == 1
+    # every planned window measured once, in plan order, on the one engine
+    assert [(m.run_index, m.concurrency) for m in result.runs] == [(r, c) for r in range(3) for c in (1, 2)]
+    assert all(m.ok and m.requests_completed > 0 for m in result.runs) and len(result.engines) == 1
+    # the lost block, then its windows left in as few grids as keep their order: r00's c=2, then runs 1-2
+    first, *retries = result.blocks
+    assert first["windows_planned"] == 6 and first["windows_finished"] == 1 and "retry" not in first
+    assert first["windows_lost"] == ["r00_c2", "r01_c1", "r01_c2", "r02_c1", "r02_c2"]
+    assert [(b["retry"], b["windows_planned"], b["windows_finished"]) for b in retries] == [(1, 1, 1), (1, 4, 4)]
+    assert [b["artifacts"] for b in retries] == [str(tmp_path / "art/one/visit00" / f"retry1-{k}") for k in (0, 1)]
+    assert result.runs[0].raw_export_path.startswith(str(tmp_path / "art/one/visit00/phases"))
+    assert all("/retry1-" in m.raw_export_path for m in result.runs[1:])
+    note = next(n for n in result.notes if "ran again" in n)
+    assert "AIPerf ended without finishing window r00_c2" in note and "retry 1 of 1" in note
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_retry_that_loses_windows_too_stops_the_plan_with_what_was_measured(tmp_path, ts_recipe, stand_in_dir,
+                                                                              offline_env, monkeypatch):
+    from infercrane.errors import WindowsLost
+
+    _aiperf_losing_windows(monkeypatch, blocks=None)
+    recipe = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="one", model=str(stand_in_dir))
+    w = Workload(schema_version=WORKLOAD_SCHEMA_VERSION, name="lost", concurrency=[1], input_tokens=32,
+                 output_tokens=16, window_s=1.0, warmup_s=0.5, runs_per_arm=3, arm_order="sequential")
+    with pytest.raises(WindowsLost) as err:
+        run_plan([recipe], w, out_dir=tmp_path / "art", drivers="aiperf", startup_timeout_s=60, order="sequential")
+    partial = err.value.partial
+    assert err.value.finished == 1 and "window r02_c1" in str(err.value)
+    assert [m.run_index for m in partial.runs] == [0, 1] and all(m.ok for m in partial.runs)
+    assert [(b.get("retry"), b["windows_lost"]) for b in partial.blocks] == [(None, ["r01_c1", "r02_c1"]),
+                                                                             (1, ["r02_c1"])]
+    assert not partial.complete and any(n.startswith("stopped part-way: AIPerf ended") for n in partial.notes)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_one_concurrency_visit_reads_each_trial(tmp_path, ts_recipe, stand_in_dir, offline_env):
