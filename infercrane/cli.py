@@ -113,7 +113,15 @@ def main(argv: list[str] | None = None) -> int:
             for line in usage_error_lines(e):
                 _print_error(line)
             return 2
-        raise
+        # a bug: its traceback, and an exit code no verdict uses (a gate's FAIL and --fail-on are 1)
+        import traceback
+
+        from .errors import INTERNAL_ERROR_EXIT
+
+        traceback.print_exc()
+        _print_error(f"internal error ({type(e).__name__}); the traceback above is InferCrane's fault, not the "
+                     f"input's: please report it (exit {INTERNAL_ERROR_EXIT})")
+        return INTERNAL_ERROR_EXIT
     return result if isinstance(result, int) else 0
 
 

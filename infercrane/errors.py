@@ -8,6 +8,10 @@ from contextlib import contextmanager
 from typing import Iterator
 
 
+INTERNAL_ERROR_EXIT = 70  # an exception InferCrane did not raise on purpose (a bug): sysexits' EX_SOFTWARE, never
+# a gate's or a --fail-on's 1
+
+
 class InfercraneError(Exception):
     """Root of every error InferCrane raises on purpose."""
 

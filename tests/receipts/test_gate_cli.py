@@ -88,3 +88,18 @@ def test_what_cannot_be_read_is_exit_2(tmp_path: Path, capsys):
     assert main(["gate", str(POC), "--rules", str(_rules(tmp_path, "nokey.pub"))]) == 2
     err = capsys.readouterr().err
     assert "exactly one check" in err
+
+
+def test_a_bug_inside_the_gate_is_not_read_as_its_fail(monkeypatch, capsys):
+    """An exception InferCrane did not raise on purpose prints its traceback and exits 70, never the 1 of a FAIL."""
+    from infercrane.decide import gate as rules
+    from infercrane.errors import INTERNAL_ERROR_EXIT
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a rule divided by zero")
+
+    monkeypatch.setattr(rules, "evaluate", broken)
+    assert main(["gate", str(POC), "--rules", "release-example", *AT]) == INTERNAL_ERROR_EXIT == 70
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ZeroDivisionError: a rule divided by zero" in err
+    assert err.splitlines()[-1].startswith("infercrane: error: internal error (ZeroDivisionError)")
