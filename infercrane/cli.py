@@ -2,8 +2,9 @@
 
 Sub-commands are registered by import path and loaded only when run, so ``infercrane --help`` imports neither torch
 nor vLLM nor AIPerf. Every InferCrane error maps to an exit code here, in one place:
-0 ok · 1 internal error · 2 bad input (file, flag, recipe, receipt) · 3 a needed tool is unavailable · 4 a run failed
-· 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM).
+0 ok · 1 a verdict asked to fail (``gate``, ``--fail-on``, ``kernel agree``) · 2 bad input (file, flag, recipe,
+receipt) · 3 a needed tool is unavailable · 4 a run failed · 70 internal error (``run``: a bug) · 130 interrupted
+(Ctrl-C) · 143 terminated (SIGTERM).
 
 Bad input is printed as one line per bad value, naming the flag and what to give instead (``usage_error_lines``):
 cyclopts' usage errors and the option models' validation errors alike, never a pydantic dump.
@@ -113,7 +114,17 @@ def main(argv: list[str] | None = None) -> int:
             for line in usage_error_lines(e):
                 _print_error(line)
             return 2
-        # a bug: its traceback, and an exit code no verdict uses (a gate's FAIL and --fail-on are 1)
+        raise
+    return result if isinstance(result, int) else 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    """The program (``infercrane``, ``python -m infercrane``): ``main``, and for an exception InferCrane did not raise
+    on purpose (a bug) its traceback and exit ``INTERNAL_ERROR_EXIT``, never Python's 1, which a gate's FAIL and
+    ``--fail-on`` use. ``main`` itself lets such an exception propagate to an in-process caller."""
+    try:
+        return main(argv)
+    except Exception as e:
         import traceback
 
         from .errors import INTERNAL_ERROR_EXIT
@@ -122,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
         _print_error(f"internal error ({type(e).__name__}); the traceback above is InferCrane's fault, not the "
                      f"input's: please report it (exit {INTERNAL_ERROR_EXIT})")
         return INTERNAL_ERROR_EXIT
-    return result if isinstance(result, int) else 0
 
 
 def _print_error(message: str) -> None:

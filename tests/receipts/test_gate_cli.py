@@ -91,7 +91,9 @@ def test_what_cannot_be_read_is_exit_2(tmp_path: Path, capsys):
 
 
 def test_a_bug_inside_the_gate_is_not_read_as_its_fail(monkeypatch, capsys):
-    """An exception InferCrane did not raise on purpose prints its traceback and exits 70, never the 1 of a FAIL."""
+    """An exception InferCrane did not raise on purpose prints its traceback and exits 70 from the program, never the
+    1 of a FAIL."""
+    from infercrane.cli import run
     from infercrane.decide import gate as rules
     from infercrane.errors import INTERNAL_ERROR_EXIT
 
@@ -99,7 +101,7 @@ def test_a_bug_inside_the_gate_is_not_read_as_its_fail(monkeypatch, capsys):
         raise ZeroDivisionError("a rule divided by zero")
 
     monkeypatch.setattr(rules, "evaluate", broken)
-    assert main(["gate", str(POC), "--rules", "release-example", *AT]) == INTERNAL_ERROR_EXIT == 70
+    assert run(["gate", str(POC), "--rules", "release-example", *AT]) == INTERNAL_ERROR_EXIT == 70
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "ZeroDivisionError: a rule divided by zero" in err
     assert err.splitlines()[-1].startswith("infercrane: error: internal error (ZeroDivisionError)")
