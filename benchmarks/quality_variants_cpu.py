@@ -132,8 +132,7 @@ def compare(ref, oth):
     diffs = [abs(rl[k] - ol[k]) for k in range(same_upto)]
     res = {"identical": j is None, "n_common": same_upto,
            "max_abs_lp_diff": max(diffs) if diffs else 0.0,
-           "max_abs_lp_diff_pos": (max(range(same_upto), key=lambda k: diffs[k]) if diffs else None),
-           "max_abs_fullvocab_top1_diff": None}
+           "max_abs_lp_diff_pos": (max(range(same_upto), key=lambda k: diffs[k]) if diffs else None)}
     if j is not None and j < len(rt) and j < len(ot):
         a, b = rt[j], ot[j]
         gap_ref = (rfull[j][a] - rfull[j][b]).item()
