@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                       **{k: v for k, v in jit_kwargs.items() if k != "num_warps"}}
             ordered = tuple(values[name] if name in values else None for name in rows_kernel.arg_names)
             stream = torch.cuda.current_stream().cuda_stream
-            runner = ck[grid] if hasattr(ck, "__getitem__") else None
+            # CompiledKernel[grid] reads grid[0], grid[1] and grid[2]: the three-dimensional grid (a 1-tuple gave
+            # the IndexError of the first H100 run)
+            runner = ck[(grid[0], 1, 1)] if hasattr(ck, "__getitem__") else None
             names = list(rows_kernel.arg_names)
             row_meta = {"arg_names": names, "missing": [n for n in names if n not in values]}
 
