@@ -871,8 +871,8 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         """Run ``windows`` (the ones a block lost) of ``runs`` again on ``engine``, now: in order, as few blocks as
         keep each one a grid (the lost run's concurrencies left, then the whole runs after it), each from a reset
         prefix cache, its artifacts in ``where/retry<N>-<k>``."""
-        names = {w.name for w in windows}
-        left = [p for p in runs if f"r{p.run_index:02d}_c{p.concurrency}" in names]
+        keys = {(w.run_index, w.concurrency) for w in windows}
+        left = [p for p in runs if (p.run_index, p.concurrency) in keys]
         by_run: dict[int, list[PlannedRun]] = {}
         for p in left:
             by_run.setdefault(p.run_index, []).append(p)
