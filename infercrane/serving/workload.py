@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import time
 from pathlib import Path
@@ -838,12 +839,13 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
 
         started = time.time()
         lost: WindowsLost | None = None
+        lost_windows: list[Any] = []  # the windows it did not finish, in order
         try:
             drvs[0].run_grid(g, on_window=on_window,
                              on_progress=(lambda line: on_progress(f"{arm} {line}")) if on_progress else None,
                              **({"prestarted": pre} if pre is not None else {}))
         except WindowsLost as exc:
-            lost = exc
+            lost, lost_windows = exc, g.windows()[exc.finished:]
             if retry >= LOST_WINDOW_RETRIES or not engine.alive():
                 raise
         finally:
@@ -861,10 +863,10 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
             if retry:
                 acct["retry"] = retry
             if lost is not None:
-                acct["windows_lost"] = [w.name for w in g.windows()[lost.finished:]]
+                acct["windows_lost"] = [w.name for w in lost_windows]
             result.blocks.append(acct)
         if lost is not None:
-            retry_lost(engine, runs, g.windows()[lost.finished:], where, retry + 1, lost)
+            retry_lost(engine, runs, lost_windows, where, retry + 1, lost)
 
     def retry_lost(engine: Any, runs: list[PlannedRun], windows: list[Any], where: Path, retry: int,
                    cause: Exception) -> None:
@@ -872,19 +874,10 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         keep each one a grid (the lost run's concurrencies left, then the whole runs after it), each from a reset
         prefix cache, its artifacts in ``where/retry<N>-<k>``."""
         keys = {(w.run_index, w.concurrency) for w in windows}
-        left = [p for p in runs if (p.run_index, p.concurrency) in keys]
-        by_run: dict[int, list[PlannedRun]] = {}
-        for p in left:
-            by_run.setdefault(p.run_index, []).append(p)
-        pieces: list[list[PlannedRun]] = []
-        shapes: list[list[int]] = []  # each piece's concurrencies, the same for every run in it
-        for group in by_run.values():
-            shape = [p.concurrency for p in group]
-            if shapes and shapes[-1] == shape:
-                pieces[-1].extend(group)
-            else:
-                pieces.append(list(group))
-                shapes.append(shape)
+        left = [p for p in runs if (p.run_index, p.concurrency) in keys]  # plan order: run by run
+        by_run = [list(g) for _, g in itertools.groupby(left, key=lambda p: p.run_index)]
+        pieces = [[p for row in rows for p in row]  # consecutive runs of the same concurrencies: one grid
+                  for _, rows in itertools.groupby(by_run, key=lambda row: [p.concurrency for p in row])]
         arm = runs[0].arm
         first = cause.message.splitlines()[0]
         result.notes.append(f"{arm}: {first}; the engine was alive, so the {len(left)} window(s) left "
