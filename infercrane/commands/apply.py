@@ -135,7 +135,9 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
               f"{workload.runs_per_arm} runs/arm → {plain(out)}")
     if kernel_path is None:
         impls = (config.impl, *dict.fromkeys(MODES[m].incumbent for m in config.modes))
-        timings = tuple(dict.fromkeys(MODES[m].timing for m in config.modes))
+        # each serving mode's own timing, and the one the kernel policy decides the screen on
+        timings = tuple(dict.fromkeys([*(MODES[m].timing for m in config.modes),
+                                       load_policy("kernel", None).timing_mode]))
         screen = ScreenConfig(op=lab_op, device="cuda", model=model_id, rows=screen_rows(workload), impls=impls,
                               candidate=config.candidate, modes=timings, trials=config.trials,
                               out=out / "kernel.json")
