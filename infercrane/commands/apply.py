@@ -12,6 +12,7 @@ and prefills (``<out>/kernel.json``, or ``--kernel-receipt``), set against the m
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -48,6 +49,14 @@ def screen_rows(workload: Any) -> tuple[int, ...]:
     """Rows the workload runs the op at: each concurrency's decode batch, one prompt, every prompt at once."""
     n = workload.input_tokens
     return tuple(sorted({*workload.concurrency, n, *(c * n for c in workload.concurrency)}))
+
+
+def screen_modes(modes: Sequence[str]) -> tuple[str, ...]:
+    """Timing modes the screen takes for these serving modes: each one's own (what its prediction reads), then the one
+    the kernel policy decides the screen on (a screen without it measures and decides nothing, and is refused)."""
+    from ..decide.policy import load_policy
+
+    return tuple(dict.fromkeys([*(MODES[m].timing for m in modes), load_policy("kernel").timing_mode]))
 
 
 def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()) -> int:
@@ -135,9 +144,7 @@ def apply(*, config: Annotated[ApplyConfig, Parameter(name="*")] = ApplyConfig()
               f"{workload.runs_per_arm} runs/arm → {plain(out)}")
     if kernel_path is None:
         impls = (config.impl, *dict.fromkeys(MODES[m].incumbent for m in config.modes))
-        # each serving mode's own timing, and the one the kernel policy decides the screen on
-        timings = tuple(dict.fromkeys([*(MODES[m].timing for m in config.modes),
-                                       load_policy("kernel", None).timing_mode]))
+        timings = screen_modes(config.modes)
         screen = ScreenConfig(op=lab_op, device="cuda", model=model_id, rows=screen_rows(workload), impls=impls,
                               candidate=config.candidate, modes=timings, trials=config.trials,
                               out=out / "kernel.json")

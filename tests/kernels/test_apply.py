@@ -8,7 +8,7 @@ import pytest
 from evidence import archived
 
 from infercrane.cli import main
-from infercrane.commands.apply import MODES, kernel_recipe, screen_rows
+from infercrane.commands.apply import MODES, kernel_recipe, screen_modes, screen_rows
 from infercrane.serving.recipes import load_recipe
 from infercrane.serving.workload import load_workload
 
@@ -49,6 +49,34 @@ def test_eager_vllm_is_predicted_from_launch_mode_which_sees_the_host_cost_graph
 
 def test_the_screen_covers_every_decode_batch_and_prefill_of_the_workload():
     assert screen_rows(load_workload("seed-paired")) == (1, 8, 32, 128, 1024, 4096)
+
+
+def test_the_screen_times_each_mode_a_prediction_reads_and_the_one_the_kernel_policy_decides_on(tmp_path,
+                                                                                                   monkeypatch):
+    """An eager-only apply once screened launch mode alone, and the screen's preflight refused it on a GPU (the kernel
+    policy decides on graph timings)."""
+    import infercrane.kernels.screen as screen
+    from infercrane.decide.policy import load_policy
+    from infercrane.errors import InputError
+    from infercrane.kernels.config import ScreenConfig
+    from infercrane.report.console import console
+
+    assert load_policy("kernel").timing_mode == "graph"
+    assert screen_modes(["eager"]) == ("launch", "graph")
+    assert screen_modes(["compiled"]) == ("graph",)
+    assert screen_modes(["compiled", "eager"]) == ("graph", "launch")
+    # the preflight as on a GPU machine (it checks the modes where the screen runs on CUDA)
+    monkeypatch.setattr(screen, "_run_device", lambda device: ("cuda", "test"))
+    monkeypatch.setattr(screen, "_check_memory", lambda spec, device, con: None)
+    out = tmp_path / "kernel.json"
+
+    def prepare(modes):
+        cfg = ScreenConfig(op="fused_add_rmsnorm", device="cuda", impls=("triton", "vllm_vendor"), modes=modes)
+        return screen.prepare_screen(cfg, out=out, con=console())
+
+    with pytest.raises(InputError, match="decides on 'graph'"):
+        prepare(("launch",))
+    assert prepare(screen_modes(["eager"])).config.modes == ("launch", "graph")
 
 
 @pytest.mark.parametrize("argv, code, text", [
