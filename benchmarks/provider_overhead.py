@@ -12,6 +12,12 @@ synchronized once at the end (so the time per call is the larger of the host's c
                     provider's place, so ``provider - vllm_c`` is what each call of the op adds to an eager decode step
   native            vLLM's native implementation (PyTorch operations), eager
   native_compiled   the same under ``torch.compile`` (Inductor's code for the op alone: no neighbours to fuse with)
+  via_ir_provider   the call eager vLLM makes (``ir.ops.fused_add_rms_norm.maybe_inplace``, what its RMSNorm layer
+                    calls, without the torch custom-op wrap, as vLLM runs eager: ``ir_enable_torch_wrap`` off), with
+                    InferCrane's provider first in the priority: vLLM's dispatch (the provider's ``supports_args``)
+                    and the provider
+  via_ir_vllm_c     the same call with vLLM's C++ op first: ``via_ir_provider - via_ir_vllm_c`` is what each call
+                    adds in the engine, dispatch included
 
 Needs a CUDA GPU and vLLM 0.22.1 (its IR op registry). Usage (from the repository root; ``PYTHONPATH=.`` where
 InferCrane is not installed):
@@ -120,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             "native_compiled": lambda: native_compiled(x, r, w, EPS),
         }
         row = {"rows": rows} | {name: round(per_call_us(fn, args.calls), 3) for name, fn in variants.items()}
+        for name, first in (("via_ir_provider", choice.provider), ("via_ir_vllm_c", "vllm_c")):
+            if first in op.impls:
+                with ir.enable_torch_wrap(False), op.set_priority([first, "native"]):
+                    row[name] = round(per_call_us(lambda: op.maybe_inplace(x, r, w, EPS, None), args.calls), 3)
         rows_out.append(row)
         print(json.dumps(row))
     if args.out is not None:
