@@ -9,6 +9,9 @@
 #   bash benchmarks/real_model_h200.sh start OUTDIR [RUNS]   # detached (poc_h200.sh run): kernel apply, eager then
 #                # compiled (MODES="compiled" for one), quality gate on, RUNS runs per arm (default 4: 12 window pairs
 #                # over c = 1, 8, 32), then the wrong-provider GPU test
+#   bash benchmarks/real_model_h200.sh suite OUTDIR          # detached (poc_h200.sh run): the provider's cost per
+#                # call (provider_overhead.py, vLLM's dispatch included), then pytest -m gpu on every test with the
+#                # slowest listed (after prepare: the real model's GPU tests need its converted folder)
 # prepare: CONVERT_PATH=DIR puts DIR (the catalog's transformers) first on the path for the conversion only;
 # SKIP_PROBES=1 stops after the conversion; PROBES="host provider launch" (the default) names the probes to run.
 # start: GPU_TESTS names what pytest -m gpu runs after the apply (default: the wrong-provider test; "tests" for all).
@@ -16,8 +19,8 @@
 # Needs vllm==0.22.1, aiperf==0.12.0, transformers and gguf importable by python3; on a tree copied without .git,
 # set INFERCRANE_GIT_COMMIT.
 set -uo pipefail
-verb=${1:?usage: real_model_h200.sh prepare|start OUTDIR ...}
-out=${2:?usage: real_model_h200.sh prepare|start OUTDIR ...}
+verb=${1:?usage: real_model_h200.sh prepare|start|suite OUTDIR ...}
+out=${2:?usage: real_model_h200.sh prepare|start|suite OUTDIR ...}
 here=$(dirname "$0")
 model=HuggingFaceTB/SmolLM2-135M-Instruct
 mkdir -p "$out"
@@ -57,6 +60,11 @@ start)
     --impl triton --model $model --modes $modes --runs $runs --quality-gate on --out $out/apply; \
     python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/vllm_plugin/test_quality_gate_vllm.py}"
   ;;
+suite)
+  bash "$here/poc_h200.sh" run "$out" -- bash -c "python3 $here/provider_overhead.py --impl triton --hidden 576 \
+    --rows 8 32 512 4096 --out $out/provider_overhead.jsonl 2>&1 | tee $out/provider_overhead.log; \
+    python3 -m pytest -q -m gpu -p no:cacheprovider --durations=25 tests"
+  ;;
 *)
-  echo "usage: real_model_h200.sh prepare|start OUTDIR ..." >&2; exit 2 ;;
+  echo "usage: real_model_h200.sh prepare|start|suite OUTDIR ..." >&2; exit 2 ;;
 esac
