@@ -23,6 +23,9 @@ verb=${1:?usage: real_model_h200.sh prepare|start|suite OUTDIR ...}
 out=${2:?usage: real_model_h200.sh prepare|start|suite OUTDIR ...}
 here=$(dirname "$0")
 model=HuggingFaceTB/SmolLM2-135M-Instruct
+# the provider's cost per call at the model's row width (prepare's probe and suite's): written as JSON lines and a log
+provider_probe="python3 $here/provider_overhead.py --impl triton --hidden 576 --rows 8 32 512 4096 \
+  --out $out/provider_overhead.jsonl 2>&1 | tee $out/provider_overhead.log"
 mkdir -p "$out"
 case $verb in
 prepare)
@@ -48,8 +51,7 @@ prepare)
 for line in sys.stdin:
     r = json.loads(line); print(r["hidden"], {k: v["median"] for k, v in r.items() if isinstance(v, dict) and "median" in v})'
   fi
-  [[ $probes == *" provider "* ]] && python3 "$here/provider_overhead.py" --impl triton --hidden 576 --rows 8 32 512 4096 \
-    --out "$out/provider_overhead.jsonl" 2>&1 | tee "$out/provider_overhead.log" | grep '^{'
+  [[ $probes == *" provider "* ]] && bash -c "$provider_probe" | grep '^{'
   [[ $probes == *" launch "* ]] && python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_triton_launch_cache.py 2>&1 \
     | tee "$out/launch_cache_tests.log" | tail -2
   ;;
@@ -61,8 +63,7 @@ start)
     python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/vllm_plugin/test_quality_gate_vllm.py}"
   ;;
 suite)
-  bash "$here/poc_h200.sh" run "$out" -- bash -c "python3 $here/provider_overhead.py --impl triton --hidden 576 \
-    --rows 8 32 512 4096 --out $out/provider_overhead.jsonl 2>&1 | tee $out/provider_overhead.log; \
+  bash "$here/poc_h200.sh" run "$out" -- bash -c "$provider_probe; \
     python3 -m pytest -q -m gpu -p no:cacheprovider --durations=25 tests"
   ;;
 *)
