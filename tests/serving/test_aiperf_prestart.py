@@ -4,6 +4,7 @@ leaves none of it running."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import signal
@@ -215,14 +216,22 @@ def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir
                       coresident=True, on_progress=progress.append)
     assert result.complete
     assert len(result.runs) == 2 * w.runs_per_arm * len(w.concurrency) and all(m.ok for m in result.runs)
-    assert [b["arm"] for b in result.blocks] == ["slow", "fast", "slow"]
-    first, second, third = result.blocks
+    # a block whose AIPerf lost windows under CPU load (errors.WindowsLost; seen on a 2-core host) has them run again
+    # at once in retry blocks after it, on the same engine; the visits' order is unchanged
+    visits = [b for b in result.blocks if "retry" not in b]
+    assert [b["arm"] for b in visits] == ["slow", "fast", "slow"]
+    for i, b in enumerate(result.blocks):
+        if "windows_lost" in b and "retry" not in b:
+            retries = list(itertools.takewhile(lambda r: "retry" in r, result.blocks[i + 1:]))
+            assert retries and all(r["arm"] == b["arm"] and r["retry"] == 1 for r in retries)
+            assert b["windows_finished"] + sum(r["windows_finished"] for r in retries) == b["windows_planned"]
+            assert any("ran again at once" in n for n in result.notes)
+        elif "retry" not in b:
+            assert b["windows_finished"] == b["windows_planned"]
+    first, second, third = visits
     assert "prestarted" not in first
     for b in (second, third):
         assert b["prestarted"] is True and b["hidden_startup_s"] > 0 and b["gate_wait_s"] >= 0
-        assert b["windows_finished"] == b["windows_planned"]
-    for b in result.blocks:
-        assert b["windows_finished"] == b["windows_planned"]
     # the blocks that had the next one starting beside them name the windows that shared the machine with it
     for b, name in ((first, "slow"), (second, "fast")):
         overlap = b["overlapped_by_prestart"]
@@ -234,7 +243,10 @@ def test_run_plan_starts_each_next_block_ahead(tmp_path, ts_recipe, stand_in_dir
     # last window, while that block's AIPerf was still exporting and exiting; the second's (fast, not yet warmed) gate
     # waited for the first block's process to end
     assert "next_opened_before_end_s" not in first
-    assert 0 <= second["next_opened_before_end_s"] <= second["tail_s"]
+    if "windows_lost" in second:  # its windows left ran first: the third's gate opened only after their block
+        assert "next_opened_before_end_s" not in second
+    else:
+        assert 0 <= second["next_opened_before_end_s"] <= second["tail_s"]
     assert [p.grid.spec.artifact_dir.name for p in prestarts] == ["visit01", "visit02"]
     assert all(not p.running() and not group_alive(p.process.proc.pid) for p in prestarts)
     assert sum("started ahead" in line for line in progress) == 2
