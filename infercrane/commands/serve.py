@@ -422,6 +422,8 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ..serving.receipt import statistic_metric
+
     if not doc.get("complete"):
         from ..serving.progress import serving_progress_state
 
@@ -458,7 +460,7 @@ def _print_summary(con: Any, doc: dict[str, Any]) -> None:
             s.add_column(c)
         for x in pa["statistics"]:
             p_cell = f"{x['p_value']:.3g}" if fam else f"{x['p_value']:.3g} (min {x['min_achievable_p']:.2g})"
-            s.add_row(str(x["concurrency"]), plain(x["metric"]), f"{x['ratio_b_over_a']:.4f}",
+            s.add_row(str(x["concurrency"]), plain(statistic_metric(x)), f"{x['ratio_b_over_a']:.4f}",
                       plain(f"[{x['ci_low']:.4f}, {x['ci_high']:.4f}]"), p_cell, plain(x["verdict"] or "-"))
         con.print(s)
         d = pa.get("design")

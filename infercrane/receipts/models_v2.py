@@ -504,6 +504,10 @@ class MetricStatistic(Strict):
     n_pairs: PositiveInt | None = Field(default=None, description="window pairs (a paired design: a_values[i] and "
                                                                   "b_values[i] are one pair)")
     in_decision_family: bool | None = Field(default=None, description="False: described, not tested by the decision")
+    continuity_requests: PositiveFloat | None = Field(
+        default=None, description="requests added to each window's count before it was divided by the window "
+                                  "(goodput under a policy's goodput_continuity: (good + k) / window): a_values, "
+                                  "b_values and the medians are read so, not as recorded; None: as recorded")
 
 
 class FamilyTest(Strict):

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..decide.prediction import qualifier
 # SEED_FIELDS: the run fields drawn over concurrency; DRIFT_METRIC: drawn when a receipt records no drift check
-from ..serving.receipt import DRIFT_METRIC, SEED_FIELDS
+from ..serving.receipt import DRIFT_METRIC, SEED_FIELDS, statistic_metric
 from .model import Figure, Section, Table, new_figure
 
 WIDTH_IN, HEIGHT_IN = 8.0, 4.5          # one panel, or a row of panels
@@ -662,7 +662,7 @@ def _public_arms_figure(name: str, title: str, block: dict[str, Any], arms: list
 def _statistics_table(stats: list[dict[str, Any]], a: str, b: str) -> Table:
     columns = ["concurrency", "metric", "unit", f"A median ({a})", f"B median ({b})", "ratio B/A", "CI low",
                "CI high", "confidence", "p", "min achievable p", "equivalence margin", "verdict"]
-    rows = [[s.get("concurrency"), s.get("metric"), _metric(s.get("metric", ""))[2], s.get("a_median"),
+    rows = [[s.get("concurrency"), statistic_metric(s), _metric(s.get("metric", ""))[2], s.get("a_median"),
              s.get("b_median"), s.get("ratio_b_over_a"), s.get("ci_low"), s.get("ci_high"), s.get("confidence"),
              s.get("p_value"), s.get("min_achievable_p"), s.get("equivalence_margin"), s.get("verdict")]
             for s in sorted(stats, key=lambda s: (s.get("concurrency", 0), s.get("metric", "")))]

@@ -9,6 +9,7 @@ under ``engines``. A plan that stopped part-way gives a receipt with ``complete:
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -193,6 +194,13 @@ def _corrected(m: RunMetrics, metric: str, policy: ServingPolicy | None) -> floa
     value = getattr(m, metric)
     k = policy.continuity_for(metric) if policy is not None else None
     return value if k is None or value is None else value + k / m.duration_s
+
+
+def statistic_metric(s: Mapping[str, Any]) -> str:
+    """A statistics[] entry's metric as a table names it: with the continuity correction its values carry, if any
+    ('goodput_req_s, (good + 0.5) / window'), so that no corrected number reads as recorded."""
+    k = s.get("continuity_requests")
+    return str(s.get("metric")) if not k else f"{s.get('metric')}, (good + {k:g}) / window"
 
 
 def _present(**fields: Any) -> dict[str, Any]:
@@ -389,7 +397,7 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
             "confidence": r.ratio.confidence, "p_value": r.ratio.p_value, "min_achievable_p": 0.0,
             "equivalence_margin": policy.equivalence_margin, "verdict": None, "interval_method": r.ratio.method,
             "test_method": r.ratio.test_method, "verdict_rule": r.role, "n_pairs": r.n_pairs,
-            "in_decision_family": False})
+            "in_decision_family": False, "continuity_requests": policy.continuity_for(r.metric)})
     tests = []
     for m in (d.primary, *d.guards):
         rr = m.ratio
@@ -608,7 +616,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
                     "min_achievable_p": mc.min_achievable_p, "equivalence_margin": policy.equivalence_margin,
                     "verdict": mc.verdict.value, "interval_method": interval_method(policy),
                     "test_method": f"Mann-Whitney U, two-sided, {mc.rank_test_method}",
-                    "verdict_rule": verdict_rule(policy),
+                    "verdict_rule": verdict_rule(policy), "continuity_requests": policy.continuity_for(metric),
                     **({"bootstrap_seed": mc.bootstrap_seed} if policy.per_statistic_seed else {}),
                 })
             decisions[c] = decide_serving(arm_a, arm_b, policy, workload=f"this workload at concurrency {c}",

@@ -3,6 +3,7 @@ statistics and decision agree and validate; two drivers' figures are set side by
 receipt marked incomplete with no decision."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -12,9 +13,9 @@ import pytest
 from infercrane.decide.policy import load_policy
 from infercrane.env.capture import provenance
 from infercrane.errors import InputError
-from infercrane.receipts.validate import write_receipt
+from infercrane.receipts.validate import check_document, write_receipt
 from infercrane.serving.metrics import RunMetrics
-from infercrane.serving.receipt import build_document, plan_config
+from infercrane.serving.receipt import build_document, plan_config, statistic_metric
 from infercrane.serving.workload import PlanResult, load_workload, plan_runs
 
 
@@ -270,6 +271,16 @@ def test_an_arm_that_keeps_no_request_within_the_slos_enters_the_goodput_pairs(t
     by_hand = [math.log((98.5 / (2.0 + 0.002 * k)) / (0.5 / 2.0)) for k in (0, 1, 2) for _ in range(4)]
     assert primary["ratio_b_over_a"] == pytest.approx(math.exp(sum(by_hand) / 12), rel=1e-12)
     assert primary["verdict"] == "BETTER" and pa["decision_code"] == "accept"
+    # the per-concurrency description reads goodput as the decision does, and says so: A's windows kept none
+    good = [s for s in pa["statistics"] if s["metric"] == "goodput_req_s"]
+    assert len(good) == 2 and all(s["continuity_requests"] == 0.5 and s["a_values"] == [0.25] * 6 for s in good)
+    assert all(s["continuity_requests"] is None for s in pa["statistics"] if s["metric"] != "goodput_req_s")
+    assert statistic_metric(good[0]) == "goodput_req_s, (good + 0.5) / window"
+    assert statistic_metric(pa["statistics"][0]) == pa["statistics"][0]["metric"]
+    unlabelled = copy.deepcopy(doc)  # a receipt that drops the label is told so by deciding again
+    unlabelled["paired_aiperf"]["statistics"][pa["statistics"].index(good[0])]["continuity_requests"] = None
+    _, problems = check_document(unlabelled)
+    assert any("continuity_requests" in where for where, _ in problems), problems
     # without the correction (a receipt decided before the key): no pair of goodput, no decision
     old = slo.model_copy(update={"goodput_continuity": None})
     doc = _goodput_ab(tmp_path, stand_in_dir, ts_recipe, 0, 98, old)
