@@ -72,9 +72,19 @@ class RunFailed(InfercraneError):
     exit_code = 4
 
 
+class DriverExited(RunFailed):
+    """A driver process exited with a non-zero code or was killed by a signal (``how`` says which), and the engine it
+    drove was not found dead: the driver's own failure."""
+
+    def __init__(self, message: str, *, how: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.how = how
+
+
 class WindowsLost(RunFailed):
-    """A driver process that measures several windows (an AIPerf block) ended without error, the engine alive, having
-    finished only the first ``finished`` of its windows: the driver's own failure, which a new process can retry."""
+    """A driver process that measures several windows (an AIPerf block) ended, normally or with a non-zero exit
+    (``DriverExited``), the engine alive, having finished only the first ``finished`` of its windows: the driver's own
+    failure, which a new process can retry."""
 
     def __init__(self, message: str, *, finished: int, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)

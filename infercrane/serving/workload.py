@@ -511,8 +511,9 @@ MAX_PROMPT_ENTRIES = 20000  # AIPerf makes them at start-up: about 0.5 ms each o
 PRESTART_FIRST_LEAD_S = 35.0  # before any block has shown its start-up (14-22 s on an H200 host)
 PRESTART_MARGIN_S = 10.0
 CORESIDENT_MEMORY = 0.9  # the share of GPU memory co-resident engines divide between them (vLLM's default for one)
-# An AIPerf block that ends normally short of its windows, the engine alive (errors.WindowsLost: seen once under CPU
-# load, AIPerf 0.12's records manager losing a phase's end): the windows left run again in new blocks this many times.
+# An AIPerf block that ends short of its windows, normally or with a non-zero exit, the engine alive
+# (errors.WindowsLost: seen once under CPU load, AIPerf 0.12's records manager losing a phase's end): the windows left
+# run again in new blocks this many times.
 LOST_WINDOW_RETRIES = 1
 
 
@@ -817,10 +818,10 @@ def run_plan(recipes: Sequence[Recipe] | Mapping[str, Recipe], workload: Workloa
         """One block (one AIPerf process) of ``runs`` on ``engine``: every window recorded as soon as AIPerf has
         finished it, the block's time accounting kept even when it fails. ``seg``: the visit, for a whole-visit
         block: its process may have been started ahead (``prestarted``), and it may start the next visit's ahead
-        (``maybe_prestart``). A block whose AIPerf ends short of its windows with the engine alive (``WindowsLost``)
-        has the windows left run again, at once, on the same engine, in new blocks (``retry_lost``), up to
-        ``LOST_WINDOW_RETRIES`` times; its accounting names them (``windows_lost``), the new blocks' say
-        ``retry``, and a plan note says which windows were measured late."""
+        (``maybe_prestart``). A block whose AIPerf ends short of its windows, normally or with a non-zero exit, the
+        engine alive (``WindowsLost``), has the windows left run again, at once, on the same engine, in new blocks
+        (``retry_lost``), up to ``LOST_WINDOW_RETRIES`` times; its accounting names them (``windows_lost``), the new
+        blocks' say ``retry``, and a plan note says which windows were measured late."""
         from infercrane.errors import WindowsLost
         from infercrane.serving.drivers.aiperf import block_accounting
 

@@ -124,6 +124,36 @@ def test_windows_aiperf_lost_run_again_at_once_on_the_same_engine(tmp_path, ts_r
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+def test_a_block_whose_aiperf_exits_non_zero_has_its_windows_left_run_again(tmp_path, ts_recipe, stand_in_dir,
+                                                                           offline_env, monkeypatch):
+    import shlex
+
+    from infercrane.serving.drivers.aiperf import AiperfDriver
+
+    cut = _aiperf_losing_windows(monkeypatch, blocks=1)  # the first block runs its first window only ...
+    real = AiperfDriver.grid_command
+
+    def failing(self, grid, config_path):  # ... and then exits with code 3, the engine alive
+        cmd = real(self, grid, config_path)
+        return ["bash", "-c", shlex.join(cmd) + "; exit 3"] if grid.spec.artifact_dir == cut[0] else cmd
+
+    monkeypatch.setattr(AiperfDriver, "grid_command", failing)
+    recipe = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", name="one", model=str(stand_in_dir))
+    w = Workload(schema_version=WORKLOAD_SCHEMA_VERSION, name="exits", concurrency=[1], input_tokens=32,
+                 output_tokens=16, window_s=1.0, warmup_s=0.5, runs_per_arm=3, arm_order="sequential")
+    result = run_plan([recipe], w, out_dir=tmp_path / "art", drivers="aiperf", startup_timeout_s=60,
+                      order="sequential")
+    assert result.complete and len(cut) == 1
+    assert [m.run_index for m in result.runs] == [0, 1, 2] and all(m.ok for m in result.runs)
+    first, retry = result.blocks
+    assert (first["windows_finished"], first["windows_lost"]) == (1, ["r01_c1", "r02_c1"])
+    assert (retry["retry"], retry["windows_finished"]) == (1, 2)
+    note = next(n for n in result.notes if "ran again" in n)
+    assert "AIPerf exited with code 3 without finishing window r01_c1" in note
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_retry_that_loses_windows_too_stops_the_plan_with_what_was_measured(tmp_path, ts_recipe, stand_in_dir,
                                                                               offline_env, monkeypatch):
     from infercrane.errors import WindowsLost

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from collections.abc import Callable, Mapping
 
-from infercrane.errors import InputError, RunFailed, UnavailableError
+from infercrane.errors import DriverExited, InputError, RunFailed, UnavailableError
 from infercrane.proc import popen_dying_with_parent, stop_process_group
 from infercrane.serving.engine import engine_serving, exit_text, log_tail, utc_now
 from infercrane.serving.metrics import RunMetrics
@@ -264,8 +264,8 @@ def finish_logged(started: Started, *, timeout_s: float, on_tick: Callable[[], N
     if rc != 0:
         # the guard exits 128 + N for a driver killed by signal N; a negative code is the guard's own signal
         how = exit_text(rc) if rc < 0 else exit_text(128 - rc) if rc > 128 else f"exited with code {rc}"
-        failed = RunFailed(f"{what} {how}; log {log_path}:\n{log_tail(log_path, 30)}",
-                           hint="read the driver log; the command line is its first line")
+        failed = DriverExited(f"{what} {how}; log {log_path}:\n{log_tail(log_path, 30)}", how=how,
+                              hint="read the driver log; the command line is its first line")
         raise _engine_failure(cmd, f"while {what} ran", failed, engine) or failed
     return round(started.cpu_s or 0.0, 3)
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from infercrane.errors import InputError, RunFailed, WindowsLost
+from infercrane.errors import DriverExited, InputError, RunFailed, WindowsLost
 from infercrane.serving.drivers import Driver, RunSpec, Started
 from infercrane.serving.drivers.aiperf_env import placeholder
 from infercrane.serving.drivers.aiperf_gate import OPENED as GATE_OPENED, WAITING as GATE_WAITING
@@ -274,8 +274,9 @@ class AiperfDriver(Driver):
         a failure later in the block loses nothing already measured: the error propagates after every finished
         window has been delivered. When the process ends normally each window is checked against AIPerf's own
         per-phase summary (``phases/<name>/profile_export_aiperf.json``); a difference is a note. Returns the
-        windows in order. A process that ends normally short of its windows, the engine alive, raises
-        ``WindowsLost`` (the windows before are delivered; ``run_plan`` runs the rest again in a new process).
+        windows in order. A process that ends short of its windows, normally or with a non-zero exit (``DriverExited``:
+        the engine not found dead), raises ``WindowsLost`` (the windows before are delivered; ``run_plan`` runs the
+        rest again in a new process if the engine is alive).
 
         ``prestarted``: this block's process, started ahead by ``prestart`` and held at its gate; the gate is opened
         now (``PreStarted.opened_t``) and the block watched from there as one started here would be (its time limit
@@ -295,8 +296,23 @@ class AiperfDriver(Driver):
             prestarted.open()
         watch = PhaseWatch(grid, driver_version=version, on_window=on_window, on_progress=on_progress)
         timeout = grid.timeout_s()
+
+        def lost(how: str) -> WindowsLost:
+            missing = watch.windows[len(watch.delivered)]
+            return WindowsLost(f"AIPerf {how} without finishing window {missing.name} (run {missing.run_index} at "
+                               f"c={missing.concurrency}): {len(watch.delivered)} of {len(watch.windows)} windows of "
+                               f"the block were read; driver log:\n{log_tail(spec.artifact_dir / 'driver.log', 30)}",
+                               finished=len(watch.delivered),
+                               hint="read the driver log and AIPerf's log (logs/aiperf.log in the block's folder)")
+
         try:
             self.finish_invoke(process, timeout_s=timeout, on_tick=watch.scan)
+        except DriverExited as exc:  # the engine was not found dead: the windows left can run again
+            scrub_exports(spec)
+            watch.finish(ended_normally=False)
+            if len(watch.delivered) >= len(watch.windows):
+                raise
+            raise lost(exc.how) from exc
         except BaseException:
             scrub_exports(spec)
             watch.finish(ended_normally=False)
@@ -305,13 +321,7 @@ class AiperfDriver(Driver):
         watch.finish(ended_normally=True)
         if len(watch.delivered) < len(watch.windows):
             def short() -> None:
-                missing = watch.windows[len(watch.delivered)]
-                raise WindowsLost(f"AIPerf ended without finishing window {missing.name} (run {missing.run_index} at "
-                                  f"c={missing.concurrency}): {len(watch.delivered)} of {len(watch.windows)} windows "
-                                  f"of the block were read; driver log:\n"
-                                  f"{log_tail(spec.artifact_dir / 'driver.log', 30)}",
-                                  finished=len(watch.delivered),
-                                  hint="read the driver log and AIPerf's log (logs/aiperf.log in the block's folder)")
+                raise lost("ended")
             self.read_back(cmd, short)
         return watch.delivered
 
