@@ -74,13 +74,38 @@ def test_first_row_only_fails_from_row_one():
         assert not out.passed and out.first_bad_index[0] == 1
 
 
+def test_a_freed_answer_is_never_read_back_on_cpu():
+    # the cheater computes the answer, frees it, and returns blocks it does not write past row 0: without glibc's heap
+    # perturbed, some of its outputs pass (the blocks still hold the answer); with it, none does
+    c = _load("freed_answer")
+    res = _check(c.fn, c.in_place, rows=8)
+    assert not any(t.passed for check in res.checks for t in check.tensors)
+    assert all(t.first_bad_index is not None and t.first_bad_index[0] >= 1 for check in res.checks
+               for t in check.tensors)
+
+
+def test_the_cpu_heap_is_perturbed_while_a_call_runs():
+    torch = pytest.importorskip("torch")
+    from infercrane.kernels.harness.execute import perturbed_heap
+
+    with perturbed_heap() as on:
+        if not on:
+            pytest.skip("the C library is not glibc")
+        for rows in (1, 8, 512):
+            for _ in range(50):
+                freed = torch.full((rows, HIDDEN), 3.0, dtype=torch.bfloat16)
+                del freed
+                fresh = torch.empty((rows, HIDDEN), dtype=torch.bfloat16)
+                assert not (fresh.float() == 3.0).any()
+
+
 def test_unwritten_rows_fail_on_cpu():
-    # glibc's allocator reuses freed blocks unpredictably, so on the CPU the poison shows up only sometimes; the rows
-    # the kernel did not write fail all the same (whatever the memory held, it is not the oracle's answer).
+    # on the CPU the rows the kernel did not write read as glibc's perturbation bytes, not the oracle's answer
     c = _load("first_row_only")
     res = _check(c.fn, c.in_place, rows=8)
     out = res.checks[0].tensors[0]
     assert not out.passed and out.first_bad_index[0] >= 1
+    assert out.max_abs_err > 1e38  # 0x7F7F: bfloat16's 3.39e38
 
 
 @pytest.mark.gpu

@@ -11,8 +11,9 @@ Method (every check, every row count):
   process keeps its own copy of the inputs and of the oracle's answer and decides. Patching the harness inside the
   worker or forging its reply changes only the bytes handed back, never the comparison. (With ``in_process``
   isolation the implementation runs in this process and this guarantee does not hold; screens use subprocesses.)
-* **Poisoned outputs**: out-of-place outputs come from allocator memory poisoned with NaN; in-place outputs are the
-  argument buffers (fresh copies every check; a buffer that is not an input starts as NaN).
+* **Poisoned outputs**: out-of-place outputs come from allocator memory poisoned with NaN (on the CPU, glibc's heap
+  perturbed while the call runs: ``execute.perturbed_heap``); in-place outputs are the argument buffers (fresh copies
+  every check; a buffer that is not an input starts as NaN).
 * **Contract**: out of place must return new tensors of the inputs' shape/dtype/device and leave the inputs
   untouched; in place must leave the inputs it does not write untouched; row tensors sit between NaN guard rows: a
   write past them is a contract failure, a read past them poisons the result.
@@ -137,7 +138,9 @@ def _judge(spec: Any, in_place: bool, pack: Any, phase: str, inputs: dict[str, A
 
 def _check(spec: Any, in_place: bool, rows: int, device_type: str, checks: int, base_seed: int,
            run: Callable[[Any, list[str]], dict[str, str | None]]) -> list[CheckResult]:
-    """Every check at ``rows``: inputs and oracle here, the call through ``run(pack, phases)``, the verdict here."""
+    """Every check at ``rows``: inputs here, the call through ``run(pack, phases)``, then the oracle and the verdict
+    here. The oracle is computed after the call: where the call runs in this process (``check_implementation``), no
+    block the allocator hands it can hold the oracle's answer (an output left unwritten read as correct)."""
     from infercrane.kernels.harness.tensor_pack import TensorPack
 
     if checks < 1:
@@ -149,16 +152,17 @@ def _check(spec: Any, in_place: bool, rows: int, device_type: str, checks: int, 
         for i in range(checks):
             seed = check_seed(base_seed, rows, i)
             scale = CHECK_SCALES[i % len(CHECK_SCALES)]
-            own: dict[str, tuple[dict, dict, int]] = {}
+            own: dict[str, tuple[dict, int]] = {}
             for phase in phases:
                 phase_seed = seed ^ PHASE_SEED_SALTS[phase]
                 inputs = spec.make_inputs(rows, "cpu", phase_seed, scale)
-                own[phase] = (inputs, spec.oracle(inputs), phase_seed)
+                own[phase] = (inputs, phase_seed)
                 for name, t in inputs.items():
                     pack.tensor(f"in.{phase}.{name}").copy_(t)
             errors = run(pack, phases)
             for phase in phases:
-                inputs, ref, phase_seed = own[phase]
+                inputs, phase_seed = own[phase]
+                ref = spec.oracle(inputs)
                 err = errors.get(phase, "the worker handed back nothing for this phase")
                 results.append(_judge(spec, in_place, pack, phase, inputs, ref, err, i, phase_seed, scale))
     finally:

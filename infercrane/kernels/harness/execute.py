@@ -9,8 +9,10 @@ Per phase (``eager`` and ``reuse`` everywhere; ``graph`` on CUDA):
 
 * every ``[rows, hidden]`` argument sits between NaN guard rows; extra output buffers start as NaN;
 * out of place: blocks of the outputs' size are filled with NaN and freed first, so a kernel that leaves part of
-  its output unwritten hands back NaN (reliably on CUDA, whose caching allocator hands the blocks back; on the CPU
-  glibc reuses freed memory unpredictably, and unwritten rows fail the comparison with whatever they held);
+  its output unwritten hands back NaN (reliably on CUDA, whose caching allocator hands the blocks back); on the CPU,
+  where glibc reuses freed memory unpredictably (a block can hold an earlier call's right answer for the same seeded
+  inputs), the call runs with glibc's heap perturbed (``perturbed_heap``): every block it is handed reads 0x7F7F…
+  (bfloat16 and float32 3.4e38, float16 NaN), so unwritten rows fail whatever ran in the process before;
 * on CUDA the call runs on a fresh non-default stream and its results are copied out on that stream after
   synchronizing only it (a kernel that works on another stream is read before it finishes);
 * ``reuse``: the argument buffers are framed with the ``eager`` inputs and called once (the result is discarded),
@@ -26,7 +28,8 @@ Per phase (``eager`` and ``reuse`` everywhere; ``graph`` on CUDA):
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 GUARD_ROWS = 1
 
@@ -70,6 +73,32 @@ def attribute(work: Callable[[], Any], what: str, fn: _Guarded) -> Any:
 
 def _storage_ptr(t: Any) -> int:
     return int(t.untyped_storage().data_ptr())
+
+
+M_PERTURB = -6  # glibc's mallopt parameter: fill each block malloc hands out with ~byte, each freed one with byte
+PERTURB_BYTE = 0x80  # blocks handed out read 0x7F bytes
+
+
+@contextmanager
+def perturbed_heap() -> Iterator[bool]:
+    """Within the block, every heap block glibc hands out is filled first (``mallopt(M_PERTURB, PERTURB_BYTE)``), so
+    CPU memory a call allocates and leaves unwritten reads as 0x7F7F… rather than what the process freed before;
+    yields whether it took hold (False where the C library is not glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        yield False
+        return
+    on = bool(mallopt(M_PERTURB, PERTURB_BYTE))
+    try:
+        yield on
+    finally:
+        if on:
+            mallopt(M_PERTURB, 0)
 
 
 def _poison_allocator(shape: tuple[int, ...], dt: Any, device: Any, blocks: int = 2) -> None:
@@ -239,7 +268,8 @@ def _phase(run: Callable[..., str | None], fn: Callable[..., Any], spec: Any, pa
     import torch
 
     if dev.type != "cuda":
-        return run(fn, spec, pack, in_place, rows, dev)
+        with perturbed_heap():
+            return run(fn, spec, pack, in_place, rows, dev)
     stream = torch.cuda.Stream(device=dev)
     with torch.cuda.stream(stream):
         error = run(fn, spec, pack, in_place, rows, dev)
