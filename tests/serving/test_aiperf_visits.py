@@ -55,10 +55,21 @@ def test_sandwich_visits_each_run_as_one_aiperf_block(tmp_path, ts_recipe, stand
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_an_engine_crash_in_window_k_keeps_windows_before_it(tmp_path, ts_recipe, stand_in_dir, offline_env):
+@pytest.mark.parametrize("aiperf_exit", [None, 3])
+def test_an_engine_crash_in_window_k_keeps_windows_before_it(tmp_path, ts_recipe, stand_in_dir, offline_env,
+                                                            monkeypatch, aiperf_exit):
     """The test server exits after a number of requests in the middle of the first block: the windows AIPerf finished
-    before are in the partial plan, the failure is the engine's."""
+    before are in the partial plan, the failure is the engine's, whether AIPerf then ends normally or with an error
+    (exit code 3: not a retry, the engine being dead)."""
+    import shlex
+
     from infercrane.errors import RunFailed
+    from infercrane.serving.drivers.aiperf import AiperfDriver
+
+    if aiperf_exit is not None:
+        real = AiperfDriver.grid_command
+        monkeypatch.setattr(AiperfDriver, "grid_command", lambda self, grid, path: [
+            "bash", "-c", f"{shlex.join(real(self, grid, path))}; exit {aiperf_exit}"])
 
     # c = 1, 10 ms + 15 x 1 ms per request: ~40 requests a 1 s window; the crash lands in the third or fourth window
     crashing = ts_recipe("--ttft-ms", "10", "--itl-ms", "1", "--crash-after", "110", name="crashing",

@@ -296,6 +296,7 @@ class AiperfDriver(Driver):
             prestarted.open()
         watch = PhaseWatch(grid, driver_version=version, on_window=on_window, on_progress=on_progress)
         timeout = grid.timeout_s()
+        aimed = [*cmd, spec.base_url]  # the block's command names its engine in its config file: read_back finds it so
 
         def lost(how: str) -> WindowsLost:
             missing = watch.windows[len(watch.delivered)]
@@ -307,12 +308,17 @@ class AiperfDriver(Driver):
 
         try:
             self.finish_invoke(process, timeout_s=timeout, on_tick=watch.scan)
-        except DriverExited as exc:  # the engine was not found dead: the windows left can run again
+        except DriverExited as exc:  # the windows left can run again, unless the engine has died
             scrub_exports(spec)
             watch.finish(ended_normally=False)
-            if len(watch.delivered) >= len(watch.windows):
-                raise
-            raise lost(exc.how) from exc
+            err: RunFailed = exc
+            if len(watch.delivered) < len(watch.windows):
+                err = lost(exc.how)
+                err.__cause__ = exc
+
+            def exited() -> None:
+                raise err
+            self.read_back(aimed, exited)  # raises: the engine's failure if it has died, else err
         except BaseException:
             scrub_exports(spec)
             watch.finish(ended_normally=False)
@@ -322,7 +328,7 @@ class AiperfDriver(Driver):
         if len(watch.delivered) < len(watch.windows):
             def short() -> None:
                 raise lost("ended")
-            self.read_back(cmd, short)
+            self.read_back(aimed, short)
         return watch.delivered
 
 
