@@ -397,7 +397,8 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
             "confidence": r.ratio.confidence, "p_value": r.ratio.p_value, "min_achievable_p": 0.0,
             "equivalence_margin": policy.equivalence_margin, "verdict": None, "interval_method": r.ratio.method,
             "test_method": r.ratio.test_method, "verdict_rule": r.role, "n_pairs": r.n_pairs,
-            "in_decision_family": False, "continuity_requests": policy.continuity_for(r.metric)})
+            "in_decision_family": False,
+            **({"continuity_requests": k} if (k := policy.continuity_for(r.metric)) is not None else {})})
     tests = []
     for m in (d.primary, *d.guards):
         rr = m.ratio
@@ -616,7 +617,7 @@ def build_document(result: PlanResult, *, kind: str, policy: ServingPolicy, prov
                     "min_achievable_p": mc.min_achievable_p, "equivalence_margin": policy.equivalence_margin,
                     "verdict": mc.verdict.value, "interval_method": interval_method(policy),
                     "test_method": f"Mann-Whitney U, two-sided, {mc.rank_test_method}",
-                    "verdict_rule": verdict_rule(policy), "continuity_requests": policy.continuity_for(metric),
+                    "verdict_rule": verdict_rule(policy),
                     **({"bootstrap_seed": mc.bootstrap_seed} if policy.per_statistic_seed else {}),
                 })
             decisions[c] = decide_serving(arm_a, arm_b, policy, workload=f"this workload at concurrency {c}",
