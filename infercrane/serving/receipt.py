@@ -397,8 +397,7 @@ def _paired_analysis(result: PlanResult, a: str, b: str, driver: str, policy: Se
             "confidence": r.ratio.confidence, "p_value": r.ratio.p_value, "min_achievable_p": 0.0,
             "equivalence_margin": policy.equivalence_margin, "verdict": None, "interval_method": r.ratio.method,
             "test_method": r.ratio.test_method, "verdict_rule": r.role, "n_pairs": r.n_pairs,
-            "in_decision_family": False,
-            **({"continuity_requests": k} if (k := policy.continuity_for(r.metric)) is not None else {})})
+            "in_decision_family": False, **_present(continuity_requests=policy.continuity_for(r.metric))})
     tests = []
     for m in (d.primary, *d.guards):
         rr = m.ratio

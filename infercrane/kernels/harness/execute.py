@@ -28,6 +28,7 @@ Per phase (``eager`` and ``reuse`` everywhere; ``graph`` on CUDA):
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -79,18 +80,24 @@ M_PERTURB = -6  # glibc's mallopt parameter: fill each block malloc hands out wi
 PERTURB_BYTE = 0x80  # blocks handed out read 0x7F bytes
 
 
+@functools.cache
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's ``mallopt`` from the symbols already loaded in this process (no library search); None without it."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+
+
 @contextmanager
 def perturbed_heap() -> Iterator[bool]:
     """Within the block, every heap block glibc hands out is filled first (``mallopt(M_PERTURB, PERTURB_BYTE)``), so
     CPU memory a call allocates and leaves unwritten reads as 0x7F7F… rather than what the process freed before;
     yields whether it took hold (False where the C library is not glibc)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _mallopt()
+    if mallopt is None:
         yield False
         return
     on = bool(mallopt(M_PERTURB, PERTURB_BYTE))

@@ -308,10 +308,12 @@ class AiperfDriver(Driver):
 
         try:
             self.finish_invoke(process, timeout_s=timeout, on_tick=watch.scan)
-        except DriverExited as exc:  # the windows left can run again, unless the engine has died
+        except BaseException as exc:
             scrub_exports(spec)
             watch.finish(ended_normally=False)
-            err: RunFailed = exc
+            if not isinstance(exc, DriverExited):
+                raise
+            err: RunFailed = exc  # a non-zero exit: the windows left can run again, unless the engine has died
             if len(watch.delivered) < len(watch.windows):
                 err = lost(exc.how)
                 err.__cause__ = exc
@@ -319,10 +321,6 @@ class AiperfDriver(Driver):
             def exited() -> None:
                 raise err
             self.read_back(aimed, exited)  # raises: the engine's failure if it has died, else err
-        except BaseException:
-            scrub_exports(spec)
-            watch.finish(ended_normally=False)
-            raise
         scrub_exports(spec)
         watch.finish(ended_normally=True)
         if len(watch.delivered) < len(watch.windows):
